@@ -1,0 +1,278 @@
+"""EFA-aware IP capacity planner (pure Python, no AWS calls).
+
+A HyperPod node takes addresses in its subnet for:
+- the primary ENI: one address under Slurm; under EKS the VPC CNI fills the ENI, so the node
+  and its pods take the ENI's whole IPv4 limit (each HyperPod node has a single ENI);
+- every further network card's EFA interface: one address with interface type `efa`, none
+  with `efa-only`.
+A subnet's CIDR cannot grow later, so the plan adds headroom for replacements and rolling
+updates, AWS's 5 reserved addresses per subnet, and reports how far each subnet can grow.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from config.instance_types import InstanceType, InterfaceType, lookup
+
+Orchestrator = Literal["eks", "slurm"]
+
+AWS_RESERVED_PER_SUBNET = 5
+MIN_SUBNET_PREFIX = 16  # largest subnet AWS allows
+MAX_SUBNET_PREFIX = 28  # smallest subnet AWS allows
+
+
+class CapacityError(ValueError):
+    """The plan does not fit; `field` names the config field to change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def ips_per_node(
+    instance: InstanceType, orchestrator: Orchestrator, interface: InterfaceType | None
+) -> int:
+    """Addresses one node takes in its subnet."""
+    if interface is not None and not instance.supports_interface(interface):
+        raise ValueError(f"{instance.name} does not support interface type {interface!r}")
+    primary = instance.ipv4_per_eni if orchestrator == "eks" else 1
+    efa_cards = min(instance.efa_interfaces, instance.network_cards)
+    # The EFA interface on card 0 is the primary ENI itself; the others are extra.
+    secondary_efa = max(efa_cards - 1, 0) if interface == "efa" else 0
+    return primary + secondary_efa
+
+
+def smallest_prefix(addresses_needed: int) -> int:
+    """Smallest prefix length (largest number) whose subnet holds `addresses_needed`
+    addresses including the AWS-reserved ones; may be below /16 when nothing fits."""
+    total = addresses_needed + AWS_RESERVED_PER_SUBNET
+    return min(MAX_SUBNET_PREFIX, 32 - math.ceil(math.log2(total)))
+
+
+def default_headroom(count: int, percent: int) -> int:
+    return max(1, math.ceil(count * percent / 100)) if count else 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupPlan:
+    name: str
+    instance_type: str
+    orchestrator: Orchestrator
+    interface: InterfaceType | None
+    count: int
+    headroom_nodes: int
+    ips_per_node: int
+    availability_zone: str | None  # None: the group may land in any cluster subnet
+
+    @property
+    def ips_steady_state(self) -> int:
+        return self.ips_per_node * self.count
+
+    @property
+    def ips_total(self) -> int:
+        return self.ips_per_node * (self.count + self.headroom_nodes)
+
+    @property
+    def subnet_prefix(self) -> int:
+        return smallest_prefix(self.ips_total)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "instance_type": self.instance_type,
+            "orchestrator": self.orchestrator,
+            "interface": self.interface,
+            "count": self.count,
+            "headroom_nodes": self.headroom_nodes,
+            "ips_per_node": self.ips_per_node,
+            "ips_steady_state": self.ips_steady_state,
+            "ips_total": self.ips_total,
+            "reserved_per_subnet": AWS_RESERVED_PER_SUBNET,
+            "subnet_prefix": self.subnet_prefix,
+            "availability_zone": self.availability_zone,
+        }
+
+
+def plan_group(
+    *,
+    name: str,
+    instance_type: str,
+    count: int,
+    orchestrator: Orchestrator = "eks",
+    interface: InterfaceType | None = None,
+    headroom_nodes: int = 0,
+    availability_zone: str | None = None,
+) -> GroupPlan:
+    instance = lookup(instance_type)
+    if interface is None and instance.supports_efa:
+        interface = "efa"
+    return GroupPlan(
+        name=name,
+        instance_type=instance_type,
+        orchestrator=orchestrator,
+        interface=interface,
+        count=count,
+        headroom_nodes=headroom_nodes,
+        ips_per_node=ips_per_node(instance, orchestrator, interface),
+        availability_zone=availability_zone,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubnetPlan:
+    availability_zone: str
+    cidr: ipaddress.IPv4Network
+    groups: tuple[GroupPlan, ...]
+
+    @property
+    def usable(self) -> int:
+        return self.cidr.num_addresses - AWS_RESERVED_PER_SUBNET
+
+    @property
+    def required(self) -> int:
+        return sum(g.ips_total for g in self.groups)
+
+    @property
+    def free(self) -> int:
+        return self.usable - self.required
+
+    def growth(self) -> dict[str, int]:
+        """How many more nodes of each group's type the free addresses still hold."""
+        return {g.name: max(self.free, 0) // g.ips_per_node for g in self.groups}
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "availability_zone": self.availability_zone,
+            "cidr": str(self.cidr),
+            "prefix": self.cidr.prefixlen,
+            "usable": self.usable,
+            "required": self.required,
+            "free": self.free,
+            "groups": [g.name for g in self.groups],
+            "growth_nodes": self.growth(),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkLayout:
+    """Every subnet CIDR of the VPC, decided in one place."""
+
+    vpc_cidr: ipaddress.IPv4Network
+    cluster_cidr: ipaddress.IPv4Network | None  # the secondary block, if one is used
+    public: dict[str, ipaddress.IPv4Network]
+    infra: dict[str, ipaddress.IPv4Network]
+    cluster: dict[str, SubnetPlan] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "vpc_cidr": str(self.vpc_cidr),
+            "cluster_cidr": str(self.cluster_cidr) if self.cluster_cidr else None,
+            "public_subnets": {az: str(c) for az, c in self.public.items()},
+            "infra_subnets": {az: str(c) for az, c in self.infra.items()},
+            "cluster_subnets": {az: s.as_dict() for az, s in self.cluster.items()},
+        }
+
+
+def _nth_subnet(block: ipaddress.IPv4Network, prefix: int, index: int) -> ipaddress.IPv4Network:
+    size = 1 << (32 - prefix)
+    start = int(block.network_address) + index * size
+    return ipaddress.IPv4Network((start, prefix))
+
+
+def plan_network(
+    *,
+    vpc_cidr: ipaddress.IPv4Network,
+    cluster_cidr: ipaddress.IPv4Network | None,
+    availability_zones: list[str],
+    public_prefix: int,
+    infra_prefix: int,
+    cluster_prefix: int | None,
+    groups: list[GroupPlan],
+) -> NetworkLayout:
+    """Lay out all subnets and check the cluster subnets hold the groups.
+
+    Public and infrastructure subnets take the start of the VPC CIDR. Cluster subnets fill
+    the secondary CIDR when there is one, else the upper half of the VPC CIDR.
+    """
+    azs = list(availability_zones)
+    n = len(azs)
+    small_block = vpc_cidr if cluster_cidr is not None else _nth_subnet(
+        vpc_cidr, vpc_cidr.prefixlen + 1, 0
+    )
+    big_block = cluster_cidr if cluster_cidr is not None else _nth_subnet(
+        vpc_cidr, vpc_cidr.prefixlen + 1, 1
+    )
+    field_big = "network.cluster_cidr" if cluster_cidr is not None else "network.vpc_cidr"
+
+    # Public subnets, then infrastructure subnets, packed from the start of the small block.
+    small_needed = n * (1 << (32 - public_prefix)) + n * (1 << (32 - infra_prefix))
+    if public_prefix < small_block.prefixlen or infra_prefix < small_block.prefixlen or (
+        small_needed > small_block.num_addresses
+    ):
+        raise CapacityError(
+            "network.vpc_cidr",
+            f"{small_block} cannot hold {n} public /{public_prefix} and {n} infrastructure "
+            f"/{infra_prefix} subnets; use a larger vpc_cidr or longer subnet prefixes",
+        )
+    public = {az: _nth_subnet(small_block, public_prefix, i) for i, az in enumerate(azs)}
+    # Align infra subnets after the public ones.
+    infra_base = int(small_block.network_address) + n * (1 << (32 - public_prefix))
+    infra_size = 1 << (32 - infra_prefix)
+    infra_base = -(-infra_base // infra_size) * infra_size
+    infra = {
+        az: ipaddress.IPv4Network((infra_base + i * infra_size, infra_prefix))
+        for i, az in enumerate(azs)
+    }
+    if max(int(c.broadcast_address) for c in infra.values()) > int(small_block.broadcast_address):
+        raise CapacityError(
+            "network.vpc_cidr",
+            f"{small_block} cannot hold the public and infrastructure subnets; use a larger "
+            "vpc_cidr or longer subnet prefixes",
+        )
+
+    largest_split = big_block.prefixlen + math.ceil(math.log2(n))
+    prefix = cluster_prefix if cluster_prefix is not None else largest_split
+    if prefix < largest_split:
+        raise CapacityError(
+            "network.cluster_subnet_prefix",
+            f"{n} subnets of /{prefix} do not fit in {big_block}; use /{largest_split} or "
+            "longer, or a larger CIDR",
+        )
+    prefix = max(prefix, MIN_SUBNET_PREFIX)
+
+    cluster: dict[str, SubnetPlan] = {}
+    for i, az in enumerate(azs):
+        members = tuple(g for g in groups if g.availability_zone in (None, az))
+        cluster[az] = SubnetPlan(
+            availability_zone=az, cidr=_nth_subnet(big_block, prefix, i), groups=members
+        )
+    for az, subnet in cluster.items():
+        if subnet.required > subnet.usable:
+            need = smallest_prefix(subnet.required)
+            names = ", ".join(
+                f"{g.name} {g.count}+{g.headroom_nodes} x {g.instance_type} = {g.ips_total}"
+                for g in subnet.groups
+            )
+            fix = (
+                f"use a cluster subnet of /{need} or larger (a CIDR of at least "
+                f"/{max(need - math.ceil(math.log2(n)), 0)} for {n} AZs)"
+                if need >= MIN_SUBNET_PREFIX
+                else "split the groups across AZs with training plans or lower the counts"
+            )
+            raise CapacityError(
+                field_big,
+                f"cluster subnet {subnet.cidr} in {az} has {subnet.usable} usable addresses but "
+                f"the plan needs {subnet.required} ({names}); {fix}",
+            )
+    return NetworkLayout(
+        vpc_cidr=vpc_cidr,
+        cluster_cidr=cluster_cidr,
+        public=public,
+        infra=infra,
+        cluster=cluster,
+    )

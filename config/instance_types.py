@@ -1,0 +1,126 @@
+"""Known HyperPod instance types and the network figures the capacity plan needs.
+
+Figures come from the EC2 instance-type network tables (network cards, maximum EFA
+interfaces, IPv4 addresses per ENI). A HyperPod node has one ENI for the node and its pods,
+so the per-ENI IPv4 limit also bounds pods per node under EKS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AcceleratorKind = Literal["nvidia", "neuron", "none"]
+InterfaceType = Literal["efa", "efa-only"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceType:
+    name: str
+    vcpus: int
+    memory_gib: int
+    accelerator: AcceleratorKind
+    accelerator_count: int
+    # Network cards; each EFA interface sits on its own card.
+    network_cards: int
+    # Maximum EFA interfaces (0: the type has no EFA).
+    efa_interfaces: int
+    ipv4_per_eni: int
+    # Instance-store NVMe the lifecycle scripts move containerd/kubelet onto.
+    has_nvme: bool
+    # EFA-only interfaces (no IP address) need Nitro v4 or newer.
+    supports_efa_only: bool = False
+
+    @property
+    def supports_efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".")[1]
+
+    def supports_interface(self, interface: InterfaceType) -> bool:
+        if interface == "efa":
+            return self.supports_efa
+        return self.supports_efa and self.supports_efa_only
+
+
+def _gpu(name: str, **kw: object) -> InstanceType:
+    return InstanceType(name=name, accelerator="nvidia", **kw)  # type: ignore[arg-type]
+
+
+_TABLE: tuple[InstanceType, ...] = (
+    # NVIDIA training instances
+    _gpu("ml.p4d.24xlarge", vcpus=96, memory_gib=1152, accelerator_count=8,
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, has_nvme=True),
+    _gpu("ml.p4de.24xlarge", vcpus=96, memory_gib=1152, accelerator_count=8,
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, has_nvme=True),
+    _gpu("ml.p5.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True,
+         supports_efa_only=True),
+    _gpu("ml.p5e.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True,
+         supports_efa_only=True),
+    _gpu("ml.p5en.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
+         network_cards=16, efa_interfaces=16, ipv4_per_eni=50, has_nvme=True,
+         supports_efa_only=True),
+    _gpu("ml.p6-b200.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
+         network_cards=8, efa_interfaces=8, ipv4_per_eni=50, has_nvme=True,
+         supports_efa_only=True),
+    # NVIDIA development / inference-class instances
+    _gpu("ml.g5.8xlarge", vcpus=32, memory_gib=128, accelerator_count=1,
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=30, has_nvme=True),
+    _gpu("ml.g5.12xlarge", vcpus=48, memory_gib=192, accelerator_count=4,
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, has_nvme=True),
+    _gpu("ml.g5.24xlarge", vcpus=96, memory_gib=384, accelerator_count=4,
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, has_nvme=True),
+    _gpu("ml.g5.48xlarge", vcpus=192, memory_gib=768, accelerator_count=8,
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, has_nvme=True),
+    _gpu("ml.g6e.48xlarge", vcpus=192, memory_gib=1536, accelerator_count=8,
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, has_nvme=True),
+    # AWS Trainium
+    InstanceType(name="ml.trn1.32xlarge", vcpus=128, memory_gib=512, accelerator="neuron",
+                 accelerator_count=16, network_cards=8, efa_interfaces=8, ipv4_per_eni=50,
+                 has_nvme=True),
+    InstanceType(name="ml.trn1n.32xlarge", vcpus=128, memory_gib=512, accelerator="neuron",
+                 accelerator_count=16, network_cards=16, efa_interfaces=16, ipv4_per_eni=50,
+                 has_nvme=True),
+    InstanceType(name="ml.trn2.48xlarge", vcpus=192, memory_gib=2048, accelerator="neuron",
+                 accelerator_count=16, network_cards=16, efa_interfaces=16, ipv4_per_eni=50,
+                 has_nvme=True, supports_efa_only=True),
+    # CPU instances for system pods, controllers and data preparation
+    InstanceType(name="ml.m5.xlarge", vcpus=4, memory_gib=16, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=15,
+                 has_nvme=False),
+    InstanceType(name="ml.m5.2xlarge", vcpus=8, memory_gib=32, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=15,
+                 has_nvme=False),
+    InstanceType(name="ml.m5.4xlarge", vcpus=16, memory_gib=64, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
+                 has_nvme=False),
+    InstanceType(name="ml.m5.12xlarge", vcpus=48, memory_gib=192, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
+                 has_nvme=False),
+    InstanceType(name="ml.c5.4xlarge", vcpus=16, memory_gib=32, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
+                 has_nvme=False),
+    InstanceType(name="ml.c5n.18xlarge", vcpus=72, memory_gib=192, accelerator="none",
+                 accelerator_count=0, network_cards=1, efa_interfaces=1, ipv4_per_eni=50,
+                 has_nvme=False),
+)
+
+INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _TABLE}
+
+
+def known_instance_types() -> list[str]:
+    return sorted(INSTANCE_TYPES)
+
+
+def lookup(name: str) -> InstanceType:
+    """Return the figures for `name`; KeyError names the known types."""
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown instance type {name!r}; known types: {', '.join(known_instance_types())}"
+        ) from None

@@ -1,0 +1,139 @@
+"""Load an environment file, validate it, and plan its network: the one path that both
+`cdk synth` (app.py) and `hpctl validate` take, so they can never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from config.capacity import CapacityError, NetworkLayout, default_headroom, plan_group, plan_network
+from config.schema import EnvironmentConfig, FieldError
+
+CONFIG_DIR = Path(__file__).resolve().parent
+
+
+class ConfigError(Exception):
+    """Invalid configuration: `lines` holds one self-contained message per problem."""
+
+    def __init__(self, source: str, lines: list[str]) -> None:
+        self.source = source
+        self.lines = lines
+        super().__init__("\n".join(f"{source}: {line}" for line in lines))
+
+
+@dataclass(frozen=True)
+class LoadedEnvironment:
+    config: EnvironmentConfig
+    layout: NetworkLayout
+    source: Path
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _error_lines(error: ValidationError) -> list[str]:
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = tuple(item["loc"])
+        original = (item.get("ctx") or {}).get("error")
+        if isinstance(original, FieldError):
+            base = _loc_to_path(loc)
+            path = f"{base}.{original.path}" if base else original.path
+            message = original.message
+        else:
+            path = _loc_to_path(loc) or "(top level)"
+            message = item["msg"].removeprefix("Value error, ")
+            if item["type"] == "extra_forbidden":
+                message = "unknown field; remove it or fix its spelling"
+            elif item["type"] == "missing":
+                message = "required field is missing; add it"
+        lines.append(f"{path}: {message}")
+    return lines
+
+
+def parse_config(data: object, source: str) -> EnvironmentConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["(top level): expected a mapping of settings"])
+    try:
+        return EnvironmentConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(source, _error_lines(error)) from None
+
+
+def _group_plans(config: EnvironmentConfig):
+    percent = config.network.default_headroom_percent
+    return [
+        plan_group(
+            name=g.name,
+            instance_type=g.instance_type,
+            count=g.count,
+            orchestrator=config.hyperpod.orchestrator,
+            interface=g.interface,
+            headroom_nodes=g.headroom_nodes
+            if g.headroom_nodes is not None
+            else default_headroom(g.count, percent),
+            availability_zone=g.availability_zone,
+        )
+        for g in config.hyperpod.groups_by_name()
+    ]
+
+
+def plan_layout(config: EnvironmentConfig, source: str = "config") -> NetworkLayout:
+    net = config.network
+    try:
+        return plan_network(
+            vpc_cidr=net.vpc_cidr,
+            cluster_cidr=net.cluster_cidr,
+            availability_zones=net.availability_zones,
+            public_prefix=net.public_subnet_prefix,
+            infra_prefix=net.infra_subnet_prefix,
+            cluster_prefix=net.cluster_subnet_prefix,
+            groups=_group_plans(config),
+        )
+    except CapacityError as error:
+        raise ConfigError(source, [str(error)]) from None
+
+
+def load_file(path: Path) -> LoadedEnvironment:
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, ["file not found; check the path or the env name"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(source, [f"cannot read the file ({error.__class__.__name__})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(source, [f"(yaml) {where}: {problem}; fix the YAML syntax"]) from None
+    config = parse_config(data, source)
+    return LoadedEnvironment(config=config, layout=plan_layout(config, source), source=path)
+
+
+def load_environment(name: str, config_dir: Path = CONFIG_DIR) -> LoadedEnvironment:
+    """Load config/<name>.yaml (what `cdk synth -c env=<name>` selects)."""
+    known = sorted(p.stem for p in config_dir.glob("*.yaml"))
+    if name not in known:
+        raise ConfigError(
+            "-c env", [f"unknown environment {name!r}; use one of {', '.join(known)}"]
+        )
+    loaded = load_file(config_dir / f"{name}.yaml")
+    if loaded.config.environment != name:
+        raise ConfigError(
+            str(loaded.source),
+            [f"environment: is {loaded.config.environment!r} but the file is {name}.yaml; make them match"],
+        )
+    return loaded

@@ -1,0 +1,545 @@
+"""The typed schema every environment file (config/<env>.yaml) must satisfy.
+
+One model per concern; cross-field rules live in the model that owns both fields. Every
+rule raises a message that says what is wrong and how to fix it; `config.loader` turns
+them into one line per problem, prefixed with the field's dotted path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from config.instance_types import INSTANCE_TYPES, InterfaceType, known_instance_types
+
+# Kubernetes versions HyperPod EKS orchestration supports.
+SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.30", "1.31", "1.32", "1.33")
+
+# Add-ons pinned in config, with the oldest version the project supports. vpc-cni 1.18.3 is
+# the documented HyperPod minimum; the others are the oldest versions this project tested.
+ADDON_MINIMUM_VERSIONS: dict[str, tuple[int, int, int]] = {
+    "vpc-cni": (1, 18, 3),
+    "coredns": (1, 11, 1),
+    "kube-proxy": (1, 30, 0),
+    "eks-pod-identity-agent": (1, 3, 0),
+    "aws-fsx-csi-driver": (1, 2, 0),
+    "cert-manager": (1, 16, 0),
+    "amazon-sagemaker-hyperpod-training-operator": (1, 0, 0),
+}
+_ADDON_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS: tuple[int, ...] = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+)
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
+_ROLE_ARN = re.compile(rf"^arn:{_PARTITION}:iam::\d{{12}}:role/[\w+=,.@/-]{{1,512}}$")
+_TRAINING_PLAN_ARN = re.compile(
+    rf"^arn:{_PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
+    r"training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
+_K8S_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_K8S_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+# Secondary VPC CIDRs AWS refuses for a given primary range (VPC User Guide, "IPv4 CIDR
+# block association restrictions").
+_RFC1918 = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
+GroupName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")]
+
+
+class FieldError(ValueError):
+    """A rule checked on a model that belongs to one of its fields.
+
+    `path` is relative to the model that raises it ("nat_gateways", "instance_groups[2].taints");
+    the loader appends it to the model's location so the message names the exact field.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are errors (typos must not pass)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+def _parse_version(version: str) -> tuple[int, int, int] | None:
+    match = _ADDON_VERSION.match(version)
+    if not match:
+        return None
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+# --------------------------------------------------------------------------- network
+
+
+class NetworkConfig(Strict):
+    vpc_cidr: ipaddress.IPv4Network = Field(
+        description="Primary VPC CIDR: public subnets (NAT) and small infrastructure subnets."
+    )
+    cluster_cidr: ipaddress.IPv4Network | None = Field(
+        default=None,
+        description="Secondary CIDR carved into the large private cluster subnets, one per AZ. "
+        "Without it the cluster subnets come from the upper half of vpc_cidr.",
+    )
+    availability_zones: list[str] = Field(min_length=2, max_length=6)
+    nat_gateways: int = Field(ge=1, le=6)
+    public_subnet_prefix: int = Field(default=24, ge=16, le=28)
+    infra_subnet_prefix: int = Field(default=24, ge=16, le=28)
+    cluster_subnet_prefix: int | None = Field(
+        default=None,
+        ge=16,
+        le=28,
+        description="Fixed prefix for cluster subnets; default: the largest equal split of the "
+        "cluster CIDR (subnets cannot grow later, so give them all the room).",
+    )
+    default_headroom_percent: int = Field(default=25, ge=0, le=200)
+    interface_endpoints: list[str] = Field(
+        default_factory=lambda: [
+            "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "elasticloadbalancing", "logs",
+            "monitoring", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "sts",
+            "aps-workspaces", "fsx",
+        ],
+        description="Interface endpoints nodes use instead of internet egress.",
+    )
+    https_egress_cidrs: list[ipaddress.IPv4Network] = Field(
+        default_factory=list,
+        description="Deliberate, narrow TCP 443 egress for nodes (e.g. a proxy or mirror).",
+    )
+    flow_log_retention_days: int = 365
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr_size(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not 16 <= value.prefixlen <= 28:
+            raise ValueError(f"{value} has prefix /{value.prefixlen}; a VPC CIDR must be /16 to /28")
+        if not any(value.subnet_of(block) for block in _RFC1918):
+            raise ValueError(f"{value} is not in a private range (10/8, 172.16/12, 192.168/16)")
+        return value
+
+    @field_validator("cluster_cidr")
+    @classmethod
+    def _cluster_cidr_size(
+        cls, value: ipaddress.IPv4Network | None
+    ) -> ipaddress.IPv4Network | None:
+        if value is not None and not 16 <= value.prefixlen <= 28:
+            raise ValueError(f"{value} has prefix /{value.prefixlen}; a VPC CIDR must be /16 to /28")
+        return value
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _unique_azs(cls, value: list[str]) -> list[str]:
+        duplicates = sorted({az for az in value if value.count(az) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each AZ once")
+        return value
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError(
+                f"{value} is not a CloudWatch Logs retention period; use one of "
+                f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> NetworkConfig:
+        if self.nat_gateways > len(self.availability_zones):
+            raise FieldError(
+                "nat_gateways",
+                f"{self.nat_gateways} NAT gateways for "
+                f"{len(self.availability_zones)} AZs; use at most one per AZ"
+            )
+        if self.cluster_cidr is not None:
+            if self.cluster_cidr.overlaps(self.vpc_cidr):
+                raise FieldError(
+                    "cluster_cidr",
+                    f"{self.cluster_cidr} overlaps vpc_cidr {self.vpc_cidr}; "
+                    "choose a disjoint secondary range"
+                )
+            primary_block = next(b for b in _RFC1918 if self.vpc_cidr.subnet_of(b))
+            allowed = [primary_block, ipaddress.IPv4Network("100.64.0.0/10")]
+            if not any(self.cluster_cidr.subnet_of(block) for block in allowed):
+                raise FieldError(
+                    "cluster_cidr",
+                    f"{self.cluster_cidr} cannot be added to a VPC whose primary "
+                    f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class DataRepositoryConfig(Strict):
+    file_system_path: str = Field(default="/data", pattern=r"^/[A-Za-z0-9_./-]*$")
+    bucket_prefix: str = Field(default="", pattern=r"^([A-Za-z0-9_.-]+/)*$")
+    auto_import: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
+        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
+    )
+    auto_export: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
+        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
+    )
+
+
+class FsxConfig(Strict):
+    storage_capacity_gib: int = Field(ge=1200, le=2_000_000)
+    throughput_per_tib: Literal[125, 250, 500, 1000]
+    data_compression: Literal["LZ4", "NONE"] = "LZ4"
+    weekly_maintenance_start: str = Field(
+        default="7:03:00",
+        pattern=r"^[1-7]:([01]\d|2[0-3]):[0-5]\d$",
+        description="d:HH:MM in UTC, 1 = Monday.",
+    )
+    efa_enabled: bool = False
+    data_repository: DataRepositoryConfig = Field(default_factory=DataRepositoryConfig)
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _persistent2_capacity(cls, value: int) -> int:
+        if value != 1200 and value % 2400 != 0:
+            raise ValueError(
+                f"{value} GiB is not a PERSISTENT_2 size; use 1200 or a multiple of 2400"
+            )
+        return value
+
+
+class BucketsConfig(Strict):
+    checkpoint_noncurrent_days: int = Field(default=7, ge=1, le=365)
+    access_log_retention_days: int = Field(default=365, ge=1, le=3653)
+
+
+class StorageConfig(Strict):
+    fsx: FsxConfig
+    buckets: BucketsConfig = Field(default_factory=BucketsConfig)
+
+
+# --------------------------------------------------------------------------- eks
+
+
+class EksConfig(Strict):
+    kubernetes_version: str
+    admin_role_arns: list[str] = Field(min_length=1)
+    public_access_cidrs: list[ipaddress.IPv4Network] = Field(
+        default_factory=list,
+        description="Empty: the API endpoint is private only.",
+    )
+    addons: dict[str, str]
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _k8s_supported(cls, value: str) -> str:
+        if value not in SUPPORTED_KUBERNETES_VERSIONS:
+            raise ValueError(
+                f"{value!r} is not supported by HyperPod; use one of "
+                f"{', '.join(SUPPORTED_KUBERNETES_VERSIONS)}"
+            )
+        return value
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _role_arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not _ROLE_ARN.match(arn):
+                raise ValueError(
+                    f"{arn!r} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("lists the same role more than once; list each role once")
+        return value
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _no_open_endpoint(
+        cls, value: list[ipaddress.IPv4Network]
+    ) -> list[ipaddress.IPv4Network]:
+        for cidr in value:
+            if cidr.prefixlen == 0:
+                raise ValueError(
+                    "0.0.0.0/0 opens the API endpoint to the internet; list your office or VPN CIDRs"
+                )
+        return value
+
+    @field_validator("addons")
+    @classmethod
+    def _addon_versions(cls, value: dict[str, str]) -> dict[str, str]:
+        missing = sorted(set(ADDON_MINIMUM_VERSIONS) - set(value))
+        if missing:
+            raise ValueError(f"missing pinned versions for {', '.join(missing)}; pin every add-on")
+        for name, version in value.items():
+            if name not in ADDON_MINIMUM_VERSIONS:
+                raise ValueError(
+                    f"unknown add-on {name!r}; known add-ons: {', '.join(sorted(ADDON_MINIMUM_VERSIONS))}"
+                )
+            parsed = _parse_version(version)
+            if parsed is None:
+                raise ValueError(
+                    f"{name}: {version!r} is not an EKS add-on version (vMAJOR.MINOR.PATCH-eksbuild.N)"
+                )
+            minimum = ADDON_MINIMUM_VERSIONS[name]
+            if parsed < minimum:
+                raise ValueError(
+                    f"{name}: {version} is older than the supported minimum "
+                    f"v{'.'.join(map(str, minimum))}; upgrade the pin"
+                )
+        return value
+
+
+# --------------------------------------------------------------------------- hyperpod
+
+
+class TrainingPlanConfig(Strict):
+    arn: str
+    availability_zone: str
+
+    @field_validator("arn")
+    @classmethod
+    def _arn(cls, value: str) -> str:
+        if not _TRAINING_PLAN_ARN.match(value):
+            raise ValueError(
+                f"{value!r} is not a training plan ARN "
+                "(arn:aws:sagemaker:<region>:<account>:training-plan/<name>)"
+            )
+        return value
+
+    @property
+    def region(self) -> str:
+        match = _TRAINING_PLAN_ARN.match(self.arn)
+        assert match is not None  # validated above
+        return match["region"]
+
+    @property
+    def account(self) -> str:
+        match = _TRAINING_PLAN_ARN.match(self.arn)
+        assert match is not None
+        return match["account"]
+
+
+class TaintConfig(Strict):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not _K8S_LABEL_KEY.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint key")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        if value is not None and not _K8S_LABEL_VALUE.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint value")
+        return value
+
+
+class InstanceGroupConfig(Strict):
+    name: GroupName
+    instance_type: str
+    count: int = Field(ge=0, le=6758)
+    min_count: int | None = Field(default=None, ge=0)
+    threads_per_core: Literal[1, 2] = 1
+    ebs_volume_gib: int = Field(default=500, ge=1, le=16384)
+    deep_health_checks: list[Literal["InstanceStress", "InstanceConnectivity"]] = Field(
+        default_factory=list
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintConfig] = Field(default_factory=list)
+    training_plan: TrainingPlanConfig | None = None
+    network_interface: InterfaceType | None = Field(
+        default=None, description="efa or efa-only; default efa where the type has EFA."
+    )
+    headroom_nodes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Spare addresses for replacements and rolling updates, in nodes; default "
+        "network.default_headroom_percent of count (at least 1).",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in INSTANCE_TYPES:
+            raise ValueError(
+                f"unknown instance type {value!r}; known types: {', '.join(known_instance_types())}"
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if not _K8S_LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid Kubernetes label key")
+            if not _K8S_LABEL_VALUE.match(label):
+                raise ValueError(f"{key}: {label!r} is not a valid Kubernetes label value")
+        return value
+
+    @field_validator("deep_health_checks")
+    @classmethod
+    def _unique_checks(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a check more than once; list each check once")
+        return value
+
+    @model_validator(mode="after")
+    def _group_rules(self) -> InstanceGroupConfig:
+        instance = INSTANCE_TYPES[self.instance_type]
+        if self.min_count is not None and self.min_count > self.count:
+            raise FieldError(
+                "min_count",
+                f"{self.min_count} is more than count {self.count}; "
+                "lower min_count or raise count"
+            )
+        if self.network_interface is not None and not instance.supports_interface(
+            self.network_interface
+        ):
+            supported = [i for i in ("efa", "efa-only") if instance.supports_interface(i)]  # type: ignore[arg-type]
+            fix = f"use {' or '.join(supported)}" if supported else "remove network_interface"
+            raise FieldError(
+                "network_interface",
+                f"{self.instance_type} does not support "
+                f"{self.network_interface!r}; {fix}"
+            )
+        if self.taints and self.deep_health_checks:
+            raise FieldError(
+                "taints",
+                "custom taints cannot be combined with deep_health_checks (HyperPod "
+                "taints nodes while it checks them); remove the taints or the checks"
+            )
+        if self.deep_health_checks and instance.accelerator == "none":
+            raise FieldError(
+                "deep_health_checks",
+                f"{self.instance_type} has no accelerators to check; "
+                "remove deep_health_checks"
+            )
+        return self
+
+    @property
+    def interface(self) -> InterfaceType | None:
+        """The EFA interface type in effect (None for types without EFA)."""
+        if self.network_interface is not None:
+            return self.network_interface
+        return "efa" if INSTANCE_TYPES[self.instance_type].supports_efa else None
+
+    @property
+    def availability_zone(self) -> str | None:
+        return self.training_plan.availability_zone if self.training_plan else None
+
+
+class TieredStorageConfig(Strict):
+    enabled: bool = False
+    memory_percent: int = Field(default=20, ge=1, le=100)
+
+
+class HyperPodConfig(Strict):
+    orchestrator: Literal["eks"] = "eks"
+    node_recovery: Literal["Automatic", "None"] = "Automatic"
+    node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
+    tiered_storage: TieredStorageConfig = Field(default_factory=TieredStorageConfig)
+    autoscaling: bool = False
+    instance_groups: list[InstanceGroupConfig] = Field(min_length=1, max_length=100)
+
+    @field_validator("instance_groups")
+    @classmethod
+    def _unique_names(cls, value: list[InstanceGroupConfig]) -> list[InstanceGroupConfig]:
+        names = [g.name for g in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(
+                f"group names must be unique; {', '.join(duplicates)} appears more than once"
+            )
+        return value
+
+    def groups_by_name(self) -> list[InstanceGroupConfig]:
+        """Groups sorted by name: the order never depends on the order in the file."""
+        return sorted(self.instance_groups, key=lambda g: g.name)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+class EnvironmentConfig(Strict):
+    environment: Name
+    account: Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
+    region: str
+    retain_stateful: bool = Field(
+        description="Keep FSx, buckets and the cluster when the stack is deleted. Required in prod."
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+    network: NetworkConfig
+    storage: StorageConfig
+    eks: EksConfig
+    hyperpod: HyperPodConfig
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not _REGION.match(value):
+            raise ValueError(f"{value!r} is not an AWS region name (e.g. us-east-1)")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> EnvironmentConfig:
+        for index, az in enumerate(self.network.availability_zones):
+            if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", az):
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az!r} is not an AZ of region "
+                    f"{self.region} (expected {self.region}a, {self.region}b, ...)"
+                )
+        if self.environment == "prod" and not self.retain_stateful:
+            raise FieldError(
+                "retain_stateful",
+                "prod must retain FSx, buckets and the cluster; set it to true"
+            )
+        for index, group in enumerate(self.hyperpod.instance_groups):
+            where = f"hyperpod.instance_groups[{index}]"
+            plan = group.training_plan
+            if plan is None:
+                continue
+            if plan.availability_zone not in self.network.availability_zones:
+                raise FieldError(
+                    f"{where}.training_plan.availability_zone",
+                    f"{plan.availability_zone} (group {group.name}) has no "
+                    f"cluster subnet; add it to network.availability_zones "
+                    f"({', '.join(self.network.availability_zones)})"
+                )
+            if plan.region != self.region or plan.account != self.account:
+                raise FieldError(
+                    f"{where}.training_plan.arn",
+                    f"plan is in {plan.account}/{plan.region}, the "
+                    f"environment in {self.account}/{self.region}; use a plan of this account and region"
+                )
+        return self
+
+    @property
+    def cluster_subnet_azs(self) -> list[str]:
+        return list(self.network.availability_zones)

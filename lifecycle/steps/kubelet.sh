@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# Step: put kubelet's data directory on the NVMe instance store.
+#
+# /var/lib/kubelet is bind-mounted from <nvme_mount_point>/kubelet instead of
+# changing kubelet's --root-dir or replacing it with a symlink: CSI node
+# plugins, device plugins and the bootstrap all use the literal
+# /var/lib/kubelet path, and kubelet resolves symlinks, which breaks volume
+# mounts made through them. The bind mount is recorded in /etc/fstab so it
+# returns after a reboot, and kubelet gets a drop-in so it never starts
+# before the mount is there.
+
+step_kubelet() {
+  CURRENT_STEP="kubelet"
+  if [[ "$CFG_KUBELET_ON_NVME" != true ]]; then
+    log_info "kubelet_on_nvme is false: /var/lib/kubelet stays on the root volume"
+    return 0
+  fi
+  if [[ "$NVME_AVAILABLE" != true ]]; then
+    log_warn "no NVMe instance store: /var/lib/kubelet stays on the root volume"
+    return 0
+  fi
+
+  local nvme_dir="$CFG_NVME_MOUNT_POINT/kubelet" target
+  target="$(sys_path /var/lib/kubelet)"
+  [[ ! -L "$target" ]] || die "/var/lib/kubelet is a symlink; refusing to bind-mount over it"
+
+  local mounted=false was_active=false
+  if mountpoint -q "$target"; then
+    mounted=true
+    log_info "/var/lib/kubelet is already a mount point"
+  elif unit_is_active kubelet; then
+    was_active=true
+    run systemctl stop kubelet
+  fi
+
+  local fstab content reload=false
+  fstab="$(sys_path /etc/fstab)"
+  # Keep exactly one fstab entry for /var/lib/kubelet: ours.
+  content="$(if [[ -f "$fstab" ]]; then awk '$2 != "/var/lib/kubelet"' "$fstab"; fi
+    printf '%s /var/lib/kubelet none bind,nofail,x-systemd.requires-mounts-for=%s 0 0\n' \
+      "$nvme_dir" "$CFG_NVME_MOUNT_POINT")"
+  write_file "$fstab" 0644 <<<"$content"
+  [[ "$FILE_CHANGED" != true ]] || reload=true
+  write_file "$(sys_path /etc/systemd/system/kubelet.service.d/50-nvme-root.conf)" 0644 <<UNIT
+# Managed by the HyperPod lifecycle scripts: kubelet data lives on NVMe.
+[Unit]
+RequiresMountsFor=/var/lib/kubelet
+UNIT
+  [[ "$FILE_CHANGED" != true ]] || reload=true
+  if [[ "$reload" == true ]]; then
+    run systemctl daemon-reload
+  fi
+
+  if [[ "$mounted" != true ]]; then
+    # The AMI may ship files in /var/lib/kubelet (e.g. a kubeconfig template):
+    # copy them once; the originals stay hidden under the bind mount.
+    seed_dir "$target" "$(sys_path "$nvme_dir")"
+    run mkdir -p "$target"
+    run mount --bind "$(sys_path "$nvme_dir")" "$target"
+  fi
+  if [[ "$was_active" == true ]]; then
+    run systemctl start kubelet
+  fi
+  log_info "/var/lib/kubelet is bind-mounted from $nvme_dir"
+}

@@ -1,0 +1,283 @@
+"""Typed job configuration: dataclasses, named presets and ``section.field=value`` overrides.
+
+One way to override: ``--set training.steps=40`` (repeatable). Values are coerced to the
+declared field type, so a typo or a bad value fails before any process group is created.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Raised for unknown presets, unknown keys or values that do not parse."""
+
+
+@dataclass
+class ModelConfig:
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    # Grouped-query attention: fewer K/V heads than query heads; None means n_heads (plain MHA).
+    n_kv_heads: int | None = None
+    vocab_size: int = 1024
+    # SwiGLU hidden width; None derives the Llama rule (8/3 * dim rounded up to multiple_of).
+    ffn_hidden: int | None = None
+    multiple_of: int = 32
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    init_std: float = 0.02
+
+
+@dataclass
+class DataConfig:
+    # "synthetic" (generated, for tests) or "memmap" (token shards *.bin in `path`).
+    source: str = "synthetic"
+    path: str = ""
+    # Token dtype of the shard files: uint16 (vocab < 65536) or uint32.
+    dtype: str = "uint16"
+    # Number of samples of the synthetic source (an epoch).
+    synthetic_samples: int = 4096
+    seed: int = 1234
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 40
+    global_batch_size: int = 8
+    seq_len: int = 64
+    seed: int = 42
+    grad_clip: float = 1.0
+    # Intra-op threads per rank on CPU; 0 = cores / local ranks (keeps runs reproducible
+    # because the thread count, and thus reduction splits, is the same on every restart).
+    cpu_threads: int = 0
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 5
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+
+
+@dataclass
+class ParallelConfig:
+    # HSDP: dp_replicate x dp_shard ranks; dp_shard=-1 takes the rest of the world.
+    dp_replicate: int = 1
+    dp_shard: int = -1
+    # "auto" = bf16 params/compute with fp32 reductions on GPU, fp32 on CPU.
+    mixed_precision: str = "auto"
+    activation_checkpoint: bool = False
+    compile: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    # Fast tier: node-local memory or NVMe (e.g. /dev/shm/...); "" = <out>/ckpt/fast.
+    fast_dir: str = ""
+    fast_interval: int = 5
+    fast_keep: int = 3
+    # Durable tier: shared filesystem (FSx); "" = <out>/ckpt/durable.
+    durable_dir: str = ""
+    durable_interval: int = 20
+    durable_keep: int = 2
+    # "thread" = DCP async_save with background staging; "sync" = blocking dcp.save.
+    async_mode: str = "thread"
+    # "local" = plain directories; "managed" = HyperPod managed tiered checkpointing for the
+    # fast tier; "auto" = managed when its library is importable.
+    fast_backend: str = "auto"
+    # Tier written synchronously on SIGTERM. Durable by default: a drained node takes its
+    # local memory/NVMe with it, so a fast-tier save would not survive the reschedule.
+    sigterm_tier: str = "durable"
+    # Verify sha256 of every file this rank wrote before trusting a checkpoint on resume.
+    verify_checksums: bool = True
+    export_final: bool = True
+
+
+@dataclass
+class FaultConfig:
+    # Watchdog: exit non-zero when no step completes for this many seconds (0 = off).
+    watchdog_s: float = 600.0
+    # After SIGTERM: finish the step, save, exit 0; hard exit if this is exceeded.
+    sigterm_grace_s: float = 120.0
+
+
+@dataclass
+class JobConfig:
+    preset: str = "tiny"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+
+    def validate(self) -> None:
+        m, t, c = self.model, self.training, self.checkpoint
+        if m.dim % m.n_heads:
+            raise ConfigError("model.dim must be divisible by model.n_heads")
+        kv = m.n_kv_heads or m.n_heads
+        if m.n_heads % kv:
+            raise ConfigError("model.n_heads must be divisible by model.n_kv_heads")
+        if (m.dim // m.n_heads) % 2:
+            raise ConfigError("head dim (model.dim / model.n_heads) must be even for RoPE")
+        if t.steps < 1 or t.global_batch_size < 1 or t.seq_len < 2:
+            raise ConfigError("training.steps, global_batch_size must be >= 1 and seq_len >= 2")
+        if self.data.source not in ("synthetic", "memmap"):
+            raise ConfigError("data.source must be 'synthetic' or 'memmap'")
+        if self.data.source == "memmap" and not self.data.path:
+            raise ConfigError("data.path is required when data.source=memmap")
+        if self.data.dtype not in ("uint16", "uint32"):
+            raise ConfigError("data.dtype must be uint16 or uint32")
+        if self.parallel.mixed_precision not in ("auto", "bf16", "fp32"):
+            raise ConfigError("parallel.mixed_precision must be auto, bf16 or fp32")
+        if c.async_mode not in ("thread", "sync"):
+            raise ConfigError("checkpoint.async_mode must be 'thread' or 'sync'")
+        if c.fast_backend not in ("auto", "local", "managed"):
+            raise ConfigError("checkpoint.fast_backend must be auto, local or managed")
+        if c.sigterm_tier not in ("fast", "durable"):
+            raise ConfigError("checkpoint.sigterm_tier must be 'fast' or 'durable'")
+        if c.fast_interval < 0 or c.durable_interval < 0:
+            raise ConfigError("checkpoint intervals must be >= 0 (0 disables a tier)")
+        if c.fast_keep < 1 or c.durable_keep < 1:
+            raise ConfigError("checkpoint keep counts must be >= 1")
+        if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
+            raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
+
+    def check_world(self, world_size: int) -> None:
+        """Checks that depend on the launch size, done once the world is known."""
+        if self.training.global_batch_size % world_size:
+            raise ConfigError(
+                f"training.global_batch_size={self.training.global_batch_size} "
+                f"is not divisible by world size {world_size}"
+            )
+        p = self.parallel
+        shard = p.dp_shard if p.dp_shard > 0 else world_size // max(p.dp_replicate, 1)
+        if p.dp_replicate < 1 or p.dp_replicate * shard != world_size:
+            raise ConfigError(
+                f"parallel.dp_replicate={p.dp_replicate} x dp_shard={p.dp_shard} "
+                f"does not match world size {world_size}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _tiny() -> JobConfig:
+    # ~230K parameters: fast enough for multi-process CPU tests.
+    return JobConfig(
+        preset="tiny",
+        model=ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024),
+        training=TrainingConfig(steps=40, global_batch_size=8, seq_len=64),
+        optim=OptimConfig(lr=3e-3, warmup_steps=5),
+        checkpoint=CheckpointConfig(fast_interval=5, durable_interval=20),
+        fault=FaultConfig(watchdog_s=60.0, sigterm_grace_s=30.0),
+    )
+
+
+def _llama_gpu(preset: str, model: ModelConfig, seq_len: int, batch: int) -> JobConfig:
+    return JobConfig(
+        preset=preset,
+        model=model,
+        data=DataConfig(source="memmap", path="/fsx/data/tokens", dtype="uint32"),
+        training=TrainingConfig(steps=100_000, global_batch_size=batch, seq_len=seq_len),
+        optim=OptimConfig(lr=3e-4, warmup_steps=2000, weight_decay=0.1),
+        parallel=ParallelConfig(activation_checkpoint=True, compile=True),
+        checkpoint=CheckpointConfig(
+            fast_dir="/dev/shm/hptrain-ckpt",
+            fast_interval=50,
+            fast_keep=2,
+            durable_dir="/fsx/checkpoints",
+            durable_interval=500,
+            durable_keep=3,
+        ),
+        fault=FaultConfig(watchdog_s=900.0, sigterm_grace_s=120.0),
+    )
+
+
+def _1b() -> JobConfig:
+    # Llama-3.2-1B shape (~1.24B parameters).
+    m = ModelConfig(
+        dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256,
+        ffn_hidden=8192, rope_theta=500000.0,
+    )
+    return _llama_gpu("1b", m, seq_len=4096, batch=256)
+
+
+def _8b() -> JobConfig:
+    # Llama-3-8B shape (~8.0B parameters).
+    m = ModelConfig(
+        dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
+        ffn_hidden=14336, rope_theta=500000.0,
+    )
+    return _llama_gpu("8b", m, seq_len=8192, batch=512)
+
+
+PRESETS: dict[str, typing.Callable[[], JobConfig]] = {"tiny": _tiny, "1b": _1b, "8b": _8b}
+
+
+def _coerce(raw: str, annotation: Any, key: str) -> Any:
+    """Parses `raw` into the declared type of a dataclass field."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if raw.strip().lower() in ("none", "null", ""):
+            return None
+        return _coerce(raw, args[0], key)
+    try:
+        if annotation is bool:
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if annotation is int:
+            return int(raw)
+        if annotation is float:
+            return float(raw)
+        if annotation is str:
+            return raw
+    except ValueError:
+        raise ConfigError(f"bad value for {key}: {raw!r} (expected {annotation.__name__})") from None
+    raise ConfigError(f"{key} cannot be overridden from the command line")
+
+
+def apply_override(cfg: JobConfig, assignment: str) -> None:
+    """Applies one ``section.field=value`` assignment in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like section.field=value")
+    key, raw = assignment.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"override key {key!r} must be section.field (e.g. training.steps)")
+    section_name, field_name = parts
+    job_hints = typing.get_type_hints(JobConfig)
+    if section_name not in job_hints or not dataclasses.is_dataclass(job_hints[section_name]):
+        raise ConfigError(f"unknown config section {section_name!r}")
+    section = getattr(cfg, section_name)
+    hints = typing.get_type_hints(type(section))
+    if field_name not in hints:
+        raise ConfigError(f"unknown config key {key!r}")
+    setattr(section, field_name, _coerce(raw, hints[field_name], key))
+
+
+def build_config(preset: str, overrides: list[str] | None = None) -> JobConfig:
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+    cfg = copy.deepcopy(PRESETS[preset]())
+    for assignment in overrides or []:
+        apply_override(cfg, assignment)
+    cfg.validate()
+    return cfg

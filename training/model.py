@@ -1,0 +1,174 @@
+"""Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, optional grouped-query attention.
+
+Parameters are created on the meta device by the trainer and materialised after sharding;
+``init_weights`` then fills them so that the values depend only on (seed, parameter name),
+never on the world size or the sharding layout.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from training.config import ModelConfig
+
+
+def ffn_hidden_dim(cfg: ModelConfig) -> int:
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    hidden = int(2 * (4 * cfg.dim) / 3)
+    return cfg.multiple_of * ((hidden + cfg.multiple_of - 1) // cfg.multiple_of)
+
+
+def rope_tables(head_dim: int, seq_len: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    t = torch.arange(seq_len, device=device, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    return freqs.cos(), freqs.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, T, H, D); rotate interleaved pairs without complex dtypes (compile friendly).
+    x1, x2 = x[..., 0::2].float(), x[..., 1::2].float()
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads or cfg.n_heads
+        self.head_dim = cfg.dim // cfg.n_heads
+        self.wq = nn.Linear(cfg.dim, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.wq(x).view(b, t, self.n_heads, self.head_dim)
+        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+        )
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = ffn_hidden_dim(cfg)
+        self.w1 = nn.Linear(cfg.dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, cfg.dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+        # Set by the parallel layer; recomputing inside the block keeps parameter names
+        # unchanged (no wrapper module), so checkpoints and the params hash are unaffected.
+        self.activation_checkpoint = False
+
+    def _forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.activation_checkpoint and self.training:
+            return checkpoint(self._forward, x, cos, sin, use_reentrant=False)
+        return self._forward(x, cos, sin)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_seq_len: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.max_seq_len = max_seq_len
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        head_dim = cfg.dim // cfg.n_heads
+        cos, sin = rope_tables(head_dim, max_seq_len, cfg.rope_theta, torch.device("cpu"))
+        # Non-persistent: derived from the config, recomputed in init_weights after to_empty.
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+    def _std_for(self, name: str) -> float | None:
+        """Init std per parameter; None means constant one (norm weights)."""
+        if name.endswith("norm.weight"):
+            return None
+        std = self.cfg.init_std
+        if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+            # Residual projections scaled down with depth (GPT-2 / Llama practice).
+            return std / (2 * self.cfg.n_layers) ** 0.5
+        if name == "output.weight":
+            return self.cfg.dim ** -0.5
+        return std
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Fills every (possibly sharded) parameter from a generator keyed by (seed, name).
+
+        Each full tensor is generated on the parameter's device and only the local shard is
+        kept, so the initial model is identical for any world size or mesh shape.
+        """
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        for name, param in self.named_parameters():
+            device = param.device
+            std = self._std_for(name)
+            if std is None:
+                full = torch.ones(param.shape, device=device, dtype=param.dtype)
+            else:
+                gen = torch.Generator(device=device)
+                gen.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+                full = torch.empty(param.shape, device=device, dtype=torch.float32)
+                full.normal_(0.0, std, generator=gen)
+                full = full.to(param.dtype)
+            if isinstance(param, DTensor):
+                # src_data_rank=None: every rank already holds the same full tensor, so
+                # slicing locally avoids a scatter.
+                local = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                param.to_local().copy_(local.to_local())
+            else:
+                param.copy_(full)
+        head_dim = self.cfg.dim // self.cfg.n_heads
+        cos, sin = rope_tables(head_dim, self.max_seq_len, self.cfg.rope_theta, self.rope_cos.device)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+
+def count_params(cfg: ModelConfig) -> int:
+    """Parameter count from the config alone (used for MFU without building the model)."""
+    kv = cfg.n_kv_heads or cfg.n_heads
+    hd = cfg.dim // cfg.n_heads
+    attn = cfg.dim * cfg.n_heads * hd * 2 + cfg.dim * kv * hd * 2
+    ffn = 3 * cfg.dim * ffn_hidden_dim(cfg)
+    per_layer = attn + ffn + 2 * cfg.dim
+    return cfg.vocab_size * cfg.dim * 2 + cfg.n_layers * per_layer + cfg.dim
