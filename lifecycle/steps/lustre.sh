@@ -20,7 +20,8 @@ default_route_interface() {
 # EFA devices to use for LNet: at most lnet_efa_max_interfaces, spread evenly
 # over all devices (e.g. every 4th of 32 on p5, one per PCIe switch).
 select_efa_devices() {
-  local dir -a all=()
+  local dir
+  local -a all=()
   for dir in "$(sys_path /sys/class/infiniband)"/*; do
     [[ -e "$dir" ]] && all+=("${dir##*/}")
   done
