@@ -541,5 +541,10 @@ class EnvironmentConfig(Strict):
         return self
 
     @property
-    def cluster_subnet_azs(self) -> list[str]:
-        return list(self.network.availability_zones)
+    def training_availability_zone(self) -> str:
+        """The AZ the training capacity lives in: the first training plan's AZ (groups by
+        name), else the first configured AZ. FSx goes here so training I/O stays in-AZ."""
+        for group in self.hyperpod.groups_by_name():
+            if group.availability_zone is not None:
+                return group.availability_zone
+        return self.network.availability_zones[0]

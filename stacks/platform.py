@@ -9,6 +9,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from config.loader import LoadedEnvironment
+from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
 from stacks.hyperpod_stack import HyperPodStack
 from stacks.network_stack import NetworkStack
@@ -21,6 +22,7 @@ class PlatformStacks:
     storage: StorageStack
     eks: EksStack
     hyperpod: HyperPodStack
+    cluster_addons: ClusterAddonsStack
 
 
 def register_policy_checks(scope: Construct) -> None:
@@ -44,6 +46,15 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     hyperpod = HyperPodStack(
         scope, f"{prefix}-hyperpod", env=env, config=config, network=network, storage=storage, eks=eks
     )
+    # Add-ons that need running nodes (coredns, cert-manager, FSx CSI, training operator)
+    # deploy after the HyperPod cluster so they never wait on nodes that do not exist yet.
+    cluster_addons = ClusterAddonsStack(
+        scope, f"{prefix}-cluster-addons", env=env, config=config, storage=storage, eks=eks,
+        hyperpod=hyperpod,
+    )
+    cluster_addons.add_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
-    return PlatformStacks(network=network, storage=storage, eks=eks, hyperpod=hyperpod)
+    return PlatformStacks(
+        network=network, storage=storage, eks=eks, hyperpod=hyperpod, cluster_addons=cluster_addons
+    )

@@ -49,7 +49,7 @@ def synthesize(env_name: str, outdir: Path, *, config_dir: Path | None = None) -
     platform = build_platform(app, loaded)
     app.synth()
     stacks = {
-        name: getattr(platform, name) for name in ("network", "storage", "eks", "hyperpod")
+        name: getattr(platform, name) for name in ("network", "storage", "eks", "hyperpod", "cluster_addons")
     }
     templates = {
         name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())

@@ -27,6 +27,8 @@ log() {
   fi
 }
 log_info() { log INFO "$@"; }
+# begin_step NAME: tag the following log lines with the step name.
+begin_step() { CURRENT_STEP=$1; }
 log_warn() { log WARN "$@"; }
 
 # die MESSAGE: log one ERROR line and exit non-zero.
@@ -85,7 +87,7 @@ run() {
 }
 
 # write_file DEST MODE: replace DEST with stdin only when the content differs
-# (atomic rename, so a half-written file never exists). Sets FILE_CHANGED.
+# (atomic rename, so a half-written file never exists); see file_changed.
 # The first time an existing file is modified a DEST.pre-lifecycle backup is kept.
 FILE_CHANGED=false
 write_file() {
@@ -106,12 +108,15 @@ write_file() {
   log_info "wrote ${dest#"$LIFECYCLE_ROOT"}"
 }
 
-# remove_file DEST: delete a file this script owns if it exists. Sets FILE_CHANGED.
+# file_changed: did the last write_file change its file?
+file_changed() {
+  [[ "$FILE_CHANGED" == true ]]
+}
+
+# remove_file DEST: delete a file this script owns if it exists.
 remove_file() {
-  FILE_CHANGED=false
   if [[ -e "$1" ]]; then
     rm -f "$1"
-    FILE_CHANGED=true
     log_info "removed ${1#"$LIFECYCLE_ROOT"}"
   fi
 }

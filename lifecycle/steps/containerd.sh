@@ -25,12 +25,12 @@ toml_set_root() {
 }
 
 step_containerd() {
-  CURRENT_STEP="containerd"
+  begin_step containerd
   if [[ "$CFG_CONTAINERD_ON_NVME" != true ]]; then
     log_info "containerd_on_nvme is false: containerd keeps its default root"
     return 0
   fi
-  if [[ "$NVME_AVAILABLE" != true ]]; then
+  if ! nvme_available; then
     log_warn "no NVMe instance store: containerd keeps its default root"
     return 0
   fi
@@ -80,7 +80,7 @@ write_containerd_dropin() {
 [Unit]
 RequiresMountsFor=$CFG_NVME_MOUNT_POINT
 UNIT
-  if [[ "$FILE_CHANGED" == true ]]; then
+  if file_changed; then
     run systemctl daemon-reload
   fi
 }

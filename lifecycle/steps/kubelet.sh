@@ -10,12 +10,12 @@
 # before the mount is there.
 
 step_kubelet() {
-  CURRENT_STEP="kubelet"
+  begin_step kubelet
   if [[ "$CFG_KUBELET_ON_NVME" != true ]]; then
     log_info "kubelet_on_nvme is false: /var/lib/kubelet stays on the root volume"
     return 0
   fi
-  if [[ "$NVME_AVAILABLE" != true ]]; then
+  if ! nvme_available; then
     log_warn "no NVMe instance store: /var/lib/kubelet stays on the root volume"
     return 0
   fi
@@ -40,13 +40,13 @@ step_kubelet() {
     printf '%s /var/lib/kubelet none bind,nofail,x-systemd.requires-mounts-for=%s 0 0\n' \
       "$nvme_dir" "$CFG_NVME_MOUNT_POINT")"
   write_file "$fstab" 0644 <<<"$content"
-  [[ "$FILE_CHANGED" != true ]] || reload=true
+  if file_changed; then reload=true; fi
   write_file "$(sys_path /etc/systemd/system/kubelet.service.d/50-nvme-root.conf)" 0644 <<UNIT
 # Managed by the HyperPod lifecycle scripts: kubelet data lives on NVMe.
 [Unit]
 RequiresMountsFor=/var/lib/kubelet
 UNIT
-  [[ "$FILE_CHANGED" != true ]] || reload=true
+  if file_changed; then reload=true; fi
   if [[ "$reload" == true ]]; then
     run systemctl daemon-reload
   fi

@@ -60,7 +60,7 @@ configure_lnet_efa() {
 }
 
 step_lustre() {
-  CURRENT_STEP="lustre"
+  begin_step lustre
   if [[ "$CFG_LUSTRE_ENABLED" != true ]]; then
     log_info "lustre_enabled is false: skipping the Lustre client"
     return 0

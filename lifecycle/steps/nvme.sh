@@ -1,10 +1,15 @@
 # shellcheck shell=bash
 # Step: find the NVMe instance store that HyperPod mounts at nvme_mount_point.
-# Sets NVME_AVAILABLE=true|false for the containerd and kubelet steps.
+# The containerd and kubelet steps ask nvme_available afterwards.
 # HyperPod formats and mounts the instance store itself; this step never
 # formats or mounts a disk, it only waits for the mount to appear.
 
 NVME_AVAILABLE=false
+
+# True once step_nvme found the instance store mounted.
+nvme_available() {
+  [[ "$NVME_AVAILABLE" == true ]]
+}
 
 # True when lsblk reports at least one EC2 instance-store NVMe disk.
 has_instance_store_disks() {
@@ -14,7 +19,7 @@ has_instance_store_disks() {
 }
 
 step_nvme() {
-  CURRENT_STEP="nvme"
+  begin_step nvme
   if [[ "$CFG_CONTAINERD_ON_NVME" != true && "$CFG_KUBELET_ON_NVME" != true ]]; then
     log_info "containerd_on_nvme and kubelet_on_nvme are false: NVMe not needed"
     return 0

@@ -1,0 +1,154 @@
+"""Fixed log lines, run accounting across restarts, goodput and the final params digest.
+
+The ``HPTRAIN`` line formats are a contract with the operator's log monitoring: keep the
+format strings below byte-for-byte stable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+START_FMT = "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset}"
+STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
+CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
+WATCHDOG_FMT = "HPTRAIN watchdog no progress for {seconds}s at step={step}; exiting"
+
+GOODPUT_DEFINITION = (
+    "productive_step_time_s / wall_time_s. productive_step_time_s sums the step times "
+    "(data, forward, backward, optimizer) of the steps that survive into the final model; it "
+    "is carried in checkpoint state, so steps redone after a rollback count once. "
+    "wall_time_s runs from the job start (launcher start, else the first attempt's start) to "
+    "the end of the final attempt and includes start-up, restarts, recovery, checkpoint "
+    "blocking and the final export."
+)
+
+
+def emit(line: str) -> None:
+    # Flush per line: the launcher and the operator read these as they happen.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def log_start(rank: int, world: int, step: int, resumed: str, preset: str) -> None:
+    emit(START_FMT.format(rank=rank, world=world, step=step, resumed=resumed, preset=preset))
+
+
+def log_step(step: int, loss: float, tokens_per_s: float, samples_per_s: float, step_time_s: float) -> None:
+    emit(STEP_FMT.format(step=step, loss=loss, tps=tokens_per_s, sps=samples_per_s, dt=step_time_s))
+
+
+def log_checkpoint(step: int, tier: str, blocking_s: float, status: str) -> None:
+    emit(CKPT_FMT.format(step=step, tier=tier, blocking=blocking_s, status=status))
+
+
+def watchdog_line(seconds: float, step: int) -> str:
+    return WATCHDOG_FMT.format(seconds=int(seconds), step=step)
+
+
+def params_sha256(full_state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the full model state: sorted names, each name + shape + fp32 LE bytes."""
+    h = hashlib.sha256()
+    for name in sorted(full_state):
+        t = full_state[name].detach().to("cpu", torch.float32).contiguous()
+        h.update(name.encode())
+        h.update(repr(tuple(t.shape)).encode())
+        h.update(t.numpy().astype("<f4", copy=False).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class AttemptRecord:
+    """One start of the job (the first or a restart), kept in <out>/attempts/ by rank 0."""
+
+    attempt: int
+    started_unix: float
+    resumed_step: int = 0
+    resumed_from: str = "none"
+    first_step_unix: float | None = None
+    last_step: int = 0
+    last_step_unix: float | None = None
+    checkpoint_blocking_s: float = 0.0
+    checkpoints_committed: int = 0
+    ended: str = "running"
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RunLedger:
+    """Per-attempt records on the shared output directory (FSx), written by rank 0 only.
+
+    Restarts, steps lost per fault, recovery time and job wall time are all derived from
+    these files, so they survive whatever launcher restarted the job.
+    """
+
+    def __init__(self, out: Path, attempt: int | None) -> None:
+        self.dir = out / "attempts"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if attempt is None:
+            attempt = len(list(self.dir.glob("attempt_*.json")))
+        self.record = AttemptRecord(attempt=attempt, started_unix=time.time())
+        self._last_flush = 0.0
+
+    @property
+    def path(self) -> Path:
+        return self.dir / f"attempt_{self.record.attempt:04d}.json"
+
+    def flush(self, force: bool = True) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_flush < 1.0:
+            return  # per-step updates are throttled to keep shared-filesystem traffic low
+        self._last_flush = now
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.record), indent=1))
+        os.replace(tmp, self.path)
+
+    def all_records(self) -> list[AttemptRecord]:
+        records = []
+        for p in sorted(self.dir.glob("attempt_*.json")):
+            try:
+                records.append(AttemptRecord(**json.loads(p.read_text())))
+            except (ValueError, TypeError):
+                continue  # a record torn by a kill carries no usable numbers
+        return records
+
+
+def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
+    """Per restart: steps lost (last step reached before the fault minus the resume step) and
+    recovery time (fault, else last progress, to the first step of the next attempt)."""
+    out = []
+    ordered = sorted(records, key=lambda r: r.attempt)
+    for prev, cur in zip(ordered, ordered[1:]):
+        fault_unix = next((f["unix"] for f in prev.faults if "unix" in f), prev.last_step_unix)
+        out.append(
+            {
+                "attempt": cur.attempt,
+                "failed_at_step": prev.last_step,
+                "resumed_step": cur.resumed_step,
+                "resumed_from": cur.resumed_from,
+                "steps_lost": max(prev.last_step - cur.resumed_step, 0),
+                "recovery_s": (cur.first_step_unix - fault_unix)
+                if (cur.first_step_unix is not None and fault_unix is not None)
+                else None,
+            }
+        )
+    return out
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    os.replace(tmp, out / "summary.json")
+    emit(json.dumps(summary, sort_keys=True))
+
+
+def numpy_state() -> dict[str, Any]:
+    return dict(np.random.get_state(legacy=False))
