@@ -22,14 +22,19 @@ def _use_bundled_node() -> None:
 
 def main() -> int:
     _use_bundled_node()
-    from config.loader import ConfigError, load_environment
+    from config.loader import ConfigError, load_environment, load_file
 
     import aws_cdk as cdk
 
     app = cdk.App()
+    # `-c config=path/to/file.yaml` synthesizes a file outside config/ (e.g. a PR preview);
+    # `-c env=<name>` selects config/<name>.yaml.
+    config_file = app.node.try_get_context("config")
     env_name = app.node.try_get_context("env") or "dev"
     try:
-        loaded = load_environment(str(env_name))
+        loaded = (
+            load_file(Path(str(config_file))) if config_file else load_environment(str(env_name))
+        )
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -63,6 +64,27 @@ _RFC1918 = tuple(
     ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
 
+
+def _parse_cidr(value: object) -> ipaddress.IPv4Network:
+    """CIDR syntax with a message that says what to write instead."""
+    if isinstance(value, ipaddress.IPv4Network):
+        return value
+    text = str(value).strip()
+    if "/" not in text:
+        raise ValueError(f"{text!r} is not a CIDR block; write it as a.b.c.d/prefix")
+    try:
+        return ipaddress.IPv4Network(text)
+    except ipaddress.NetmaskValueError:
+        raise ValueError(f"{text!r} has an invalid prefix length; use /0 to /32") from None
+    except ValueError as error:
+        if "host bits set" in str(error):
+            network = ipaddress.IPv4Network(text, strict=False)
+            raise ValueError(f"{text} has host bits set; use {network}") from None
+        raise ValueError(f"{text!r} is not a valid IPv4 CIDR block") from None
+
+
+Cidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_parse_cidr)]
+
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
 GroupName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")]
 
@@ -97,10 +119,10 @@ def _parse_version(version: str) -> tuple[int, int, int] | None:
 
 
 class NetworkConfig(Strict):
-    vpc_cidr: ipaddress.IPv4Network = Field(
+    vpc_cidr: Cidr = Field(
         description="Primary VPC CIDR: public subnets (NAT) and small infrastructure subnets."
     )
-    cluster_cidr: ipaddress.IPv4Network | None = Field(
+    cluster_cidr: Cidr | None = Field(
         default=None,
         description="Secondary CIDR carved into the large private cluster subnets, one per AZ. "
         "Without it the cluster subnets come from the upper half of vpc_cidr.",
@@ -125,7 +147,7 @@ class NetworkConfig(Strict):
         ],
         description="Interface endpoints nodes use instead of internet egress.",
     )
-    https_egress_cidrs: list[ipaddress.IPv4Network] = Field(
+    https_egress_cidrs: list[Cidr] = Field(
         default_factory=list,
         description="Deliberate, narrow TCP 443 egress for nodes (e.g. a proxy or mirror).",
     )
@@ -245,7 +267,7 @@ class StorageConfig(Strict):
 class EksConfig(Strict):
     kubernetes_version: str
     admin_role_arns: list[str] = Field(min_length=1)
-    public_access_cidrs: list[ipaddress.IPv4Network] = Field(
+    public_access_cidrs: list[Cidr] = Field(
         default_factory=list,
         description="Empty: the API endpoint is private only.",
     )

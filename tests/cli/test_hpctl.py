@@ -1,0 +1,176 @@
+"""`hpctl` as users call it: the console script in a subprocess (exit codes, stderr lines)
+and in-process for the JSON figures across the whole instance table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from config.capacity import ips_per_node
+from config.instance_types import INSTANCE_TYPES
+
+REPO = Path(__file__).resolve().parents[2]
+HPCTL = Path(sys.executable).parent / "hpctl"
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HPCTL), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def run_inprocess(capsys, *args: str) -> tuple[int, str, str]:
+    from hpctl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def test_console_script_is_installed():
+    assert HPCTL.exists(), "hpctl console script missing: reinstall the project"
+
+
+def test_capacity_json_p5_eks():
+    result = run("capacity", "--instance-type", "ml.p5.48xlarge", "--count", "16", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["ips_per_node"] == 81
+    assert figures["ips_total"] == 81 * 16
+    assert figures["subnet_prefix"] == 21
+
+
+def test_capacity_json_p5_slurm_with_headroom():
+    result = run(
+        "capacity", "--instance-type", "ml.p5.48xlarge", "--count", "16",
+        "--orchestrator", "slurm", "--headroom", "4", "--json",
+    )
+    figures = json.loads(result.stdout)
+    assert figures["ips_per_node"] == 32
+    assert figures["headroom_nodes"] == 4
+    assert figures["ips_total"] == 32 * 20
+    assert figures["subnet_prefix"] == 22
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+@pytest.mark.parametrize("orchestrator", ["eks", "slurm"])
+@pytest.mark.parametrize("interface", ["efa", "efa-only"])
+def test_capacity_json_across_the_table(capsys, name, orchestrator, interface):
+    figures_for = INSTANCE_TYPES[name]
+    code, out, err = run_inprocess(
+        capsys, "capacity", "--instance-type", name, "--count", "8",
+        "--orchestrator", orchestrator, "--interface", interface, "--json",
+    )
+    if not figures_for.supports_interface(interface):
+        assert code == 2
+        assert err.startswith("--interface: ")
+        assert len(err.strip().splitlines()) == 1
+        return
+    assert code == 0, err
+    figures = json.loads(out)
+    per_node = ips_per_node(figures_for, orchestrator, interface)
+    assert figures["ips_per_node"] == per_node
+    assert figures["ips_total"] == per_node * 8
+    size = 1 << (32 - figures["subnet_prefix"])
+    assert size - 5 >= figures["ips_total"]
+    assert size // 2 - 5 < figures["ips_total"] or figures["subnet_prefix"] == 28
+
+
+def test_capacity_plan_of_a_config_as_json():
+    result = run("capacity", "--config", "config/prod.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["environment"] == "prod"
+    gpu = next(g for g in plan["groups"] if g["name"] == "gpu-p5")
+    assert gpu["ips_per_node"] == 81
+    subnet = plan["cluster_subnets"]["us-east-1a"]
+    assert subnet["growth_nodes"]["gpu-p5"] > 0
+
+
+def test_capacity_plan_table_says_how_far_subnets_grow():
+    result = run("capacity", "--config", "config/prod.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "up to" in result.stdout and "more" in result.stdout
+    assert "10.1.0.0/18" in result.stdout.replace("…", "") or "10.1.0.0" in result.stdout
+
+
+def test_validate_accepts_shipped_configs():
+    result = run("validate", "config/dev.yaml", "config/staging.yaml", "config/prod.yaml")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(": valid (") == 3
+
+
+def _broken(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load((REPO / "config/prod.yaml").read_text())
+    mutate(data)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.update(account="abc"), "account"),
+        (lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.x"),
+         "hyperpod.instance_groups[0].instance_type"),
+        (lambda d: d["network"].update(cluster_cidr="10.0.0.0/16"), "network.cluster_cidr"),
+    ],
+)
+def test_validate_rejects_with_one_line_and_no_traceback(tmp_path, mutate, field):
+    path = _broken(tmp_path, mutate)
+    result = run("validate", str(path))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{path}: {field}: ")
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "0", "--json"],
+        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "x"],
+        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "2", "--orchestrator", "k8s"],
+        ["capacity", "--instance-type", "ml.nope", "--count", "2", "--json"],
+        ["capacity", "--count", "2"],
+        ["nonsense"],
+        [],
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args):
+    result = run(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_type_lists_the_known_ones():
+    result = run("capacity", "--instance-type", "ml.nope", "--count", "2")
+    assert "ml.p5.48xlarge" in result.stderr and "ml.trn2.48xlarge" in result.stderr
+
+
+def test_instance_types_json_lists_the_table():
+    result = run("instance-types", "--json")
+    rows = json.loads(result.stdout)
+    assert {r["name"] for r in rows} == set(INSTANCE_TYPES)
+
+
+def test_hpctl_does_not_need_aws_credentials(tmp_path):
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    result = subprocess.run(
+        [str(HPCTL), "validate", "config/prod.yaml"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(env_home), "AWS_CONFIG_FILE": "/nonexistent"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert ": valid (prod" in result.stdout
