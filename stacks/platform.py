@@ -52,7 +52,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         scope, f"{prefix}-cluster-addons", env=env, config=config, storage=storage, eks=eks,
         hyperpod=hyperpod,
     )
-    cluster_addons.add_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
+    cluster_addons.add_stack_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(

@@ -1,0 +1,86 @@
+"""The app as `cdk synth` runs it: the CDK CLI from package-lock.json, offline, no credentials."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def cdk_synth(*args: str, outdir: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "HOME": str(home),
+        # No credentials anywhere: synth must not need them.
+        "AWS_CONFIG_FILE": str(home / "missing-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(home / "missing-credentials"),
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "NPM_CONFIG_LOGLEVEL": "error",
+        "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+    }
+    return subprocess.run(
+        [str(BIN / "npx"), "cdk", "synth", *args, "--quiet", "--output", str(outdir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+def _write_broken(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load((REPO / "config" / "prod.yaml").read_text())
+    mutate(data)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.p99.48xlarge"),
+         "hyperpod.instance_groups[0].instance_type"),
+        (lambda d: d["network"].update(cluster_cidr="10.1.0.0/22"), "network.cluster_cidr"),
+    ],
+    ids=["unknown-instance-type", "plan-does-not-fit"],
+)
+def test_invalid_config_stops_synth_with_one_line_and_no_templates(tmp_path, home, mutate, field):
+    config = _write_broken(tmp_path, mutate)
+    outdir = tmp_path / "out"
+    result = cdk_synth("-c", f"config={config}", outdir=outdir, home=home)
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if line.startswith(str(config))]
+    assert len(ours) == 1, result.stderr
+    assert ours[0].startswith(f"{config}: {field}: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not list(outdir.glob("*.template.json"))
+
+
+def test_unknown_environment_is_one_line(tmp_path, home):
+    result = cdk_synth("-c", "env=qa", outdir=tmp_path / "out", home=home)
+    assert result.returncode != 0
+    assert "-c env: unknown environment 'qa'; use one of dev, prod, staging" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_prod_synthesizes_offline_on_a_supported_node(tmp_path, home):
+    outdir = tmp_path / "out"
+    result = cdk_synth("-c", "env=prod", outdir=outdir, home=home)
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = sorted(p.name for p in outdir.glob("*.template.json"))
+    assert names == [
+        f"hyperpod-prod-{s}.template.json"
+        for s in ("cluster-addons", "eks", "hyperpod", "network", "storage")
+    ]
+    assert "end-of-life" not in result.stderr + result.stdout
+    assert os.path.exists(outdir / "manifest.json")
