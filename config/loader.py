@@ -31,6 +31,17 @@ class LoadedEnvironment:
     source: Path
 
 
+# What to write instead, for fields whose rule is a pattern.
+_PATTERN_HINTS = {
+    "account": "use the 12-digit AWS account ID, quoted",
+    "environment": "use 2-32 lowercase letters, digits and dashes, starting with a letter",
+    "name": "use up to 63 letters, digits and dashes, starting and ending with a letter or digit",
+    "weekly_maintenance_start": "use d:HH:MM in UTC with d = 1 (Monday) to 7, e.g. 7:03:00",
+    "file_system_path": "use an absolute path such as /data",
+    "bucket_prefix": "use an empty string or a prefix ending in '/', e.g. datasets/",
+}
+
+
 def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
@@ -53,7 +64,11 @@ def _error_lines(error: ValidationError) -> list[str]:
         else:
             path = _loc_to_path(loc) or "(top level)"
             message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "extra_forbidden":
+            if item["type"] == "string_pattern_mismatch":
+                field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+                hint = _PATTERN_HINTS.get(field, "see the schema for the allowed format")
+                message = f"{item['input']!r} has the wrong format; {hint}"
+            elif item["type"] == "extra_forbidden":
                 message = "unknown field; remove it or fix its spelling"
             elif item["type"] == "missing":
                 message = "required field is missing; add it"

@@ -58,9 +58,9 @@ def delete_path(path: str) -> Callable[[dict], None]:
 
 # (rule id, mutation, field path the line must start with, words the message must contain)
 RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
-    ("account-format", set_path("account", "12345"), "account", "pattern"),
+    ("account-format", set_path("account", "12345"), "account", "12-digit AWS account ID"),
     ("region-format", set_path("region", "useast1"), "region", "not an AWS region"),
-    ("environment-name", set_path("environment", "Prod_1"), "environment", "pattern"),
+    ("environment-name", set_path("environment", "Prod_1"), "environment", "lowercase letters"),
     ("unknown-top-level-field", set_path("colour", "blue"), "colour", "unknown field"),
     ("missing-required-section", delete_path("storage"), "storage", "missing"),
     (
@@ -110,7 +110,7 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
         "fsx-maintenance-window",
         set_path("storage.fsx.weekly_maintenance_start", "8:25:00"),
         "storage.fsx.weekly_maintenance_start",
-        "pattern",
+        "use d:HH:MM",
     ),
     (
         "admin-role-arn",
@@ -159,7 +159,7 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
         "group-name-format",
         lambda d: gpu(d).update(name="gpu_p5!"),
         "hyperpod.instance_groups[0].name",
-        "pattern",
+        "letters, digits and dashes",
     ),
     (
         "taints-vs-deep-health-checks",
