@@ -1,0 +1,71 @@
+"""Synth time per environment, measured side by side in one run.
+
+Prints one JSON line: seconds per environment (median of --repeat in-process synths after a
+warm-up, so jsii start-up is excluded) and each environment's ratio to dev.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+_node = Path(sys.executable).parent / "node"
+if _node.exists():
+    os.environ.setdefault("JSII_NODE", str(_node))
+
+
+def synth_once(env_name: str) -> float:
+    import aws_cdk as cdk
+
+    from config.loader import load_environment
+    from stacks.platform import build_platform, register_policy_checks
+
+    with tempfile.TemporaryDirectory() as outdir:
+        start = time.perf_counter()
+        loaded = load_environment(env_name)
+        app = cdk.App(outdir=outdir, context={"env": env_name})
+        register_policy_checks(app)
+        build_platform(app, loaded)
+        app.synth()
+        return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    envs = ("dev", "staging", "prod")
+    start = time.perf_counter()
+    import aws_cdk  # noqa: F401  (jsii start-up, reported separately)
+
+    startup = time.perf_counter() - start
+    synth_once("dev")  # warm-up
+    samples = {env: [] for env in envs}
+    for _ in range(args.repeat):
+        for env in envs:  # interleaved, so drift hits every environment alike
+            samples[env].append(synth_once(env))
+    medians = {env: statistics.median(s) for env, s in samples.items()}
+    print(
+        json.dumps(
+            {
+                "benchmark": "synth_time",
+                "jsii_startup_s": round(startup, 2),
+                "repeat": args.repeat,
+                "synth_s": {env: round(v, 2) for env, v in medians.items()},
+                "ratio_to_dev": {env: round(v / medians["dev"], 2) for env, v in medians.items()},
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
