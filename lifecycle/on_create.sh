@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # HyperPod (EKS orchestrator) OnCreate lifecycle script, run as root once on
 # every new node from the downloaded lifecycle prefix.
 #
@@ -14,7 +15,9 @@
 # (default: empty); LIFECYCLE_FAILURE_DELAY_SECONDS is how long to wait after
 # a failure so the log reaches CloudWatch before HyperPod reacts (default 60).
 
-# shellcheck source-path=SCRIPTDIR
+# Started with sh? Re-run under bash.
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
+
 LIFECYCLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib/common.sh
 source "$LIFECYCLE_DIR/lib/common.sh"

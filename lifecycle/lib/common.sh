@@ -20,16 +20,18 @@ log() {
   local level=$1
   shift
   local line
-  line="$(date -u '+%Y-%m-%dT%H:%M:%SZ') [$level] [$CURRENT_STEP] $*"
+  # bash's printf formats the time itself: no process per log line.
+  printf -v line '%(%Y-%m-%dT%H:%M:%S%z)T [%s] [%s] %s' -1 "$level" "$CURRENT_STEP" "$*"
   printf '%s\n' "$line"
   if [[ -n "$LOG_FILE" ]]; then
     printf '%s\n' "$line" >>"$LOG_FILE"
   fi
 }
 log_info() { log INFO "$@"; }
+log_warn() { log WARN "$@"; }
+
 # begin_step NAME: tag the following log lines with the step name.
 begin_step() { CURRENT_STEP=$1; }
-log_warn() { log WARN "$@"; }
 
 # die MESSAGE: log one ERROR line and exit non-zero.
 die() {
@@ -50,9 +52,9 @@ on_error() {
 set_log_dir() {
   local dir
   dir="$(sys_path "$1")"
-  mkdir -p "$dir"
+  [[ -d "$dir" ]] || mkdir -p "$dir"
   LOG_FILE="$dir/provisioning.log"
-  touch "$LOG_FILE"
+  : >>"$LOG_FILE"
 }
 
 # lifecycle_init: strict mode, error trap, sandbox sanity, default log file.
@@ -70,16 +72,17 @@ lifecycle_init() {
 }
 
 # run CMD ARGS...: log the command, run it, copy its output to the log and
-# stop the script with a line naming the command if it fails.
+# keep it in CAPTURED for callers that parse it; stop the script with a line
+# naming the command if it fails.
+CAPTURED=""
 run() {
   log_info "run: $*"
-  local out rc=0
-  out="$("$@" 2>&1)" || rc=$?
-  local line
-  if [[ -n "$out" ]]; then
+  local rc=0 line
+  CAPTURED="$("$@" 2>&1)" || rc=$?
+  if [[ -n "$CAPTURED" ]]; then
     while IFS= read -r line; do
       log_info "  | $line"
-    done <<<"$out"
+    done <<<"$CAPTURED"
   fi
   if [[ "$rc" -ne 0 ]]; then
     die "'$*' failed (exit $rc)"
@@ -91,19 +94,20 @@ run() {
 # The first time an existing file is modified a DEST.pre-lifecycle backup is kept.
 FILE_CHANGED=false
 write_file() {
-  local dest=$1 mode=$2 tmp="$1.lifecycle-new"
-  mkdir -p "$(dirname "$dest")"
-  cat >"$tmp"
-  if [[ -f "$dest" ]] && cmp -s "$tmp" "$dest"; then
-    rm -f "$tmp"
-    FILE_CHANGED=false
-    return 0
+  local dest=$1 mode=$2 content="" current=""
+  IFS= read -r -d '' content || true
+  if [[ -f "$dest" ]]; then
+    IFS= read -r -d '' current <"$dest" || true
+    if [[ "$content" == "$current" ]]; then
+      FILE_CHANGED=false
+      return 0
+    fi
+    [[ -e "$dest.pre-lifecycle" ]] || cp -p "$dest" "$dest.pre-lifecycle"
   fi
-  if [[ -f "$dest" && ! -e "$dest.pre-lifecycle" ]]; then
-    cp -p "$dest" "$dest.pre-lifecycle"
-  fi
-  chmod "$mode" "$tmp"
-  mv -f "$tmp" "$dest"
+  [[ -d "${dest%/*}" ]] || mkdir -p "${dest%/*}"
+  printf '%s' "$content" >"$dest.lifecycle-new"
+  chmod "$mode" "$dest.lifecycle-new"
+  mv -f "$dest.lifecycle-new" "$dest"
   FILE_CHANGED=true
   log_info "wrote ${dest#"$LIFECYCLE_ROOT"}"
 }
@@ -124,6 +128,7 @@ remove_file() {
 # seed_dir SRC DEST: create DEST as a copy of SRC (or empty) exactly once.
 # Copies into a staging directory and renames it, so an interrupted copy is
 # redone on the next run instead of being mistaken for a finished one.
+# --one-file-system: never copy what other file systems have mounted below SRC.
 seed_dir() {
   local src=$1 dest=$2 staging="$2.lifecycle-tmp"
   if [[ -d "$dest" ]]; then
@@ -132,7 +137,7 @@ seed_dir() {
   fi
   run rm -rf "$staging"
   if [[ -d "$src" ]]; then
-    run cp -a "$src" "$staging"
+    run cp -a --one-file-system "$src" "$staging"
   else
     run mkdir -p "$staging"
   fi
@@ -150,7 +155,7 @@ unit_is_active() {
 load_config() {
   local file=$1 out rc=0
   [[ -f "$file" ]] || die "config file not found: $file"
-  out="$(python3 "$LIFECYCLE_DIR/lib/read_config.py" "$file" 2>&1)" || rc=$?
+  out="$(python3 -I -S "$LIFECYCLE_DIR/lib/read_config.py" "$file" 2>&1)" || rc=$?
   if [[ "$rc" -ne 0 ]]; then
     die "invalid config ${file##*/}: ${out//$'\n'/ }"
   fi

@@ -10,20 +10,15 @@ MODPROBE_CONF=/etc/modprobe.d/lustre-lifecycle.conf
 MODULES_LOAD_CONF=/etc/modules-load.d/lustre-lifecycle.conf
 EFA_PEER_CREDITS=32
 
-# Interface carrying the default route: the node's primary ENI.
-default_route_interface() {
-  local routes
-  routes="$(ip -o -4 route show default)" || die "'ip -o -4 route show default' failed"
-  awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }' <<<"$routes"
-}
-
 # EFA devices to use for LNet: at most lnet_efa_max_interfaces, spread evenly
 # over all devices (e.g. every 4th of 32 on p5, one per PCIe switch).
 select_efa_devices() {
   local dir
   local -a all=()
   for dir in "$(sys_path /sys/class/infiniband)"/*; do
-    [[ -e "$dir" ]] && all+=("${dir##*/}")
+    if [[ -e "$dir" ]]; then
+      all+=("${dir##*/}")
+    fi
   done
   local count=${#all[@]} max=$CFG_LNET_EFA_MAX_INTERFACES i
   ((count > 0)) || return 0
@@ -43,7 +38,8 @@ configure_lnet_efa() {
   run modprobe kefalnd
   run modprobe ksocklnd
   run lnetctl lnet configure
-  nets="$(lnetctl net show)" || die "'lnetctl net show' failed"
+  run lnetctl net show
+  nets=$CAPTURED
   if ! grep -q 'net type: tcp' <<<"$nets"; then
     run lnetctl net add --net tcp --if "$tcp_if"
   fi
@@ -74,7 +70,9 @@ step_lustre() {
       die "fsx_efa_enabled is true but no EFA device exists under /sys/class/infiniband"
     tcp_if="$CFG_LNET_TCP_INTERFACE"
     if [[ -z "$tcp_if" ]]; then
-      tcp_if="$(default_route_interface)"
+      # Default: the interface carrying the default route (the primary ENI).
+      run ip -o -4 route show default
+      tcp_if="$(awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }' <<<"$CAPTURED")"
     fi
     [[ -n "$tcp_if" ]] ||
       die "fsx_efa_enabled is true but no default-route interface found; set lnet_tcp_interface"

@@ -13,9 +13,8 @@ nvme_available() {
 
 # True when lsblk reports at least one EC2 instance-store NVMe disk.
 has_instance_store_disks() {
-  local models
-  models="$(lsblk -d -n -o MODEL)" || die "'lsblk -d -n -o MODEL' failed"
-  grep -q 'Instance Storage' <<<"$models"
+  run lsblk -d -n -o MODEL
+  grep -q 'Instance Storage' <<<"$CAPTURED"
 }
 
 step_nvme() {

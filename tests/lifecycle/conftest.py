@@ -1,0 +1,238 @@
+"""Sandbox for running the HyperPod lifecycle scripts without touching the host.
+
+Each sandbox has:
+  * the S3 prefix layout: links to the lifecycle/ files plus a generated lifecycle_config.json,
+  * a fake node file system used as LIFECYCLE_ROOT,
+  * a stub bin directory first on PATH: every system command the scripts may
+    call (and every network tool they must never call) records its argv in a
+    calls log, and can be told to fail through STUB_FAIL,
+  * a small amount of faked state (mount table, active units, LNet nets) so
+    that a second run sees what the first one did.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIFECYCLE_SRC = Path(__file__).resolve().parents[2] / "lifecycle"
+
+NETWORK_TOOLS = (
+    "curl", "wget", "git", "pip", "pip3", "apt", "apt-get", "yum", "dnf",
+    "aws", "scp", "rsync", "nc", "ftp",
+)
+SYSTEM_TOOLS = (
+    "systemctl", "modprobe", "lnetctl", "lctl", "mount", "umount", "mountpoint",
+    "findmnt", "lsblk", "ip", "sleep", "sync", "mkfs", "mkfs.ext4", "mkfs.xfs",
+    "mdadm", "blkid",
+)
+
+# One bash stub for every command, dispatching on its own name.
+STUB = r"""#!/usr/bin/env bash
+name=${0##*/}
+{ printf '%s' "$name"; [[ $# -eq 0 ]] || printf '\t%s' "$@"; printf '\n'; } >>"$STUB_CALLS"
+line="$name $*"
+IFS=';' read -r -a patterns <<<"${STUB_FAIL:-}"
+for pattern in "${patterns[@]}"; do
+  if [[ -n "$pattern" && "$line" == $pattern ]]; then
+    echo "stub: simulated failure of: $line" >&2
+    exit "${STUB_FAIL_RC:-1}"
+  fi
+done
+case "$name" in
+  mountpoint)
+    grep -qxF -- "${@: -1}" "$STUB_STATE/mounts" || exit 32 ;;
+  mount)
+    if [[ "$1" == --bind ]]; then printf '%s\n' "$3" >>"$STUB_STATE/mounts"; fi ;;
+  systemctl)
+    if [[ "$1" == is-active && " ${STUB_ACTIVE_UNITS:-} " != *" ${@: -1} "* ]]; then exit 3; fi ;;
+  lsblk)
+    printf '%s' "${STUB_LSBLK:-}" ;;
+  ip)
+    printf '%s\n' "${STUB_IP_ROUTE:-}" ;;
+  lnetctl)
+    case "$1 $2" in
+      "net show") printf 'net:\n    - net type: lo\n'; cat "$STUB_STATE/lnet" ;;
+      "net add") printf '    - net type: %s\n      interfaces: %s\n' "$4" "$6" >>"$STUB_STATE/lnet" ;;
+    esac ;;
+esac
+exit 0
+"""
+
+CONTAINERD_TOML = """\
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "nvidia"
+"""
+
+FSTAB = "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
+
+BASE_CONFIG = {
+    "nvme_mount_point": "/opt/dlami/nvme",
+    "containerd_on_nvme": True,
+    "kubelet_on_nvme": True,
+    "fsx_efa_enabled": False,
+    "log_dir": "/var/log/provision",
+    "nvme_wait_seconds": 10,
+    "lustre_module_options": {"ptlrpc": "ptlrpcd_per_cpt_max=64"},
+}
+
+LSBLK_WITH_INSTANCE_STORE = "Amazon Elastic Block Store\nAmazon EC2 NVMe Instance Storage\n"
+DEFAULT_ROUTE = "default via 10.1.0.1 dev ens5 proto dhcp src 10.1.0.10 metric 512"
+
+
+def make_stub_bin(bin_dir: Path) -> Path:
+    """Stub executables shared by all sandboxes (their state lives in env vars)."""
+    bin_dir.mkdir()
+    for name in NETWORK_TOOLS + SYSTEM_TOOLS:
+        stub = bin_dir / name
+        stub.write_text(STUB)
+        stub.chmod(0o755)
+    # The scripts parse their config with the AMI's python3.
+    (bin_dir / "python3").symlink_to(sys.executable)
+    return bin_dir
+
+
+class Sandbox:
+    network_tools = NETWORK_TOOLS
+
+    def __init__(self, tmp: Path, bin_dir: Path):
+        self.base = tmp
+        self.scripts = tmp / "prefix"  # what HyperPod downloads from S3
+        self.root = tmp / "node"  # LIFECYCLE_ROOT
+        self.bin = bin_dir
+        self.state = tmp / "state"
+        self.calls_file = tmp / "calls.log"
+        # The downloaded prefix: the lifecycle files (linked, not copied: they
+        # are only read) plus a generated lifecycle_config.json.
+        self.scripts.mkdir()
+        for entry in LIFECYCLE_SRC.iterdir():
+            if entry.name not in ("__pycache__", "lifecycle_config.json"):
+                (self.scripts / entry.name).symlink_to(entry)
+        for path in (self.root, self.state):
+            path.mkdir()
+        (self.state / "lnet").touch()
+        (self.state / "mounts").touch()
+        self.env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(tmp),
+            "LANG": "C.UTF-8",
+            "LIFECYCLE_ROOT": str(self.root),
+            "LIFECYCLE_FAILURE_DELAY_SECONDS": "0",
+            "STUB_CALLS": str(self.calls_file),
+            "STUB_STATE": str(self.state),
+            "STUB_ACTIVE_UNITS": "containerd kubelet",
+            "STUB_LSBLK": LSBLK_WITH_INSTANCE_STORE,
+            "STUB_IP_ROUTE": DEFAULT_ROUTE,
+        }
+        self._make_node()
+        self.write_config()
+
+    # --- the fake node -------------------------------------------------
+    def path(self, system_path: str) -> Path:
+        return self.root / system_path.lstrip("/")
+
+    def _make_node(self):
+        self.write("/etc/eks/containerd/containerd-config.toml", CONTAINERD_TOML)
+        self.write("/etc/fstab", FSTAB)
+        # An image the AMI pre-loaded and a kubelet file the AMI ships.
+        self.write("/var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause", "pause")
+        self.write("/var/lib/kubelet/kubeconfig", "apiVersion: v1\n")
+        self.path("/opt/dlami/nvme").mkdir(parents=True)
+        self.set_nvme_mounted(True)
+        self.set_efa_devices(4)
+
+    def write(self, system_path: str, text: str):
+        target = self.path(system_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    def read(self, system_path: str) -> str:
+        return self.path(system_path).read_text()
+
+    def set_nvme_mounted(self, mounted: bool):
+        mount_point = str(self.path("/opt/dlami/nvme"))
+        (self.state / "mounts").write_text(mount_point + "\n" if mounted else "")
+
+    def set_efa_devices(self, count: int):
+        ib = self.path("/sys/class/infiniband")
+        shutil.rmtree(ib, ignore_errors=True)
+        ib.mkdir(parents=True)
+        for i in range(count):
+            (ib / f"rdmap{i:02d}s0").mkdir()
+
+    # --- config ------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.scripts / "lifecycle_config.json"
+
+    def write_config(self, **overrides):
+        config = dict(BASE_CONFIG)
+        config.update(overrides)
+        self.config_path.write_text(json.dumps(config, indent=2))
+        return config
+
+    # --- running -------------------------------------------------------------
+    def run(self, **env) -> subprocess.CompletedProcess:
+        full_env = dict(self.env)
+        full_env.update({k: str(v) for k, v in env.items()})
+        return subprocess.run(
+            ["bash", str(self.scripts / "on_create.sh")],
+            cwd=self.scripts, env=full_env, capture_output=True, text=True, timeout=60,
+        )
+
+    def calls(self):
+        if not self.calls_file.exists():
+            return []
+        return [tuple(line.split("\t")) for line in self.calls_file.read_text().splitlines()]
+
+    def call_lines(self):
+        return [" ".join(c) for c in self.calls()]
+
+    def reset_calls(self):
+        self.calls_file.unlink(missing_ok=True)
+
+    def log_text(self, log_dir="/var/log/provision") -> str:
+        log = self.path(log_dir) / "provisioning.log"
+        return log.read_text() if log.exists() else ""
+
+    def tree_hash(self, exclude=("/var/log",)) -> str:
+        """Hash of every path, mode, symlink target and file content under the node root."""
+        skipped = [self.path(p) for p in exclude]
+        digest = hashlib.sha256()
+        for path in sorted(self.root.rglob("*")):
+            if any(path == s or s in path.parents for s in skipped):
+                continue
+            rel = path.relative_to(self.root).as_posix()
+            digest.update(f"{rel}\0{path.lstat().st_mode:o}\0".encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif path.is_file():
+                digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def stub_bin(tmp_path_factory) -> Path:
+    return make_stub_bin(tmp_path_factory.mktemp("stubs") / "bin")
+
+
+@pytest.fixture
+def sandbox(tmp_path, stub_bin) -> Sandbox:
+    return Sandbox(tmp_path, stub_bin)
+
+
+@pytest.fixture
+def network_tools():
+    return NETWORK_TOOLS
