@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
+from typer.core import TyperCommand
 
 from training.job import JobSpec, render_job, to_yaml
 
@@ -23,7 +24,7 @@ _OPTION_FOR_FIELD = {"taints": "--toleration"}
 _TOLERATION = re.compile(r"^(?P<key>[^=:]+)(?:=(?P<value>[^:]*))?:(?P<effect>[^:]+)$")
 
 
-class _OneLineUsageErrors(typer.core.TyperCommand):
+class _OneLineUsageErrors(TyperCommand):
     """Reports parse errors (unknown option, missing value) as one line instead of a usage box."""
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
@@ -107,7 +108,7 @@ def render(
     ] = None,
     preset: Annotated[str | None, typer.Option(help="Trainer preset (default 8b).")] = None,
     steps: Annotated[
-        str | None, typer.Option(metavar="INTEGER", help="Training steps (default 1000).")
+        str | None, typer.Option(metavar="INTEGER", help="Training steps (default: the preset's).")
     ] = None,
     fsx_claim: Annotated[
         str | None, typer.Option(help="FSx PersistentVolumeClaim (default fsx-claim).")
@@ -116,6 +117,10 @@ def render(
         str | None,
         typer.Option(metavar="INTEGER", help="Flag the job SLOW below this throughput."),
     ] = None,
+    managed_fast_tier: Annotated[
+        bool,
+        typer.Option(help="Fast checkpoints in HyperPod managed tiered storage (cluster must enable it)."),
+    ] = False,
     toleration: Annotated[
         list[str] | None,
         typer.Option(metavar="KEY[=VALUE]:EFFECT", help="Tolerate a node taint (repeatable)."),
@@ -140,6 +145,7 @@ def render(
         "min_tokens_per_s": min_tokens_per_s,
     }
     fields: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+    fields["managed_fast_tier"] = managed_fast_tier
     if toleration:
         fields["taints"] = [_parse_toleration(text, i) for i, text in enumerate(toleration, 1)]
     try:

@@ -1,0 +1,171 @@
+"""The training image definition: lint-clean and with the properties the operator relies on.
+
+No container engine is available to build it, so the Dockerfile is linted and its
+instructions are checked directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TRAINING = Path(__file__).resolve().parents[2] / "training"
+DOCKERFILE = TRAINING / "Dockerfile"
+REQUIREMENTS = TRAINING / "requirements-container.txt"
+DOCKERIGNORE = TRAINING / ".dockerignore"
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs with continuation lines joined and comments dropped."""
+    result: list[tuple[str, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, rest = (pending + line).partition(" ")
+        result.append((keyword.upper(), " ".join(rest.split())))
+        pending = ""
+    return result
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> list[tuple[str, str]]:
+    return instructions(DOCKERFILE.read_text())
+
+
+def _args(parsed: list[tuple[str, str]], keyword: str) -> list[str]:
+    return [rest for key, rest in parsed if key == keyword]
+
+
+def _base_image(parsed: list[tuple[str, str]]) -> str:
+    defaults = dict(arg.split("=", 1) for arg in _args(parsed, "ARG") if "=" in arg)
+    (image,) = _args(parsed, "FROM")
+    return re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], image)
+
+
+def test_hadolint_reports_nothing(tmp_path: Path) -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.fail(f"hadolint is not installed next to {sys.executable}; install the dev extras")
+    # Default rules only: no config file can be picked up and inline ignore pragmas are disabled.
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    result = subprocess.run(
+        [str(hadolint), "--disable-ignore-pragma", "--format", "json", str(DOCKERFILE)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False,
+    )
+    assert json.loads(result.stdout or "null") == [], result.stdout + result.stderr
+    assert result.returncode == 0
+
+
+def test_hadolint_check_can_fail(tmp_path: Path) -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.fail(f"hadolint is not installed next to {sys.executable}")
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install torch\n")
+    result = subprocess.run(
+        [str(hadolint), "--format", "json", str(bad)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+    )
+    assert {finding["code"] for finding in json.loads(result.stdout)} >= {"DL3007", "DL3013"}
+
+
+def test_no_lint_suppressions() -> None:
+    assert "hadolint" not in DOCKERFILE.read_text().lower()
+
+
+def test_base_image_is_pinned_cuda_pytorch(dockerfile) -> None:
+    image = _base_image(dockerfile)
+    name, _, tag = image.rpartition(":")
+    assert "@sha256:" in image or (tag and tag != "latest" and "/" not in tag), image
+    assert name == "pytorch/pytorch"
+    assert "-cuda12." in tag and tag.endswith("-runtime")
+
+
+def test_torch_pin_matches_the_base_image(dockerfile) -> None:
+    tag = _base_image(dockerfile).rpartition(":")[2]
+    base_torch = tag.split("-", 1)[0]
+    assert f"torch=={base_torch}" in REQUIREMENTS.read_text().splitlines()
+
+
+def test_runs_as_numeric_non_root_user(dockerfile) -> None:
+    user = _args(dockerfile, "USER")[-1]
+    uid = user.split(":", 1)[0]
+    assert uid.isdigit() and int(uid) != 0, user
+    # Nothing runs after the switch that would need root.
+    last_user = max(i for i, (key, _) in enumerate(dockerfile) if key == "USER")
+    assert not [key for key, _ in dockerfile[last_user:] if key in ("RUN", "COPY", "ADD")]
+
+
+def test_hyperpodrun_is_the_exec_form_entrypoint(dockerfile) -> None:
+    (entrypoint,) = _args(dockerfile, "ENTRYPOINT")
+    assert json.loads(entrypoint) == ["hyperpodrun"]
+    for cmd in _args(dockerfile, "CMD"):
+        assert isinstance(json.loads(cmd), list)
+
+
+def test_exposes_the_agent_port(dockerfile) -> None:
+    ports = " ".join(_args(dockerfile, "EXPOSE")).split()
+    assert "8080" in ports or "8080/tcp" in ports
+
+
+def test_installs_the_pinned_requirements_and_copies_the_package(dockerfile) -> None:
+    runs = " ".join(_args(dockerfile, "RUN"))
+    assert "--requirement /tmp/requirements-container.txt" in runs
+    assert "--no-cache-dir" in runs
+    copies = _args(dockerfile, "COPY")
+    assert "requirements-container.txt /tmp/requirements-container.txt" in copies
+    assert ". training/" in copies
+    assert _args(dockerfile, "WORKDIR")[-1] == "/opt/hptrain"
+
+
+def test_efa_user_space_is_installed_for_containers(dockerfile) -> None:
+    runs = " ".join(_args(dockerfile, "RUN"))
+    # The AWS-documented container flags: no kernel module, no ulimit files, no lspci check.
+    assert "efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify" in runs
+    assert any(arg.startswith("EFA_INSTALLER_VERSION=1.") for arg in _args(dockerfile, "ARG"))
+
+
+def test_environment_for_log_monitoring_and_efa(dockerfile) -> None:
+    env = " ".join(_args(dockerfile, "ENV"))
+    for setting in ["PYTHONUNBUFFERED=1", "FI_PROVIDER=efa", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=^lo,docker"]:
+        assert setting in env.split(), setting
+    # RDMA support differs by instance type, so only the job manifest may set it.
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env
+
+
+_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z0-9,_-]+\])?==[0-9][0-9A-Za-z.+-]*$")
+
+
+def test_requirements_are_all_pinned() -> None:
+    lines = [line.strip() for line in REQUIREMENTS.read_text().splitlines()]
+    packages = [line for line in lines if line and not line.startswith("#")]
+    assert packages
+    assert [line for line in packages if not _PINNED.match(line)] == []
+    names = {re.split(r"[\[=]", line, maxsplit=1)[0].lower() for line in packages}
+    assert {"hyperpod-elastic-agent", "amzn-sagemaker-checkpointing", "torch"} <= names
+    assert len(names) == len(packages), "a package is listed twice"
+
+
+def test_pin_check_rejects_loose_requirements() -> None:
+    for loose in ["torch", "torch>=2.4", "torch==2.*", "torch ==2.7.1", "-e ."]:
+        assert not _PINNED.match(loose), loose
+
+
+def test_dockerignore_keeps_the_context_to_the_package() -> None:
+    patterns = {
+        line.strip() for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {"**/__pycache__", "**/*.py[cod]", "job.py"} <= patterns
+    assert "requirements-container.txt" not in patterns

@@ -1,0 +1,276 @@
+"""render_job: the manifest carries what the spec and the instance table say, nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from config.instance_types import lookup
+from training.job import render_job, to_yaml
+from training.train import parse_args
+
+
+def _pod(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
+
+
+def _container(manifest: dict[str, Any]) -> dict[str, Any]:
+    (container,) = _pod(manifest)["containers"]
+    return container
+
+
+def _env(manifest: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in _container(manifest)["env"]}
+
+
+def test_kind_metadata_queue_and_priority_labels(spec_factory) -> None:
+    manifest = render_job(spec_factory(name="run-1", team="vision", priority="low"))
+    assert manifest["apiVersion"] == "sagemaker.amazonaws.com/v1"
+    assert manifest["kind"] == "HyperPodPyTorchJob"
+    assert manifest["metadata"] == {
+        "name": "run-1",
+        "namespace": "hyperpod-ns-vision",
+        "labels": {
+            "kueue.x-k8s.io/queue-name": "hyperpod-ns-vision-localqueue",
+            "kueue.x-k8s.io/priority-class": "low-priority",
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "accelerator_key", "count", "efa", "rdma"),
+    [
+        ("ml.p5.48xlarge", "nvidia.com/gpu", 8, 32, True),
+        ("ml.p4d.24xlarge", "nvidia.com/gpu", 8, 4, True),
+        ("ml.g5.12xlarge", "nvidia.com/gpu", 4, 1, False),
+        ("ml.g6e.48xlarge", "nvidia.com/gpu", 8, 4, False),
+        ("ml.trn1.32xlarge", "aws.amazon.com/neuron", 16, 8, True),
+    ],
+)
+def test_resources_and_efa_env_follow_the_instance_table(
+    spec_factory, instance_type: str, accelerator_key: str, count: int, efa: int, rdma: bool
+) -> None:
+    manifest = render_job(spec_factory(instance_type=instance_type))
+    resources = _container(manifest)["resources"]
+    for section in ("requests", "limits"):
+        assert resources[section][accelerator_key] == count
+        assert resources[section]["vpc.amazonaws.com/efa"] == efa
+    other = {"nvidia.com/gpu", "aws.amazon.com/neuron"} - {accelerator_key}
+    assert not other & (resources["requests"].keys() | resources["limits"].keys())
+    assert manifest["spec"]["nprocPerNode"] == str(count)
+    assert f"--nproc-per-node={count}" in _container(manifest)["command"]
+    env = _env(manifest)
+    assert env["FI_PROVIDER"] == "efa"
+    assert env["FI_EFA_FORK_SAFE"] == "1"
+    # GPUDirect RDMA only where the EFA hardware has it.
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) is rdma
+    if rdma:
+        assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p5.48xlarge", "ml.g5.8xlarge", "ml.trn2.48xlarge"])
+def test_cpu_and_memory_fit_inside_the_node(spec_factory, instance_type: str) -> None:
+    instance = lookup(instance_type)
+    resources = _container(render_job(spec_factory(instance_type=instance_type)))["resources"]
+    cpu = int(resources["requests"]["cpu"])
+    memory_gib = int(resources["requests"]["memory"].removesuffix("Gi"))
+    assert 0.8 * instance.vcpus <= cpu < instance.vcpus
+    assert 0.8 * instance.memory_gib <= memory_gib < instance.memory_gib
+    assert resources["limits"]["memory"] == resources["requests"]["memory"]
+    assert "cpu" not in resources["limits"]
+
+
+def test_common_nccl_env(spec_factory) -> None:
+    env = _env(render_job(spec_factory()))
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["HPTRAIN_JOB_NAME"] == "llama-8b"
+
+
+def test_replicas_spares_and_agent_port(spec_factory) -> None:
+    manifest = render_job(spec_factory(nodes=16, spares=2))
+    (replica,) = manifest["spec"]["replicaSpecs"]
+    assert (replica["name"], replica["replicas"], replica["spares"]) == ("worker", 16, 2)
+    assert _container(manifest)["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert "--nnodes=16" in _container(manifest)["command"]
+
+
+def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> None:
+    container = _container(render_job(spec_factory(nodes=2, preset="1b", steps=250)))
+    command = container["command"]
+    assert command[0] == "hyperpodrun"
+    assert command[-2:] == ["-m", "training.train"]
+    # Per-rank stdout files are what the agent's log monitor reads.
+    assert "--tee=3" in command
+    assert "--log-dir=/tmp/hyperpod" in command
+    assert "--server-port=8080" in command
+    # Restarts keep the agent's default SIGKILL; only the SIGTERM wait is configured.
+    assert not [flag for flag in command if flag.startswith("--shutdown-signal")]
+    assert container["args"] == [
+        "--preset", "1b",
+        "--out", "/fsx/runs/llama-8b",
+        "--set", "training.steps=250",
+        "--set", "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
+        "--set", "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
+        "--set", "checkpoint.fast_interval=50",
+        "--set", "checkpoint.durable_interval=500",
+        "--set", "checkpoint.fast_backend=local",
+    ]
+    assert container["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"preset": "tiny", "hang_timeout_s": 120, "steps": 12, "fast_checkpoint_every": 0},
+        {
+            "run_dir": "/fsx/runs/a",
+            "fast_checkpoint_dir": "/fsx/fast/a",
+            "durable_checkpoint_dir": "/fsx/durable/a",
+            "fast_checkpoint_every": 10,
+            "durable_checkpoint_every": 100,
+            "managed_fast_tier": True,
+        },
+    ],
+)
+def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[str, Any]) -> None:
+    spec = spec_factory(**overrides)
+    config, out = parse_args(_container(render_job(spec))["args"])
+    assert str(out) == spec.out_dir
+    assert config.preset == spec.preset
+    assert config.training.steps == spec.total_steps
+    checkpoint = config.checkpoint
+    assert (checkpoint.fast_dir, checkpoint.durable_dir) == (spec.fast_checkpoint_dir, spec.durable_dir)
+    assert (checkpoint.fast_interval, checkpoint.durable_interval) == (spec.fast_every, spec.durable_every)
+    assert checkpoint.fast_backend == ("managed" if spec.managed_fast_tier else "local")
+
+
+@pytest.mark.parametrize("claim", ["fsx-claim", "team-a.fsx"])
+def test_volumes_fsx_claim_and_shared_memory(spec_factory, claim: str) -> None:
+    manifest = render_job(spec_factory(fsx_claim=claim))
+    assert _pod(manifest)["volumes"] == [
+        {"name": "fsx", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    assert _container(manifest)["volumeMounts"] == [
+        {"name": "fsx", "mountPath": "/fsx"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+
+
+def test_node_selectors_and_health_affinity(spec_factory) -> None:
+    pod = _pod(render_job(spec_factory(instance_type="ml.g5.12xlarge", instance_group="dev-g5")))
+    assert pod["nodeSelector"] == {
+        "sagemaker.amazonaws.com/instance-group-name": "dev-g5",
+        "node.kubernetes.io/instance-type": "ml.g5.12xlarge",
+    }
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "sagemaker.amazonaws.com/node-health-status",
+                    "operator": "In",
+                    "values": ["Schedulable"],
+                }
+            ]
+        }
+    ]
+
+
+def test_no_tolerations_without_taints(spec_factory) -> None:
+    assert "tolerations" not in _pod(render_job(spec_factory()))
+
+
+def test_tolerations_match_the_given_taints(spec_factory) -> None:
+    taints = [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "training", "effect": "NoExecute"},
+    ]
+    assert _pod(render_job(spec_factory(taints=taints)))["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute"},
+    ]
+
+
+def test_run_policy_defaults(spec_factory) -> None:
+    policy = render_job(spec_factory())["spec"]["runPolicy"]
+    assert policy["jobMaxRetryCount"] == 10
+    assert policy["restartPolicy"] == {
+        "numRestartBeforeFullJobRestart": 3,
+        "evalPeriodSeconds": 21600,
+        "maxFullJobRestarts": 1,
+    }
+    assert policy["cleanPodPolicy"] == "All"
+    names = [rule["name"] for rule in policy["logMonitoringConfiguration"]]
+    assert names == ["JobStart", "JobHang", "CudaOutOfMemory", "NcclError", "TrainerWatchdog"]
+
+
+def test_run_policy_follows_the_spec(spec_factory) -> None:
+    spec = spec_factory(
+        max_retries=4,
+        restarts_before_full_restart=1,
+        restart_eval_period_s=3600,
+        max_full_restarts=2,
+        clean_pod_policy="OnlyComplete",
+        start_deadline_s=300,
+        hang_timeout_s=1000,
+        min_tokens_per_s=50000,
+        slow_data_points=5,
+    )
+    policy = render_job(spec)["spec"]["runPolicy"]
+    assert policy["jobMaxRetryCount"] == 4
+    assert policy["restartPolicy"] == {
+        "numRestartBeforeFullJobRestart": 1,
+        "evalPeriodSeconds": 3600,
+        "maxFullJobRestarts": 2,
+    }
+    assert policy["cleanPodPolicy"] == "OnlyComplete"
+    rules = {rule["name"]: rule for rule in policy["logMonitoringConfiguration"]}
+    assert rules["JobStart"]["expectedStartCutOffInSeconds"] == 300
+    assert rules["JobHang"]["expectedRecurringFrequencyInSeconds"] == 1000
+    assert "expectedStartCutOffInSeconds" not in rules["JobHang"]
+    slow = rules["LowThroughput"]
+    assert (slow["metricThreshold"], slow["operator"], slow["metricEvaluationDataPoints"]) == (50000, "lt", 5)
+
+
+def test_shutdown_grace_outlasts_the_agent_timeout(spec_factory) -> None:
+    manifest = render_job(spec_factory(shutdown_timeout_s=240))
+    assert "--shutdown-timeout=240" in _container(manifest)["command"]
+    assert _pod(manifest)["terminationGracePeriodSeconds"] > 240
+
+
+def test_pod_runs_as_non_root(spec_factory) -> None:
+    manifest = render_job(spec_factory())
+    assert _pod(manifest)["securityContext"] == {"runAsNonRoot": True}
+    assert _container(manifest)["securityContext"] == {"allowPrivilegeEscalation": False}
+
+
+def test_render_is_pure_and_yaml_round_trips(spec_factory) -> None:
+    spec = spec_factory(taints=[{"key": "a", "effect": "NoSchedule"}], min_tokens_per_s=10)
+    first, second = render_job(spec), render_job(spec)
+    assert first == second
+    assert first is not second
+    text = to_yaml(first)
+    assert yaml.safe_load(text) == first
+    assert text == to_yaml(second)
+    assert text.startswith("apiVersion: sagemaker.amazonaws.com/v1\nkind: HyperPodPyTorchJob\n")
+
+
+def test_launcher_flags_parse_as_torchrun_flags(spec_factory) -> None:
+    # hyperpodrun is torchrun's parser plus its own server/shutdown flags: drop those two and
+    # torchrun must accept the rest, with the trainer module and its arguments intact.
+    from torch.distributed.run import get_args_parser
+
+    container = _container(render_job(spec_factory(nodes=4)))
+    own = ("--server-port=", "--shutdown-timeout=")
+    launcher = [flag for flag in container["command"][1:] if not flag.startswith(own)]
+    args = get_args_parser().parse_args(launcher + container["args"])
+    assert (args.nnodes, args.nproc_per_node, args.tee, args.log_dir) == ("4", "8", "3", "/tmp/hyperpod")
+    assert args.module is True
+    assert args.training_script == "training.train"
+    assert args.training_script_args == container["args"]

@@ -1,0 +1,179 @@
+"""JobSpec validation: every rule rejects what it should, names its field, fits on one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from training.job import JobSpec
+
+DIGEST = "sha256:" + "ab" * 32
+
+# (field, bad value, text the message must contain)
+INVALID: list[tuple[str, Any, str]] = [
+    ("name", "Llama", "job name"),
+    ("name", "8b-run", "starting with a letter"),
+    ("name", "run-", "job name"),
+    ("name", "r" * 64, "1-63"),
+    ("team", "Research", "team"),
+    ("team", "r" * 41, "1-40"),
+    ("team", "hyperpod-ns-research", "'research'"),
+    ("priority", "training-priority", "'training'"),
+    ("priority", "Training", "priority class"),
+    ("priority", "p" * 55, "1-54"),
+    ("image", "hptrain", "not pinned"),
+    ("image", "hptrain:latest", "not pinned"),
+    ("image", "registry.example.com:5000/team/hptrain", "not pinned"),
+    ("image", "HPTrain:1.0", "not a valid image reference"),
+    ("image", "hptrain@sha256:abc", "not a valid image reference"),
+    ("instance_type", "ml.p9.huge", "known types"),
+    ("instance_type", "p5.48xlarge", "known types"),
+    ("instance_type", "ml.m5.xlarge", "no accelerators"),
+    ("instance_type", "ml.c5n.18xlarge", "no accelerators"),
+    ("instance_group", "-gpu", "instance group"),
+    ("instance_group", "gpu_p5", "instance group"),
+    ("instance_group", "g" * 64, "instance group"),
+    ("nodes", 0, "greater than or equal to 1"),
+    ("nodes", 3, "not divisible by world size 24"),
+    ("spares", -1, "greater than or equal to 0"),
+    ("steps", 0, "greater than or equal to 1"),
+    ("preset", "8B", "unknown preset"),
+    ("preset", "", "unknown preset"),
+    ("preset", "70b", "use one of tiny, 1b, 8b"),
+    ("fsx_claim", "FSx", "PersistentVolumeClaim"),
+    ("fsx_claim", "fsx_claim", "PersistentVolumeClaim"),
+    ("fast_checkpoint_dir", "/tmp/ckpt", "mounted volume"),
+    ("fast_checkpoint_dir", "checkpoints", "mounted volume"),
+    ("fast_checkpoint_dir", "/dev/shm", "mounted volume"),
+    ("fast_checkpoint_dir", "/fsx/../etc", "mounted volume"),
+    ("fast_checkpoint_dir", "/dev/shmem/ckpt", "mounted volume"),
+    ("durable_checkpoint_dir", "/dev/shm/ckpt", "node replacement"),
+    ("durable_checkpoint_dir", "/fsxdata/ckpt", "node replacement"),
+    ("durable_checkpoint_dir", "s3://bucket/ckpt", "node replacement"),
+    ("run_dir", "/tmp/run", "shared by every node"),
+    ("run_dir", "/dev/shm/run", "shared by every node"),
+    ("fast_checkpoint_every", -1, "greater than or equal to 0"),
+    ("durable_checkpoint_every", 0, "greater than or equal to 1"),
+    ("durable_checkpoint_every", 10, ">= 50"),
+    ("start_deadline_s", 10, "greater than or equal to 30"),
+    ("hang_timeout_s", 30, "greater than or equal to 60"),
+    ("hang_timeout_s", 900, "watchdog (900 s)"),
+    ("min_tokens_per_s", 0, "greater than or equal to 1"),
+    ("slow_data_points", 0, "greater than or equal to 1"),
+    ("max_retries", -1, "greater than or equal to 0"),
+    ("restarts_before_full_restart", -1, "greater than or equal to 0"),
+    ("restart_eval_period_s", 10, "greater than or equal to 60"),
+    ("max_full_restarts", -1, "greater than or equal to 0"),
+    ("clean_pod_policy", "Running", "'All', 'OnlyComplete' or 'None'"),
+    ("shutdown_timeout_s", 0, "greater than or equal to 1"),
+    ("shutdown_timeout_s", 120, "SIGTERM save grace (120 s)"),
+    ("shutdown_timeout_s", 3601, "less than or equal to 3600"),
+    ("taints", [{"key": "bad key", "effect": "NoSchedule"}], "taint key"),
+    ("taints", [{"key": "dedicated", "value": "a b", "effect": "NoSchedule"}], "taint value"),
+    ("taints", [{"key": "dedicated", "effect": "NoWay"}], "NoSchedule"),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    INVALID,
+    ids=[f"{field}={value!r}"[:60] for field, value, _ in INVALID],
+)
+def test_invalid_value_is_rejected_with_one_line_naming_the_field(
+    spec_factory, field: str, value: Any, expected: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec_factory(**{field: value})
+    errors = caught.value.errors(include_url=False)
+    assert len(errors) == 1, errors
+    assert errors[0]["loc"][0] == field
+    assert expected in errors[0]["msg"]
+    assert "\n" not in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("missing", ["name", "team", "priority", "image", "instance_type", "instance_group"])
+def test_required_fields(required_fields, missing: str) -> None:
+    del required_fields[missing]
+    with pytest.raises(ValidationError) as caught:
+        JobSpec(**required_fields)
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [((missing,), "missing")]
+
+
+def test_unknown_fields_are_forbidden(required_fields) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec(**required_fields, gpus=8)
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [(("gpus",), "extra_forbidden")]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("image", "hptrain:1.4.0"),
+        ("image", f"hptrain@{DIGEST}"),
+        ("image", f"hptrain:latest@{DIGEST}"),
+        ("image", "registry.example.com:5000/team/hptrain:2025.06.1"),
+        ("instance_type", "ml.g5.12xlarge"),
+        ("instance_type", "ml.trn1.32xlarge"),
+        ("instance_group", "GPU-p5--a"),
+        ("fast_checkpoint_dir", "/fsx/fast/llama"),
+        ("durable_checkpoint_dir", "/fsx/ckpt/llama"),
+        ("run_dir", "/fsx/runs/x"),
+        ("durable_checkpoint_every", 50),
+        ("fast_checkpoint_every", 0),
+        ("nodes", 64),
+        ("preset", "tiny"),
+        ("team", "r" * 40),
+        ("name", "l" * 63),
+    ],
+)
+def test_valid_values_are_accepted(spec_factory, field: str, value: Any) -> None:
+    assert getattr(spec_factory(**{field: value}), field) == value
+
+
+def test_defaults(spec_factory) -> None:
+    spec = spec_factory()
+    assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-claim")
+    assert spec.fast_checkpoint_dir == "/dev/shm/hptrain-ckpt"
+    assert spec.durable_dir == "/fsx/checkpoints/llama-8b"
+    assert spec.out_dir == "/fsx/runs/llama-8b"
+    assert spec.min_tokens_per_s is None
+    assert spec.managed_fast_tier is False
+    assert spec.taints == ()
+    assert (spec.hang_timeout_s, spec.shutdown_timeout_s) == (1200, 180)
+
+
+def test_unset_steps_and_intervals_come_from_the_preset(spec_factory) -> None:
+    big, tiny = spec_factory(), spec_factory(preset="tiny", hang_timeout_s=120)
+    assert (big.total_steps, big.fast_every, big.durable_every) == (100_000, 50, 500)
+    assert (tiny.total_steps, tiny.fast_every, tiny.durable_every) == (40, 5, 20)
+    explicit = spec_factory(steps=7, fast_checkpoint_every=0, durable_checkpoint_every=3)
+    assert (explicit.total_steps, explicit.fast_every, explicit.durable_every) == (7, 0, 3)
+
+
+def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> None:
+    # 8b saves the fast tier every 50 steps, so a durable tier every 20 is out of order ...
+    with pytest.raises(ValidationError, match="durable_checkpoint_every"):
+        spec_factory(durable_checkpoint_every=20)
+    # ... unless the fast tier is disabled.
+    assert spec_factory(durable_checkpoint_every=20, fast_checkpoint_every=0).durable_every == 20
+
+
+def test_world_size_check_follows_the_instance_type(spec_factory) -> None:
+    # 8b's batch of 512 fits 3 x 4 GPUs? No: 12 does not divide 512; 4 x 4 = 16 does.
+    with pytest.raises(ValidationError, match="world size 12"):
+        spec_factory(instance_type="ml.g5.12xlarge", nodes=3)
+    assert spec_factory(instance_type="ml.g5.12xlarge", nodes=4).nodes == 4
+
+
+def test_numbers_given_as_text_are_converted(spec_factory) -> None:
+    # The CLI passes option values through unchanged; the model converts them.
+    spec = spec_factory(nodes="4", spares="1", steps="20")
+    assert (spec.nodes, spec.spares, spec.steps) == (4, 1, 20)
+
+
+def test_spec_is_immutable(spec_factory) -> None:
+    spec = spec_factory()
+    with pytest.raises(ValidationError):
+        spec.nodes = 2  # type: ignore[misc]
