@@ -24,6 +24,7 @@ from config.capacity import (
 )
 from config.instance_types import INSTANCE_TYPES, known_instance_types
 from config.loader import ConfigError, load_file
+from hpctl.job_cmd import app as job_app
 
 app = typer.Typer(
     name="hpctl",
@@ -238,16 +239,7 @@ def instance_types(
     stdout.print(table)
 
 
-def _mount_optional_commands() -> None:
-    """Sub-apps that live in their own modules."""
-    try:
-        from hpctl.job_cmd import app as job_app
-    except ImportError:  # the job renderer is optional until it lands
-        return
-    app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
-
-
-_mount_optional_commands()
+app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
 
 
 def main(argv: list[str] | None = None) -> None:
