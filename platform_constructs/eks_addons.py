@@ -1,0 +1,187 @@
+"""EKS managed add-ons, each pinned to the version in config, and the IAM identities of the
+add-ons that call AWS APIs (EKS Pod Identity: no OIDC provider to manage)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+# vpc-cni settings for HyperPod nodes. A HyperPod node has a single ENI, and the capacity
+# plan (config/capacity.py) sizes the cluster subnets as one address per ENI slot: pods get
+# secondary IPs on that ENI. Prefix delegation would take /28 blocks instead, which breaks
+# the plan's arithmetic and fragments the subnets, so it is pinned off rather than left to
+# a default. Nothing else departs from the add-on defaults, which is what HyperPod expects.
+VPC_CNI_CONFIGURATION: Mapping[str, Any] = {
+    "env": {
+        "ENABLE_PREFIX_DELEGATION": "false",
+    }
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceAccountRef:
+    namespace: str
+    name: str
+
+
+# Service accounts per AWS documentation for each add-on.
+FSX_CSI_CONTROLLER = ServiceAccountRef(namespace="kube-system", name="fsx-csi-controller-sa")
+TRAINING_OPERATOR = ServiceAccountRef(
+    namespace="aws-hyperpod", name="hp-training-operator-controller-manager"
+)
+
+
+class PinnedAddon(Construct):
+    """An `AWS::EKS::Addon` at an exact version.
+
+    OVERWRITE lets the add-on take over fields a previous install (or a manifest) set, so an
+    upgrade never stalls on a conflict; the add-on's own configuration is the source of truth.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        addon_name: str,
+        version: str,
+        configuration: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.resource = eks.CfnAddon(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            addon_name=addon_name,
+            addon_version=version,
+            resolve_conflicts="OVERWRITE",
+            configuration_values=json.dumps(configuration, sort_keys=True) if configuration else None,
+        )
+
+
+class PodIdentity(Construct):
+    """An IAM role for one Kubernetes service account, with its EKS Pod Identity association.
+
+    The association is a standalone resource, not the add-on's inline property: inline
+    associations depend on the add-on version advertising pod-identity support, which some
+    published versions do not. Create it before the add-on so the controller has
+    credentials on first start.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        service_account: ServiceAccountRef,
+        description: str,
+        statements: Sequence[iam.PolicyStatement],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            # EKS Pod Identity assumes the role and tags the session with the pod's identity.
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            description=description,
+            inline_policies={"Permissions": iam.PolicyDocument(statements=list(statements))},
+        )
+        self.association = eks.CfnPodIdentityAssociation(
+            self,
+            "Association",
+            cluster_name=cluster_name,
+            namespace=service_account.namespace,
+            service_account=service_account.name,
+            role_arn=self.role.role_arn,
+        )
+
+
+class FsxCsiDriver(Construct):
+    """The FSx for Lustre CSI driver add-on and its controller identity.
+
+    Volumes are provisioned statically (the platform owns the file system), so the controller
+    never creates or deletes file systems: it may only describe the one it serves.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        version: str,
+        file_system_arn: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.identity = PodIdentity(
+            self,
+            "ControllerIdentity",
+            cluster_name=cluster_name,
+            service_account=FSX_CSI_CONTROLLER,
+            description="FSx CSI controller: describe the platform's Lustre file system",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["fsx:DescribeFileSystems"], resources=[file_system_arn]
+                )
+            ],
+        )
+        self.addon = PinnedAddon(
+            self, "Addon", cluster_name=cluster_name, addon_name="aws-fsx-csi-driver", version=version
+        )
+        self.addon.node.add_dependency(self.identity)
+
+
+class TrainingOperator(Construct):
+    """The SageMaker HyperPod training operator add-on and its controller identity.
+
+    The operator reads the HyperPod node records to map pods to nodes and their health.
+    AWS documents one permission for it (the AmazonSageMakerHyperPodTrainingOperatorAccess
+    managed policy grants sagemaker:DescribeClusterNode); it is granted here on this
+    platform's HyperPod cluster only.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        version: str,
+        hyperpod_cluster_arn: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.identity = PodIdentity(
+            self,
+            "ControllerIdentity",
+            cluster_name=cluster_name,
+            service_account=TRAINING_OPERATOR,
+            description="HyperPod training operator: describe the HyperPod cluster's nodes",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["sagemaker:DescribeClusterNode"], resources=[hyperpod_cluster_arn]
+                )
+            ],
+        )
+        self.addon = PinnedAddon(
+            self,
+            "Addon",
+            cluster_name=cluster_name,
+            addon_name="amazon-sagemaker-hyperpod-training-operator",
+            version=version,
+        )
+        self.addon.node.add_dependency(self.identity)
+
+
+def file_system_arn(scope: Construct, file_system_id: str) -> str:
+    return cdk.Stack.of(scope).format_arn(
+        service="fsx", resource="file-system", resource_name=file_system_id
+    )

@@ -1,0 +1,103 @@
+"""The platform's FSx for Lustre file system as a statically provisioned Kubernetes volume.
+
+A PersistentVolume binds to exactly one PersistentVolumeClaim, and a claim lives in one
+namespace. Each namespace that mounts the file system therefore gets its own PV (same
+file system: same volumeHandle and attributes) bound to a claim named `fsx-claim`, so a job
+spec mounts `fsx-claim` whatever team namespace it runs in. `default` gets one here; a team
+namespace (e.g. hyperpod-ns-<team>, created by the governance stack) gets one through
+`add_namespace`, called after the namespace exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks_v2
+from constructs import Construct
+
+CSI_DRIVER = "fsx.csi.aws.com"
+CLAIM_NAME = "fsx-claim"
+
+
+def persistent_volume_name(namespace: str) -> str:
+    return f"fsx-{namespace}"
+
+
+class FsxStaticVolume(Construct):
+    """Static PV + `fsx-claim` PVC per namespace for one FSx for Lustre file system."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks_v2.ICluster,
+        file_system_id: str,
+        dns_name: str,
+        mount_name: str,
+        capacity_gib: int,
+        namespaces: tuple[str, ...] = ("default",),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._cluster = cluster
+        self._file_system_id = file_system_id
+        self._dns_name = dns_name
+        self._mount_name = mount_name
+        self._capacity = f"{capacity_gib}Gi"
+        self.claims: dict[str, eks_v2.KubernetesManifest] = {}
+        for namespace in namespaces:
+            self.add_namespace(namespace)
+
+    def add_namespace(self, namespace: str) -> eks_v2.KubernetesManifest:
+        """Give `namespace` (which must already exist) an `fsx-claim` bound to the file system."""
+        if namespace in self.claims:
+            raise ValueError(f"namespace {namespace} already has an {CLAIM_NAME}")
+        manifest = eks_v2.KubernetesManifest(
+            self,
+            "Claim" + "".join(part.capitalize() for part in namespace.split("-")),
+            cluster=self._cluster,
+            manifest=[self._volume(namespace), self._claim(namespace)],
+            overwrite=True,
+        )
+        self.claims[namespace] = manifest
+        return manifest
+
+    def _volume(self, namespace: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": persistent_volume_name(namespace)},
+            "spec": {
+                "capacity": {"storage": self._capacity},
+                "volumeMode": "Filesystem",
+                "accessModes": ["ReadWriteMany"],
+                # Deleting a claim must never touch the data: the file system is owned and
+                # retained by the storage stack.
+                "persistentVolumeReclaimPolicy": "Retain",
+                # Empty class: bind only to the claim named below, never to a default class.
+                "storageClassName": "",
+                "claimRef": {"namespace": namespace, "name": CLAIM_NAME},
+                "mountOptions": ["flock"],
+                "csi": {
+                    "driver": CSI_DRIVER,
+                    "volumeHandle": self._file_system_id,
+                    "volumeAttributes": {
+                        "dnsname": self._dns_name,
+                        "mountname": self._mount_name,
+                    },
+                },
+            },
+        }
+
+    def _claim(self, namespace: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": CLAIM_NAME, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": persistent_volume_name(namespace),
+                "resources": {"requests": {"storage": self._capacity}},
+            },
+        }

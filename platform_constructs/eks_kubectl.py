@@ -1,0 +1,200 @@
+"""Apply Kubernetes objects to an L1 EKS cluster from CloudFormation.
+
+CloudFormation has no resource type for Kubernetes objects, so this is the one place the
+platform runs Lambda code: the CDK-maintained kubectl provider (`aws_eks_v2.KubectlProvider`,
+handler and provider framework) bound to the cluster through an imported-cluster reference.
+kubectl and the AWS CLI come from pinned PyPI layer packages and are uploaded as assets;
+nothing is downloaded at deploy time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks_v2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
+from constructs import Construct
+
+from platform_constructs.eks_cluster import EksCluster
+from platform_constructs.nag import acknowledge
+
+# Minor version of the bundled kubectl. kubectl supports API servers one minor version
+# older or newer; config.schema.SUPPORTED_KUBERNETES_VERSIONS stays inside that window.
+KUBECTL_MINOR = (1, 32)
+
+
+def check_kubectl_skew(kubernetes_version: str) -> None:
+    major, minor = (int(p) for p in kubernetes_version.split("."))
+    if major != KUBECTL_MINOR[0] or abs(minor - KUBECTL_MINOR[1]) > 1:
+        raise ValueError(
+            f"the bundled kubectl {KUBECTL_MINOR[0]}.{KUBECTL_MINOR[1]} cannot manage a "
+            f"{kubernetes_version} cluster (supported skew is one minor version); "
+            "switch the kubectl layer package to the cluster's minor version"
+        )
+
+
+class KubectlAccess(Construct):
+    """A kubectl provider inside the VPC with cluster-admin access to `cluster`.
+
+    `kubernetes` is the handle other constructs pass as `cluster=` to
+    `aws_eks_v2.KubernetesManifest` / `HelmChart`, in this stack or a later one.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: EksCluster,
+        kubernetes_version: str,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        check_kubectl_skew(kubernetes_version)
+
+        # The endpoint is private: the handler runs in the VPC and is the only client the
+        # control-plane group admits besides the nodes. It reaches the EKS and Lambda APIs
+        # and the CloudFormation response URL over HTTPS (NAT or VPC endpoints).
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description=f"kubectl provider of EKS {cluster.cluster_name}",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "EKS API, AWS APIs and CloudFormation responses"
+        )
+        cluster.control_plane_security_group.add_ingress_rule(
+            self.security_group, ec2.Port.tcp(443), "kubectl provider to the Kubernetes API"
+        )
+
+        # An explicit role keeps the handler's permissions to what applying manifests needs:
+        # the provider would otherwise attach ECR read-only policies for OCI Helm charts,
+        # which this platform does not install.
+        role = iam.Role(
+            self,
+            "HandlerRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"kubectl provider of EKS {cluster.cluster_name}",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(
+                    "service-role/AWSLambdaVPCAccessExecutionRole"
+                )
+            ],
+            inline_policies={
+                "DescribeCluster": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=["eks:DescribeCluster"], resources=[cluster.cluster_arn]
+                        )
+                    ]
+                )
+            },
+        )
+        acknowledge(
+            role,
+            "IAM4",
+            "AWSLambdaVPCAccessExecutionRole is the AWS-maintained minimum for a Lambda in a "
+            "VPC (its own ENIs and log streams); the handler must run in the VPC to reach the "
+            "private API endpoint",
+            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+        )
+
+        # The provider needs an ICluster for the handler's eks:DescribeCluster scope and
+        # the VPC placement; a reference by name is all it uses.
+        reference = eks_v2.Cluster.from_cluster_attributes(
+            self, "ClusterReference", cluster_name=cluster.resource.ref, vpc=vpc
+        )
+        self.provider = eks_v2.KubectlProvider(
+            self,
+            "Provider",
+            cluster=reference,
+            kubectl_layer=KubectlV32Layer(self, "KubectlLayer"),
+            private_subnets=list(subnets),
+            security_groups=[self.security_group],
+            # Immutable: the provider cannot widen it behind our back.
+            role=role.without_policy_updates(),
+        )
+        self._acknowledge_provider_findings()
+        self._remove_unused_ecr_public_condition()
+        for function in (
+            self.provider.node.find_child("Handler"),
+            self.provider.node.find_child("Provider").node.find_child("framework-onEvent"),
+        ):
+            _drop_redundant_role_dependency(function)
+
+        self.access_entry = cluster.grant_cluster_admin("KubectlProviderAccess", role.role_arn)
+        self.kubernetes = eks_v2.Cluster.from_cluster_attributes(
+            self,
+            "Kubernetes",
+            cluster_name=cluster.resource.ref,
+            vpc=vpc,
+            kubectl_provider=self.provider,
+        )
+
+    def depend_on_access(self, construct: Construct) -> None:
+        """Make `construct` (a manifest in this stack) wait until the provider may apply it.
+        (The provider's functions and roles it already reaches through its service token.)"""
+        construct.node.add_dependency(self.access_entry)
+
+    def _acknowledge_provider_findings(self) -> None:
+        """The provider framework (the custom-resource entry point invoking the handler) and
+        the handler's runtime are CDK's, not ours: acknowledge exactly what they create."""
+        framework = self.provider.node.find_child("Provider")
+        acknowledge(
+            framework,
+            "IAM4",
+            "The CDK provider framework's Lambda uses AWSLambdaBasicExecutionRole for its own "
+            "log streams; the role is created by the framework and not configurable here",
+            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        )
+        acknowledge(
+            framework,
+            "IAM4",
+            "The CDK provider framework's Lambda runs in the VPC next to the handler and uses "
+            "AWSLambdaVPCAccessExecutionRole for its ENIs",
+            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+        )
+        handler = self.provider.node.find_child("Handler")
+        acknowledge(
+            handler,
+            "L1",
+            "The kubectl handler's runtime is chosen by the CDK release that ships the handler "
+            "code and the AWS CLI layer (the newest Python its Region table lists); overriding "
+            "it would run that code on a runtime the release was not tested with",
+        )
+        acknowledge(
+            framework,
+            "IAM5",
+            "The provider framework may invoke any version of the kubectl handler function "
+            "(the ':*' suffix is the function's versions, not other functions)",
+            finding=f"Resource::<{cdk.Stack.of(self).get_logical_id(handler.node.default_child)}.Arn>:*",
+        )
+
+    def _remove_unused_ecr_public_condition(self) -> None:
+        """The provider declares an `aws`-partition condition for the ECR Public policy it
+        attaches to its own role; with our immutable role nothing uses it, and an unused
+        condition is a template lint warning."""
+        for construct in self.node.find_all():
+            if isinstance(construct, cdk.CfnCondition) and construct.node.id == "HasEcrPublic":
+                construct.node.scope.node.try_remove_child(construct.node.id)
+
+
+def _drop_redundant_role_dependency(function: lambda_.Function) -> None:
+    """A CDK function depends explicitly on its role and also reads the role's ARN, which
+    already orders the two: keep only the explicit dependency on the role's inline policy
+    (if any), so the template states each ordering once."""
+    resource = function.node.default_child
+    assert isinstance(resource, lambda_.CfnFunction)
+    stack = cdk.Stack.of(function)
+    policy = function.role.node.try_find_child("DefaultPolicy") if function.role else None
+    if policy is None:
+        resource.add_deletion_override("DependsOn")
+    else:
+        resource.add_override("DependsOn", [stack.get_logical_id(policy.node.default_child)])

@@ -1,0 +1,249 @@
+"""The Kubernetes components HyperPod resiliency depends on, from manifests vendored in
+`eks_manifests/` with every container image pinned here.
+
+AWS documents installing these before the HyperPod cluster is created, so they are applied
+with the EKS cluster; they are DaemonSets and RBAC only, and applying them does not wait for
+any pod (there are no nodes yet). Device plugins are pinned by node affinity to the
+configured instance types that have the device: elsewhere they would crash-loop.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aws_cdk import aws_eks_v2 as eks_v2
+from constructs import Construct
+
+from config.instance_types import INSTANCE_TYPES
+from config.schema import InstanceGroupConfig
+
+MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+# ---------------------------------------------------------------------------- images
+# Exact tags, each the one the named upstream pins. HyperPod's health monitoring agent is
+# published per Region by AWS (account per Region below); the EFA plugin comes from the
+# Region's EKS image registry. Both are pulled through the VPC's ECR endpoints.
+HEALTH_MONITORING_AGENT_TAG = "1.0.935.0_1.0.282.0"  # HyperPod dependency chart default
+HEALTH_MONITORING_AGENT_ACCOUNTS: Mapping[str, str] = {
+    "us-east-1": "767398015722",
+    "us-west-2": "905418368575",
+    "us-east-2": "851725546812",
+    "us-west-1": "011528288828",
+    "eu-central-1": "211125453373",
+    "eu-north-1": "654654141839",
+    "eu-west-1": "533267293120",
+    "eu-west-2": "011528288831",
+    "ap-northeast-1": "533267052152",
+    "ap-south-1": "011528288864",
+    "ap-southeast-1": "905418428165",
+    "ap-southeast-2": "851725636348",
+    "sa-east-1": "025066253954",
+}
+# Every Region above serves EKS images from this account.
+EKS_IMAGE_ACCOUNT = "602401143452"
+EFA_DEVICE_PLUGIN_TAG = "v0.5.6"  # AWS HyperPod EKS reference architecture's pin
+# Registries outside AWS: nodes need an egress path to them, or set eks.image_overrides
+# to a copy in the account's private ECR.
+NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin
+NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0"  # ditto
+
+
+def pinned_images(region: str) -> dict[str, str]:
+    """Default image per component for `region` (components without a regional image for
+    `region` are absent: they need an override)."""
+    images = {
+        "nvidia-device-plugin": NVIDIA_DEVICE_PLUGIN_IMAGE,
+        "neuron-device-plugin": NEURON_DEVICE_PLUGIN_IMAGE,
+    }
+    account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
+    if account is not None:
+        images["health-monitoring-agent"] = (
+            f"{account}.dkr.ecr.{region}.amazonaws.com/"
+            f"hyperpod-health-monitoring-agent:{HEALTH_MONITORING_AGENT_TAG}"
+        )
+        images["aws-efa-k8s-device-plugin"] = (
+            f"{EKS_IMAGE_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
+            f"eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
+        )
+    return images
+
+
+# ------------------------------------------------------------------------ node selection
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    """The configured instance types with one kind of device, and the taints their groups
+    carry (a device plugin must tolerate them or it never reaches those nodes)."""
+
+    instance_types: tuple[str, ...] = ()
+    taints: tuple[tuple[str, str], ...] = ()  # (key, effect)
+
+    def __bool__(self) -> bool:
+        return bool(self.instance_types)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceNodes:
+    nvidia: NodeClass = field(default_factory=NodeClass)
+    neuron: NodeClass = field(default_factory=NodeClass)
+    efa: NodeClass = field(default_factory=NodeClass)
+
+    @classmethod
+    def from_groups(cls, groups: Iterable[InstanceGroupConfig]) -> DeviceNodes:
+        members: dict[str, list[InstanceGroupConfig]] = {"nvidia": [], "neuron": [], "efa": []}
+        for group in groups:
+            accelerator = INSTANCE_TYPES[group.instance_type].accelerator
+            if accelerator in ("nvidia", "neuron"):
+                members[accelerator].append(group)
+            if group.interface is not None:  # the group's nodes get EFA interfaces
+                members["efa"].append(group)
+        return cls(**{kind: _node_class(found) for kind, found in members.items()})
+
+
+def _node_class(groups: Sequence[InstanceGroupConfig]) -> NodeClass:
+    return NodeClass(
+        instance_types=tuple(sorted({g.instance_type for g in groups})),
+        taints=tuple(sorted({(t.key, t.effect) for g in groups for t in g.taints})),
+    )
+
+
+# ----------------------------------------------------------------------------- manifests
+
+
+def load_manifest(name: str) -> list[dict[str, Any]]:
+    with (MANIFEST_DIR / name).open(encoding="utf-8") as handle:
+        return [doc for doc in yaml.safe_load_all(handle) if doc]
+
+
+def _daemonset(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    for doc in docs:
+        if doc["kind"] == "DaemonSet" and doc["metadata"]["name"] == name:
+            return doc
+    raise KeyError(f"no DaemonSet {name} in manifest")
+
+
+def pin_daemonset(daemonset: dict[str, Any], *, image: str, nodes: NodeClass) -> None:
+    """Set the image of every container and restrict scheduling to `nodes`' types."""
+    pod = daemonset["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        container["image"] = image
+    pod["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": INSTANCE_TYPE_LABEL,
+                                "operator": "In",
+                                "values": list(nodes.instance_types),
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    tolerations = pod.setdefault("tolerations", [])
+    for key, effect in nodes.taints:
+        if not _tolerated(tolerations, key, effect):
+            tolerations.append({"key": key, "operator": "Exists", "effect": effect})
+
+
+def _tolerated(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:
+    """Whether an existing Exists toleration already matches every taint `key`:`effect`."""
+    return any(
+        t.get("operator") == "Exists"
+        and t.get("key") in (None, key)
+        and t.get("effect") in (None, effect)
+        for t in tolerations
+    )
+
+
+def render_components(
+    *, nodes: DeviceNodes, images: Mapping[str, str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Component name -> the Kubernetes objects to apply, for the device kinds present."""
+    components: dict[str, list[dict[str, Any]]] = {
+        "namespace": load_manifest("hyperpod-namespace.yaml"),
+        "deep-health-check": load_manifest("deep-health-check-rbac.yaml"),
+        "hyperpod-patching": load_manifest("hyperpod-patching-rbac.yaml"),
+    }
+
+    def image(component: str) -> str:
+        try:
+            return images[component]
+        except KeyError:
+            raise ValueError(
+                f"no pinned {component} image for this Region; set eks.image_overrides."
+                f"{component} to a pinned copy in your registry"
+            ) from None
+
+    if nodes.nvidia or nodes.neuron:
+        hma = load_manifest("health-monitoring-agent.yaml")
+        variants = (("health-monitoring-agent", nodes.nvidia),
+                    ("health-monitoring-agent-non-nvidia", nodes.neuron))
+        for name, node_class in variants:
+            daemonset = _daemonset(hma, name)
+            if node_class:
+                pin_daemonset(daemonset, image=image("health-monitoring-agent"), nodes=node_class)
+            else:
+                hma.remove(daemonset)  # a DaemonSet with an empty type list is invalid
+        components["health-monitoring-agent"] = hma
+    for component, manifest, daemonset_name, node_class in (
+        ("nvidia-device-plugin", "nvidia-device-plugin.yaml", "nvidia-device-plugin-daemonset", nodes.nvidia),
+        ("aws-efa-k8s-device-plugin", "efa-device-plugin.yaml", "aws-efa-k8s-device-plugin", nodes.efa),
+        ("neuron-device-plugin", "neuron-device-plugin.yaml", "neuron-device-plugin-daemonset", nodes.neuron),
+    ):
+        if not node_class:
+            continue
+        docs = load_manifest(manifest)
+        pin_daemonset(_daemonset(docs, daemonset_name), image=image(component), nodes=node_class)
+        components[component] = docs
+    return components
+
+
+class HyperPodDependencies(Construct):
+    """Applies the HyperPod resiliency components to `cluster`, one manifest resource per
+    component so each updates (and fails) on its own. `manifests` maps component names to
+    the applied constructs."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks_v2.ICluster,
+        region: str,
+        instance_groups: Sequence[InstanceGroupConfig],
+        image_overrides: Mapping[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        images = {**pinned_images(region), **image_overrides}
+        components = render_components(nodes=DeviceNodes.from_groups(instance_groups), images=images)
+        self.manifests: dict[str, eks_v2.KubernetesManifest] = {}
+        for name, objects in components.items():
+            self.manifests[name] = eks_v2.KubernetesManifest(
+                self,
+                _construct_id(name),
+                cluster=cluster,
+                manifest=copy.deepcopy(objects),
+                # apply (not create): re-running against objects that already exist, e.g. a
+                # namespace an add-on also declares, converges instead of failing.
+                overwrite=True,
+            )
+        namespace = self.manifests["namespace"]
+        for name, manifest in self.manifests.items():
+            if name != "namespace":
+                manifest.node.add_dependency(namespace)
+
+
+def _construct_id(component: str) -> str:
+    return "".join(part.capitalize() for part in component.split("-"))
