@@ -23,15 +23,17 @@ from pydantic import (
 
 from config.instance_types import INSTANCE_TYPES, InterfaceType, known_instance_types
 
-# Kubernetes versions HyperPod EKS orchestration supports.
-SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.30", "1.31", "1.32", "1.33")
+# Kubernetes versions HyperPod EKS orchestration supports that the platform's bundled
+# kubectl (1.32, see platform_constructs/eks_kubectl.py) can manage: kubectl supports API
+# servers one minor version older or newer than itself.
+SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33")
 
 # Add-ons pinned in config, with the oldest version the project supports. vpc-cni 1.18.3 is
 # the documented HyperPod minimum; the others are the oldest versions this project tested.
 ADDON_MINIMUM_VERSIONS: dict[str, tuple[int, int, int]] = {
     "vpc-cni": (1, 18, 3),
     "coredns": (1, 11, 1),
-    "kube-proxy": (1, 30, 0),
+    "kube-proxy": (1, 31, 0),
     "eks-pod-identity-agent": (1, 3, 0),
     "aws-fsx-csi-driver": (1, 2, 0),
     "cert-manager": (1, 16, 0),
@@ -63,6 +65,15 @@ _K8S_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])
 _RFC1918 = tuple(
     ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
+
+
+# Interface endpoint service names as written after "com.amazonaws.<region>." (ecr.api).
+_ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
+# https_egress_cidrs is for narrow, deliberate exceptions; anything wider than a /8 (and
+# 0.0.0.0/0 above all) would be blanket egress under another name.
+_MIN_EGRESS_PREFIX = 8
+# FSx for Lustre metadata IOPS (SSD): 1500, 3000, 6000, then multiples of 12000 to 192000.
+_METADATA_IOPS = (1500, 3000, 6000, *range(12000, 192001, 12000))
 
 
 def _parse_cidr(value: object) -> ipaddress.IPv4Network:
@@ -179,6 +190,41 @@ class NetworkConfig(Strict):
             raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each AZ once")
         return value
 
+    @field_validator("interface_endpoints")
+    @classmethod
+    def _endpoint_services(cls, value: list[str]) -> list[str]:
+        for service in value:
+            if not _ENDPOINT_SERVICE.match(service):
+                raise ValueError(
+                    f"{service!r} is not an endpoint service name; write the part after "
+                    "com.amazonaws.<region>. (e.g. ecr.api)"
+                )
+        if "s3" in value:
+            raise ValueError(
+                "'s3' is served by the S3 gateway endpoint the network always creates; "
+                "remove it from interface_endpoints"
+            )
+        duplicates = sorted({s for s in value if value.count(s) > 1})
+        if duplicates:
+            raise ValueError(
+                f"listed more than once: {', '.join(duplicates)}; list each endpoint once"
+            )
+        return value
+
+    @field_validator("https_egress_cidrs")
+    @classmethod
+    def _narrow_egress(cls, value: list[ipaddress.IPv4Network]) -> list[ipaddress.IPv4Network]:
+        for cidr in value:
+            if cidr.prefixlen < _MIN_EGRESS_PREFIX:
+                raise ValueError(
+                    f"{cidr} is not a narrow rule (shorter than /{_MIN_EGRESS_PREFIX}); nodes "
+                    "have no blanket egress on purpose: list the proxy or mirror ranges"
+                )
+        duplicates = sorted({str(c) for c in value if value.count(c) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each CIDR once")
+        return value
+
     @field_validator("flow_log_retention_days")
     @classmethod
     def _retention(cls, value: int) -> int:
@@ -228,6 +274,24 @@ class DataRepositoryConfig(Strict):
         default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
     )
 
+    @field_validator("file_system_path")
+    @classmethod
+    def _normalized_path(cls, value: str) -> str:
+        if "//" in value or "/../" in f"{value}/" or "/./" in f"{value}/":
+            raise ValueError(
+                f"{value!r} is not a normalized path; write it without '//', '.' or '..' "
+                "(e.g. /data)"
+            )
+        return value
+
+    @field_validator("auto_import", "auto_export")
+    @classmethod
+    def _unique_events(cls, value: list[str]) -> list[str]:
+        duplicates = sorted({e for e in value if value.count(e) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each event once")
+        return value
+
 
 class FsxConfig(Strict):
     storage_capacity_gib: int = Field(ge=1200, le=2_000_000)
@@ -238,8 +302,26 @@ class FsxConfig(Strict):
         pattern=r"^[1-7]:([01]\d|2[0-3]):[0-5]\d$",
         description="d:HH:MM in UTC, 1 = Monday.",
     )
-    efa_enabled: bool = False
+    efa_enabled: bool = Field(
+        default=False,
+        description="EFA and GPUDirect Storage. Fixed at creation (changing it replaces the "
+        "file system) and, once on, throughput_per_tib can no longer change.",
+    )
+    metadata_iops: int | None = Field(
+        default=None,
+        description="Provisioned metadata IOPS; default: AUTOMATIC mode (scales with capacity).",
+    )
     data_repository: DataRepositoryConfig = Field(default_factory=DataRepositoryConfig)
+
+    @field_validator("metadata_iops")
+    @classmethod
+    def _metadata_iops(cls, value: int | None) -> int | None:
+        if value is not None and value not in _METADATA_IOPS:
+            raise ValueError(
+                f"{value} is not an FSx for Lustre metadata IOPS value; use 1500, 3000, 6000 "
+                "or a multiple of 12000 up to 192000 (or leave it out for AUTOMATIC)"
+            )
+        return value
 
     @field_validator("storage_capacity_gib")
     @classmethod
@@ -253,6 +335,13 @@ class FsxConfig(Strict):
 
 class BucketsConfig(Strict):
     checkpoint_noncurrent_days: int = Field(default=7, ge=1, le=365)
+    data_noncurrent_days: int = Field(
+        default=30,
+        ge=1,
+        le=3653,
+        description="Days an overwritten or deleted data object (e.g. re-exported by FSx) "
+        "stays recoverable.",
+    )
     access_log_retention_days: int = Field(default=365, ge=1, le=3653)
 
 
@@ -272,6 +361,22 @@ class EksConfig(Strict):
         description="Empty: the API endpoint is private only.",
     )
     addons: dict[str, str]
+    log_retention_days: int = Field(
+        default=365, description="Retention of the control-plane log group (all log types)."
+    )
+    image_overrides: dict[
+        Literal[
+            "health-monitoring-agent",
+            "nvidia-device-plugin",
+            "aws-efa-k8s-device-plugin",
+            "neuron-device-plugin",
+        ],
+        str,
+    ] = Field(
+        default_factory=dict,
+        description="Replace the pinned image of a HyperPod dependency, e.g. with a copy in the "
+        "account's ECR when nodes cannot reach the upstream registry. Pin a tag or a digest.",
+    )
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -331,6 +436,48 @@ class EksConfig(Strict):
                 )
         return value
 
+    @field_validator("log_retention_days")
+    @classmethod
+    def _log_retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError(
+                f"{value} is not a CloudWatch Logs retention period; use one of "
+                f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
+            )
+        return value
+
+    @field_validator("image_overrides")
+    @classmethod
+    def _pinned_images(cls, value: dict[str, str]) -> dict[str, str]:
+        # registry[:port]/repository[/...] then an exact tag or a sha256 digest.
+        reference = re.compile(
+            r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+"
+            r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+        )
+        for component, image in value.items():
+            if not reference.match(image):
+                raise ValueError(
+                    f"{component}: {image!r} is not a pinned image reference; use "
+                    "registry/repository:tag or registry/repository@sha256:<digest>"
+                )
+            if image.endswith(":latest"):
+                raise ValueError(
+                    f"{component}: the 'latest' tag moves between deployments; pin an exact tag or digest"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _kube_proxy_matches_cluster(self) -> EksConfig:
+        version = self.addons.get("kube-proxy")
+        parsed = _parse_version(version) if version else None
+        if parsed is not None and f"{parsed[0]}.{parsed[1]}" != self.kubernetes_version:
+            raise FieldError(
+                "addons.kube-proxy",
+                f"{version} is built for Kubernetes {parsed[0]}.{parsed[1]} but kubernetes_version "
+                f"is {self.kubernetes_version}; pin the kube-proxy build for the cluster's minor version",
+            )
+        return self
+
 
 # --------------------------------------------------------------------------- hyperpod
 
@@ -367,11 +514,34 @@ class TaintConfig(Strict):
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
+    @staticmethod
+    def reserved_domain(key: str) -> str | None:
+        """The reserved domain `key` is prefixed with, if any (node labels share the rule).
+
+        Key prefixes (the DNS domain before the "/") owned by someone else: HyperPod sets its
+        own node labels and taints (health status, instance group, deep health checks) under
+        sagemaker.amazonaws.com and would fight over them; Kubernetes reserves kubernetes.io
+        and k8s.io for its core components. Subdomains belong to the same owner.
+        """
+        if "/" not in key:
+            return None
+        prefix = key.split("/", 1)[0].lower()
+        for domain in ("sagemaker.amazonaws.com", "kubernetes.io", "k8s.io"):
+            if prefix == domain or prefix.endswith(f".{domain}"):
+                return domain
+        return None
+
     @field_validator("key")
     @classmethod
     def _key(cls, value: str) -> str:
         if not _K8S_LABEL_KEY.match(value):
             raise ValueError(f"{value!r} is not a valid Kubernetes taint key")
+        domain = cls.reserved_domain(value)
+        if domain is not None:
+            raise ValueError(
+                f"{value!r} uses the reserved prefix {domain}/ (set by HyperPod or "
+                "Kubernetes itself); use a key under your own domain, e.g. example.com/dedicated"
+            )
         return value
 
     @field_validator("value")
@@ -393,7 +563,8 @@ class InstanceGroupConfig(Strict):
         default_factory=list
     )
     labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[TaintConfig] = Field(default_factory=list)
+    # HyperPod's KubernetesConfig accepts at most 50 taints per group.
+    taints: list[TaintConfig] = Field(default_factory=list, max_length=50)
     training_plan: TrainingPlanConfig | None = None
     network_interface: InterfaceType | None = Field(
         default=None, description="efa or efa-only; default efa where the type has EFA."
@@ -422,6 +593,33 @@ class InstanceGroupConfig(Strict):
                 raise ValueError(f"{key!r} is not a valid Kubernetes label key")
             if not _K8S_LABEL_VALUE.match(label):
                 raise ValueError(f"{key}: {label!r} is not a valid Kubernetes label value")
+            domain = TaintConfig.reserved_domain(key)
+            if domain is not None:
+                raise ValueError(
+                    f"{key!r} uses the reserved prefix {domain}/ (set by HyperPod or "
+                    "Kubernetes itself); use a key under your own domain, e.g. example.com/team"
+                )
+        return value
+
+    @field_validator("taints", mode="before")
+    @classmethod
+    def _taint_count(cls, value: object) -> object:
+        if isinstance(value, list) and len(value) > 50:
+            raise ValueError(f"{len(value)} taints; HyperPod accepts at most 50 per group")
+        return value
+
+    @field_validator("taints")
+    @classmethod
+    def _unique_taints(cls, value: list[TaintConfig]) -> list[TaintConfig]:
+        # Kubernetes rejects a node whose taints repeat a key with the same effect.
+        seen: set[tuple[str, str]] = set()
+        for taint in value:
+            if (taint.key, taint.effect) in seen:
+                raise ValueError(
+                    f"{taint.key} with effect {taint.effect} appears more than once; "
+                    "list each key/effect pair once"
+                )
+            seen.add((taint.key, taint.effect))
         return value
 
     @field_validator("deep_health_checks")
@@ -478,7 +676,25 @@ class InstanceGroupConfig(Strict):
 
 class TieredStorageConfig(Strict):
     enabled: bool = False
-    memory_percent: int = Field(default=20, ge=1, le=100)
+    # The API type accepts 0-100, but HyperPod's managed tiered checkpointing setup guide
+    # gives 20-100 as the range for the in-memory tier: fail here, not mid-deploy.
+    memory_percent: int = Field(
+        default=20,
+        ge=20,
+        le=100,
+        description="Share of each node's memory given to the in-memory checkpoint tier (20-100).",
+    )
+
+    @field_validator("memory_percent", mode="before")
+    @classmethod
+    def _memory_percent(cls, value: object) -> object:
+        # Before the bounds above, so the message gives the range and the default.
+        if isinstance(value, int) and not isinstance(value, bool) and not 20 <= value <= 100:
+            raise ValueError(
+                f"{value} is outside 20-100, the range managed tiered checkpointing accepts; "
+                "use 20 (the default) or more"
+            )
+        return value
 
 
 class HyperPodConfig(Strict):
@@ -499,6 +715,17 @@ class HyperPodConfig(Strict):
                 f"group names must be unique; {', '.join(duplicates)} appears more than once"
             )
         return value
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_continuous(self) -> HyperPodConfig:
+        # HyperPod's managed Karpenter autoscaling is built on continuous provisioning (its
+        # setup guide creates the cluster with NodeProvisioningMode Continuous).
+        if self.autoscaling and self.node_provisioning_mode != "Continuous":
+            raise FieldError(
+                "autoscaling",
+                "needs node_provisioning_mode: Continuous; set it or turn autoscaling off",
+            )
+        return self
 
     def groups_by_name(self) -> list[InstanceGroupConfig]:
         """Groups sorted by name: the order never depends on the order in the file."""
@@ -559,6 +786,23 @@ class EnvironmentConfig(Strict):
                     f"{where}.training_plan.arn",
                     f"plan is in {plan.account}/{plan.region}, the "
                     f"environment in {self.account}/{self.region}; use a plan of this account and region"
+                )
+        # One training AZ per environment: FSx for Lustre lives in a single AZ (the one
+        # training_availability_zone picks) and EFA does not cross AZs, so a plan elsewhere
+        # would buy capacity that reads its data cross-AZ and cannot join the others' jobs.
+        training_az = self.training_availability_zone
+        for index, group in enumerate(self.hyperpod.instance_groups):
+            plan = group.training_plan
+            if plan is not None and plan.availability_zone != training_az:
+                owner = next(
+                    g.name for g in self.hyperpod.groups_by_name()
+                    if g.availability_zone == training_az
+                )
+                raise FieldError(
+                    f"hyperpod.instance_groups[{index}].training_plan.availability_zone",
+                    f"{plan.availability_zone} (group {group.name}) differs from "
+                    f"{training_az}, the training AZ set by group {owner}'s plan (FSx and EFA "
+                    "stay in one AZ); use training plans from one AZ"
                 )
         return self
 

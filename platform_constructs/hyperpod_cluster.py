@@ -1,0 +1,143 @@
+"""The `AWS::SageMaker::Cluster` of one environment, built from its HyperPod config.
+
+Instance groups are keyed by name and emitted in name order, and each group's properties
+depend on that group's config alone: adding, removing or reordering groups in the file never
+changes another group (no perpetual diffs from list positions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from config.schema import HyperPodConfig, InstanceGroupConfig
+from platform_constructs.lifecycle_scripts import LifecycleScripts
+
+# Pinned so that refactoring the construct tree can never make CloudFormation replace (and
+# so delete) the cluster and its nodes.
+CLUSTER_LOGICAL_ID = "HyperPodCluster"
+
+
+class HyperPodCluster(Construct):
+    """The cluster resource; `cluster_name` and `cluster_arn` identify it to other stacks."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        config: HyperPodConfig,
+        eks_cluster_arn: str,
+        subnets_by_az: Mapping[str, ec2.ISubnet],
+        security_group: ec2.ISecurityGroup,
+        execution_role: iam.IRole,
+        lifecycle: LifecycleScripts,
+        removal_policy: cdk.RemovalPolicy,
+        autoscaling_role: iam.IRole | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if config.autoscaling and autoscaling_role is None:
+            raise ValueError("autoscaling is enabled but no autoscaling role was given")
+        self._subnets_by_az = dict(subnets_by_az)
+        self._security_group_ids = [security_group.security_group_id]
+        self._execution_role = execution_role
+        self._lifecycle = lifecycle
+
+        tiered = config.tiered_storage
+        self.resource = sagemaker.CfnCluster(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(
+                    cluster_arn=eks_cluster_arn
+                )
+            ),
+            # Groups without a training plan may land in any cluster subnet, as the
+            # capacity plan assumed when it sized them.
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                subnets=[self._subnets_by_az[az].subnet_id for az in sorted(self._subnets_by_az)],
+                security_group_ids=self._security_group_ids,
+            ),
+            instance_groups=[self._instance_group(g) for g in config.groups_by_name()],
+            node_recovery=config.node_recovery,
+            node_provisioning_mode=config.node_provisioning_mode,
+            # Stated even when off, so turning it off in config turns it off in the cluster.
+            tiered_storage_config=sagemaker.CfnCluster.TieredStorageConfigProperty(
+                mode="Enable" if tiered.enabled else "Disable",
+                instance_memory_allocation_percentage=tiered.memory_percent
+                if tiered.enabled
+                else None,
+            ),
+            auto_scaling=sagemaker.CfnCluster.ClusterAutoScalingConfigProperty(
+                mode="Enable", auto_scaler_type="Karpenter"
+            )
+            if config.autoscaling
+            else None,
+            # Only the autoscaler assumes the cluster role; without autoscaling there is none.
+            cluster_role=autoscaling_role.role_arn
+            if config.autoscaling and autoscaling_role is not None
+            else None,
+        )
+        self.resource.override_logical_id(CLUSTER_LOGICAL_ID)
+        self.resource.apply_removal_policy(removal_policy)
+        # Nodes download the scripts while the cluster is created: they must be in S3 first.
+        self.resource.node.add_dependency(lifecycle.deployment)
+        self.cluster_name = cluster_name
+        self.cluster_arn = self.resource.attr_cluster_arn
+
+    def _instance_group(
+        self, group: InstanceGroupConfig
+    ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+        """One group's properties, computed from that group alone."""
+        cfn = sagemaker.CfnCluster
+        kubernetes = None
+        if group.labels or group.taints:
+            kubernetes = cfn.ClusterKubernetesConfigProperty(
+                labels=dict(sorted(group.labels.items())) or None,
+                taints=[
+                    cfn.ClusterKubernetesTaintProperty(key=t.key, effect=t.effect, value=t.value)
+                    for t in group.taints
+                ]
+                or None,
+            )
+        plan = group.training_plan
+        return cfn.ClusterInstanceGroupProperty(
+            instance_group_name=group.name,
+            instance_type=group.instance_type,
+            instance_count=group.count,
+            min_instance_count=group.min_count,
+            threads_per_core=group.threads_per_core,
+            execution_role=self._execution_role.role_arn,
+            life_cycle_config=cfn.ClusterLifeCycleConfigProperty(
+                source_s3_uri=self._lifecycle.s3_uri, on_create=self._lifecycle.on_create
+            ),
+            instance_storage_configs=[
+                cfn.ClusterInstanceStorageConfigProperty(
+                    ebs_volume_config=cfn.ClusterEbsVolumeConfigProperty(
+                        volume_size_in_gb=group.ebs_volume_gib
+                    )
+                )
+            ],
+            on_start_deep_health_checks=list(group.deep_health_checks) or None,
+            kubernetes_config=kubernetes,
+            # The interface the capacity plan sized the subnets for (efa takes an address
+            # per extra network card, efa-only none).
+            network_interface=cfn.ClusterNetworkInterfaceProperty(interface_type=group.interface)
+            if group.interface is not None
+            else None,
+            training_plan_arn=plan.arn if plan is not None else None,
+            # Reserved capacity exists in one AZ only: launch the group in that AZ's subnet.
+            override_vpc_config=cfn.VpcConfigProperty(
+                subnets=[self._subnets_by_az[plan.availability_zone].subnet_id],
+                security_group_ids=self._security_group_ids,
+            )
+            if plan is not None
+            else None,
+        )

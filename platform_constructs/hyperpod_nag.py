@@ -1,0 +1,62 @@
+"""Acknowledgments whose finding names a value from another stack.
+
+cdk-nag prints a wildcard resource such as `<bucket ARN>/*` with the export name of the
+bucket's stack output, and CDK only names that export while it prepares the app, after every
+construct exists. An exact acknowledgment therefore has to be written once references are
+resolved: CDK runs construct validations after prepare and before the policy-validation
+plugins read acknowledgments, so a validation hook is the point to record it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+from constructs import IConstruct, IValidation
+
+from platform_constructs.nag import acknowledge
+
+
+def nag_resource_string(value: Any) -> str:
+    """A resolved CloudFormation value written the way cdk-nag prints it in findings:
+    references as `<LogicalId>` / `<LogicalId.Attr>`, imports as their export name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        [(key, arg)] = value.items()
+        if key == "Fn::Join":
+            separator, parts = arg
+            return separator.join(nag_resource_string(p) for p in parts)
+        if key == "Ref":
+            return f"<{arg}>"
+        if key == "Fn::GetAtt":
+            return f"<{arg[0]}.{arg[1]}>"
+        if key == "Fn::ImportValue":
+            return nag_resource_string(arg)
+    raise ValueError(f"cannot write {value!r} as a cdk-nag finding")
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeResolvedResource:
+    def __init__(self, construct: IConstruct, rule: str, reason: str, resource: str) -> None:
+        self._construct = construct
+        self._rule = rule
+        self._reason = reason
+        self._resource = resource
+
+    def validate(self) -> list[str]:
+        resolved = cdk.Stack.of(self._construct).resolve(self._resource)
+        acknowledge(
+            self._construct,
+            self._rule,
+            self._reason,
+            finding=f"Resource::{nag_resource_string(resolved)}",
+        )
+        return []
+
+
+def acknowledge_resource(construct: IConstruct, rule: str, reason: str, *, resource: str) -> None:
+    """Acknowledge `rule` on `construct` for exactly the policy resource `resource` (the same
+    value, token included, that the policy statement uses)."""
+    construct.node.add_validation(_AcknowledgeResolvedResource(construct, rule, reason, resource))

@@ -1,0 +1,316 @@
+"""IAM roles of a HyperPod cluster: the node execution role and the autoscaler's cluster role.
+
+The execution role follows AWS's list for HyperPod with EKS orchestration (the statements of
+AmazonSageMakerClusterInstanceRolePolicy plus the VPC CNI, ECR and Pod Identity permissions),
+written as inline statements scoped as far as each API allows (this VPC, its cluster subnets,
+this cluster's log group, the EKS cluster, the checkpoint bucket) instead of attaching the
+broad managed policy. Actions that AWS does not authorize per resource (EC2 Describe*,
+ecr:GetAuthorizationToken, cloudwatch:PutMetricData, ssmmessages) keep `*`, narrowed by a
+condition key where one exists, and every wildcard is acknowledged on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IConstruct
+
+from platform_constructs.hyperpod_nag import acknowledge_resource
+from platform_constructs.nag import acknowledge
+
+# HyperPod writes node logs to /aws/sagemaker/Clusters/<cluster name>/<cluster id> and metrics
+# to this namespace.
+LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters"
+METRICS_NAMESPACE = "/aws/sagemaker/Clusters"
+
+
+class HyperPodExecutionRole(Construct):
+    """The role every instance group's nodes assume (one role for the whole cluster)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        security_group: ec2.ISecurityGroup,
+        eks_cluster_arn: str,
+        checkpoint_bucket: s3.IBucket,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+        network_interfaces = stack.format_arn(
+            service="ec2", resource="network-interface", resource_name="*"
+        )
+        in_this_vpc = {"StringEquals": {"ec2:Vpc": vpc_arn}}
+        subnet_arns = [
+            stack.format_arn(service="ec2", resource="subnet", resource_name=s.subnet_id)
+            for s in subnets
+        ]
+        security_group_arn = stack.format_arn(
+            service="ec2", resource="security-group", resource_name=security_group.security_group_id
+        )
+        instances = stack.format_arn(
+            service="ec2", resource="instance", resource_name="*", account="*"
+        )
+        repositories = stack.format_arn(
+            service="ecr", resource="repository", resource_name="*", account="*"
+        )
+        checkpoint_objects = checkpoint_bucket.arn_for_objects("*")
+        log_group = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{LOG_GROUP_PREFIX}/{cluster_name}/*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+
+        statements = [
+            # HyperPod attaches each node to the VPC through an ENI it creates in a cluster
+            # subnet with the cluster security group.
+            iam.PolicyStatement(
+                sid="CreateNodeInterfaces",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[network_interfaces, security_group_arn, *subnet_arns],
+                conditions=in_this_vpc,
+            ),
+            # The VPC CNI assigns pod addresses on the node's ENI; HyperPod shares the ENI
+            # with its own account and removes it with the node. Only ENIs in this VPC.
+            iam.PolicyStatement(
+                sid="ManageNodeInterfaces",
+                actions=[
+                    "ec2:AssignPrivateIpAddresses",
+                    "ec2:UnassignPrivateIpAddresses",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DetachNetworkInterface",
+                    "ec2:ModifyNetworkInterfaceAttribute",
+                    "ec2:CreateTags",
+                ],
+                resources=[network_interfaces],
+                conditions=in_this_vpc,
+            ),
+            # Detach and attribute changes also name the instance (owned by HyperPod's
+            # service account, so no account can be pinned) and may set the cluster group;
+            # the ENI half of the authorization above still limits them to this VPC.
+            iam.PolicyStatement(
+                sid="NodeInterfaceAttachments",
+                actions=["ec2:DetachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"],
+                resources=[instances, security_group_arn],
+            ),
+            # Describe calls cannot be scoped to resources; pinned to this region.
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                ],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+            ),
+            # Container images: add-on images come from AWS-owned registries in other
+            # accounts, training images from this account; all in this region.
+            iam.PolicyStatement(
+                sid="PullImages",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[repositories],
+            ),
+            iam.PolicyStatement(
+                sid="RegistryLogin",
+                actions=["ecr:GetAuthorizationToken"],
+                resources=["*"],
+            ),
+            # The Pod Identity agent on each node exchanges pod credentials for this cluster.
+            iam.PolicyStatement(
+                sid="PodIdentity",
+                actions=["eks-auth:AssumeRoleForPodIdentity"],
+                resources=[eks_cluster_arn],
+            ),
+            # Lifecycle and agent logs go to this cluster's log group only.
+            iam.PolicyStatement(
+                sid="ClusterLogGroup",
+                actions=["logs:CreateLogGroup"],
+                resources=[log_group],
+            ),
+            iam.PolicyStatement(
+                sid="ClusterLogStreams",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[f"{log_group}:log-stream:*"],
+            ),
+            iam.PolicyStatement(
+                sid="ClusterMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": METRICS_NAMESPACE}},
+            ),
+            # Session Manager is how operators reach HyperPod nodes; the channel actions
+            # have no resource type.
+            iam.PolicyStatement(
+                sid="SessionManagerChannels",
+                actions=[
+                    "ssmmessages:CreateControlChannel",
+                    "ssmmessages:CreateDataChannel",
+                    "ssmmessages:OpenControlChannel",
+                    "ssmmessages:OpenDataChannel",
+                ],
+                resources=["*"],
+            ),
+            # The S3 tier of managed tiered checkpointing (and the trainer's durable
+            # checkpoints): objects of the checkpoint bucket, multipart uploads included.
+            iam.PolicyStatement(
+                sid="CheckpointObjects",
+                actions=[
+                    "s3:GetObject",
+                    "s3:PutObject",
+                    "s3:DeleteObject",
+                    "s3:AbortMultipartUpload",
+                    "s3:ListMultipartUploadParts",
+                ],
+                resources=[checkpoint_objects],
+            ),
+            iam.PolicyStatement(
+                sid="CheckpointListing",
+                actions=["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+                resources=[checkpoint_bucket.bucket_arn],
+            ),
+        ]
+
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"Nodes of HyperPod cluster {cluster_name}",
+            inline_policies={"HyperPodNode": iam.PolicyDocument(statements=statements)},
+        )
+        # A checkpoint bucket encrypted with a customer key also needs the key: decrypt to
+        # read checkpoints, data keys to write them, nothing else. (SSE-S3 buckets need none.)
+        if checkpoint_bucket.encryption_key is not None:
+            checkpoint_bucket.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
+        # Policies attached later (lifecycle read access) are kept with the role too.
+        cdk.Aspects.of(self).add(_Retention(removal_policy))
+        self._acknowledge(
+            network_interfaces=network_interfaces,
+            instances=instances,
+            repositories=repositories,
+            log_group=log_group,
+            checkpoint_objects=checkpoint_objects,
+        )
+
+    def _acknowledge(
+        self,
+        *,
+        network_interfaces: str,
+        instances: str,
+        repositories: str,
+        log_group: str,
+        checkpoint_objects: str,
+    ) -> None:
+        role = self.role
+        for resource, reason in (
+            (
+                network_interfaces,
+                "ENI actions name interfaces HyperPod creates at node launch, so their IDs "
+                "cannot be known; every ENI statement is conditioned on ec2:Vpc = this VPC.",
+            ),
+            (
+                instances,
+                "HyperPod node instances live in a service-owned account with unknown IDs; "
+                "detaching still requires the ENI to be in this VPC.",
+            ),
+            (
+                repositories,
+                "Kubelet pulls add-on images from AWS-owned ECR registries in other accounts; "
+                "pulls are read-only and limited to this region.",
+            ),
+            (
+                log_group,
+                "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the "
+                "id is assigned at creation, so the grant stops at this cluster's name.",
+            ),
+            (
+                f"{log_group}:log-stream:*",
+                "Log streams are named per instance group and instance at launch; limited to "
+                "this cluster's log group.",
+            ),
+            (
+                checkpoint_objects,
+                "The checkpoint bucket holds only checkpoints; the S3 tier of managed tiered "
+                "checkpointing writes object keys chosen per job and step.",
+            ),
+        ):
+            acknowledge_resource(role, "IAM5", reason, resource=resource)
+        acknowledge(
+            role,
+            "IAM5",
+            "EC2 Describe*, ecr:GetAuthorizationToken, cloudwatch:PutMetricData and the "
+            "ssmmessages channel actions support no resource-level permissions; each is "
+            "limited by region or metric namespace where a condition key exists.",
+            finding="Resource::*",
+        )
+
+
+@jsii.implements(cdk.IAspect)
+class _Retention:
+    """Applies the cluster's removal policy to the role and every policy attached to it: a
+    retained cluster keeps replacing failed nodes, and they assume this role."""
+
+    def __init__(self, removal_policy: cdk.RemovalPolicy) -> None:
+        self._removal_policy = removal_policy
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, cdk.CfnResource):
+            node.apply_removal_policy(self._removal_policy)
+
+
+class HyperPodAutoscalingRole(Construct):
+    """The cluster role HyperPod's managed Karpenter assumes to add and remove nodes."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        # The cluster ARN ends in an id assigned at creation, and the role must exist before
+        # the cluster: scope to clusters of this account and region.
+        clusters = stack.format_arn(service="sagemaker", resource="cluster", resource_name="*")
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("hyperpod.sagemaker.amazonaws.com"),
+            description=f"Karpenter autoscaling of HyperPod cluster {cluster_name}",
+            inline_policies={
+                "HyperPodAutoscaling": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            sid="ScaleClusterNodes",
+                            actions=[
+                                "sagemaker:BatchAddClusterNodes",
+                                "sagemaker:BatchDeleteClusterNodes",
+                            ],
+                            resources=[clusters],
+                        )
+                    ]
+                )
+            },
+        )
+        acknowledge_resource(
+            self.role,
+            "IAM5",
+            "The HyperPod cluster id in its ARN is assigned at creation and the role must "
+            "exist first; limited to clusters of this account and region.",
+            resource=clusters,
+        )

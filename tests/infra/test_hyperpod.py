@@ -1,0 +1,625 @@
+"""The HyperPod stack: cluster, instance groups, node role and lifecycle scripts, asserted on
+the synthesized templates of every environment (session fixtures from conftest)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+import yaml
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Capture, Match, Template
+
+from config.instance_types import INSTANCE_TYPES
+from config.loader import LoadedEnvironment, load_environment, parse_config, plan_layout
+from platform_constructs.hyperpod_cluster import CLUSTER_LOGICAL_ID, HyperPodCluster
+from platform_constructs.hyperpod_role import HyperPodAutoscalingRole
+from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSettings
+from stacks.hyperpod_stack import LIFECYCLE_DIR, LIFECYCLE_PREFIX, cluster_name_for
+
+REPO = Path(__file__).resolve().parents[2]
+ENVS = ("dev", "staging", "prod")
+
+# Actions AWS authorizes only on "*" (no resource types), each with a reason in the role.
+STAR_RESOURCE_ACTIONS = {
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ecr:GetAuthorizationToken",
+    "cloudwatch:PutMetricData",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+}
+ENI_ACTIONS = {
+    "ec2:CreateNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:CreateTags",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def result_for(request: pytest.FixtureRequest, env: str):
+    return request.getfixturevalue(env)
+
+
+def hyperpod_resources(result) -> dict[str, dict]:
+    return result.templates["hyperpod"]["Resources"]
+
+
+def the_cluster(result) -> tuple[str, dict]:
+    clusters = {
+        k: v for k, v in hyperpod_resources(result).items() if v["Type"] == "AWS::SageMaker::Cluster"
+    }
+    assert len(clusters) == 1, sorted(clusters)
+    return next(iter(clusters.items()))
+
+
+def cluster_props(result) -> dict:
+    return the_cluster(result)[1]["Properties"]
+
+
+def groups_of(result) -> dict[str, dict]:
+    return {g["InstanceGroupName"]: g for g in cluster_props(result)["InstanceGroups"]}
+
+
+def config_of(result):
+    return load_environment(result.env_name).config
+
+
+def exported(result, value: Any) -> tuple[str, Any]:
+    """Follow {"Fn::ImportValue": name} to the stack output that exports `name`:
+    (short stack name, the output's value in that stack's template)."""
+    assert isinstance(value, dict) and set(value) == {"Fn::ImportValue"}, value
+    name = value["Fn::ImportValue"]
+    for short, template in result.templates.items():
+        for output in template.get("Outputs", {}).values():
+            if output.get("Export", {}).get("Name") == name:
+                return short, output["Value"]
+    raise AssertionError(f"no stack exports {name}")
+
+
+def resolved_in(result, short: str, token: str) -> Any:
+    """A token of stack `short` as that stack's own template writes it."""
+    return result.stacks[short].resolve(token)
+
+
+def subnet_az(result, value: Any) -> str:
+    """The AvailabilityZone of the network subnet an imported subnet ID refers to."""
+    short, output = exported(result, value)
+    assert short == "network"
+    subnet = result.templates["network"]["Resources"][output["Ref"]]
+    assert subnet["Type"] == "AWS::EC2::Subnet"
+    return subnet["Properties"]["AvailabilityZone"]
+
+
+def efa_group_value(result) -> Any:
+    return resolved_in(result, "network", result.platform.network.efa_security_group.security_group_id)
+
+
+def role_statements(result, role_id: str) -> list[dict]:
+    """Every statement granted to the role: inline policies plus AWS::IAM::Policy resources."""
+    resources = hyperpod_resources(result)
+    statements = []
+    for policy in resources[role_id]["Properties"].get("Policies", []):
+        statements += policy["PolicyDocument"]["Statement"]
+    for resource in resources.values():
+        if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in resource["Properties"]["Roles"]:
+            statements += resource["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def listed(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def execution_role_id(result) -> str:
+    groups = cluster_props(result)["InstanceGroups"]
+    role_ids = {g["ExecutionRole"]["Fn::GetAtt"][0] for g in groups}
+    assert len(role_ids) == 1
+    return role_ids.pop()
+
+
+def by_sid(statements: list[dict]) -> dict[str, dict]:
+    return {s["Sid"]: s for s in statements if "Sid" in s}
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_one_cluster_with_pinned_logical_id_and_name(request, env):
+    result = result_for(request, env)
+    logical_id, cluster = the_cluster(result)
+    # Renaming this logical ID would make CloudFormation replace the cluster.
+    assert logical_id == CLUSTER_LOGICAL_ID == "HyperPodCluster"
+    assert cluster["Properties"]["ClusterName"] == cluster_name_for(env) == f"hyperpod-{env}"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_cluster_is_retained_when_the_environment_retains_state(request, env):
+    result = result_for(request, env)
+    _, cluster = the_cluster(result)
+    role = hyperpod_resources(result)[execution_role_id(result)]
+    expected = "Retain" if config_of(result).retain_stateful else "Delete"
+    assert cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == expected
+    # The role and its policies outlive the stack with the cluster: a retained cluster still
+    # replaces nodes, which assume the role.
+    assert role["DeletionPolicy"] == expected
+    role_id = execution_role_id(result)
+    policies = [
+        r for r in hyperpod_resources(result).values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
+    ]
+    assert policies
+    assert {p["DeletionPolicy"] for p in policies} == {expected}
+
+
+def test_prod_retains_the_cluster(prod):
+    _, cluster = the_cluster(prod)
+    assert cluster["DeletionPolicy"] == "Retain"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_orchestrator_is_the_projects_eks_cluster(request, env):
+    result = result_for(request, env)
+    arn = Capture()
+    result.template("hyperpod").has_resource_properties(
+        "AWS::SageMaker::Cluster", {"Orchestrator": {"Eks": {"ClusterArn": arn}}}
+    )
+    short, value = exported(result, arn.as_object())
+    assert short == "eks"
+    assert value == resolved_in(result, "eks", result.platform.eks.cluster_arn)
+    eks_id, attribute = value["Fn::GetAtt"]
+    assert attribute == "Arn"
+    assert result.templates["eks"]["Resources"][eks_id]["Type"] == "AWS::EKS::Cluster"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_cluster_vpc_is_every_cluster_subnet_with_the_efa_group(request, env):
+    result = result_for(request, env)
+    vpc = cluster_props(result)["VpcConfig"]
+    azs = [subnet_az(result, s) for s in vpc["Subnets"]]
+    assert azs == sorted(config_of(result).network.availability_zones)
+    cluster_subnets = result.platform.network.cluster_subnets
+    assert [exported(result, s)[1] for s in vpc["Subnets"]] == [
+        resolved_in(result, "network", cluster_subnets[az].subnet_id) for az in azs
+    ]
+    assert [exported(result, g)[1] for g in vpc["SecurityGroupIds"]] == [efa_group_value(result)]
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_cluster_level_settings_follow_config(request, env):
+    result = result_for(request, env)
+    hyperpod = config_of(result).hyperpod
+    props = cluster_props(result)
+    assert props["NodeRecovery"] == hyperpod.node_recovery
+    assert props["NodeProvisioningMode"] == hyperpod.node_provisioning_mode
+    tiered = hyperpod.tiered_storage
+    expected = (
+        {"Mode": "Enable", "InstanceMemoryAllocationPercentage": tiered.memory_percent}
+        if tiered.enabled
+        else {"Mode": "Disable"}
+    )
+    assert props["TieredStorageConfig"] == expected
+    assert ("AutoScaling" in props) == ("ClusterRole" in props) == hyperpod.autoscaling
+
+
+def test_prod_recovers_nodes_and_keeps_checkpoints_in_memory(prod):
+    props = cluster_props(prod)
+    assert props["NodeRecovery"] == "Automatic"
+    assert props["TieredStorageConfig"] == {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
+
+
+def test_dev_disables_tiered_storage_explicitly(dev):
+    assert cluster_props(dev)["TieredStorageConfig"] == {"Mode": "Disable"}
+
+
+# --------------------------------------------------------------------------- instance groups
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_groups_in_name_order_with_their_config(request, env):
+    result = result_for(request, env)
+    config = config_of(result).hyperpod
+    groups = cluster_props(result)["InstanceGroups"]
+    assert [g["InstanceGroupName"] for g in groups] == sorted(g.name for g in config.instance_groups)
+    for spec, group in zip(groups, config.groups_by_name(), strict=True):
+        assert spec["InstanceType"] == group.instance_type
+        assert spec["InstanceCount"] == group.count
+        assert spec.get("MinInstanceCount") == group.min_count
+        assert spec["ThreadsPerCore"] == group.threads_per_core
+        assert spec["InstanceStorageConfigs"] == [
+            {"EbsVolumeConfig": {"VolumeSizeInGB": group.ebs_volume_gib}}
+        ]
+        assert spec.get("OnStartDeepHealthChecks", []) == group.deep_health_checks
+        kubernetes = spec.get("KubernetesConfig", {})
+        assert kubernetes.get("Labels", {}) == group.labels
+        assert kubernetes.get("Taints", []) == [
+            {"Key": t.key, "Effect": t.effect, **({"Value": t.value} if t.value else {})}
+            for t in group.taints
+        ]
+        assert spec.get("TrainingPlanArn") == (group.training_plan.arn if group.training_plan else None)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_network_interface_is_what_the_capacity_plan_assumed(request, env):
+    result = result_for(request, env)
+    loaded = load_environment(env)
+    planned = {g.name: g.interface for s in loaded.layout.cluster.values() for g in s.groups}
+    for name, spec in groups_of(result).items():
+        interface = spec.get("NetworkInterface", {}).get("InterfaceType")
+        assert interface == planned[name]
+        instance = INSTANCE_TYPES[spec["InstanceType"]]
+        assert (interface is not None) == instance.supports_efa
+
+
+def test_prod_gpu_group(prod):
+    gpu = groups_of(prod)["gpu-p5"]
+    assert gpu["InstanceType"] == "ml.p5.48xlarge"
+    assert gpu["InstanceCount"] == gpu["MinInstanceCount"] == 16
+    assert gpu["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    assert gpu["NetworkInterface"] == {"InterfaceType": "efa"}
+    assert gpu["TrainingPlanArn"] == (
+        "arn:aws:sagemaker:us-east-1:333333333333:training-plan/p5-prod-2026h2"
+    )
+    assert gpu["KubernetesConfig"] == {"Labels": {"workload": "training"}}
+
+
+@pytest.mark.parametrize("env", ["staging", "prod"])
+def test_training_plan_groups_launch_only_in_the_plans_az(request, env):
+    result = result_for(request, env)
+    config = config_of(result)
+    planned = [g for g in config.hyperpod.instance_groups if g.training_plan is not None]
+    assert planned, "this environment is expected to use a training plan"
+    for group in planned:
+        override = groups_of(result)[group.name]["OverrideVpcConfig"]
+        azs = {subnet_az(result, s) for s in override["Subnets"]}
+        assert azs == {group.training_plan.availability_zone}
+        assert len(override["Subnets"]) == 1
+        assert [exported(result, g)[1] for g in override["SecurityGroupIds"]] == [
+            efa_group_value(result)
+        ]
+        # FSx sits in the same AZ, so training I/O never crosses AZs.
+        assert config.training_availability_zone == group.training_plan.availability_zone
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_groups_without_a_plan_use_the_cluster_subnets(request, env):
+    result = result_for(request, env)
+    for group in config_of(result).hyperpod.instance_groups:
+        if group.training_plan is None:
+            assert "OverrideVpcConfig" not in groups_of(result)[group.name]
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_group_runs_the_lifecycle_scripts_with_the_execution_role(request, env):
+    result = result_for(request, env)
+    role_id = execution_role_id(result)
+    assert hyperpod_resources(result)[role_id]["Type"] == "AWS::IAM::Role"
+    artifact_bucket = resolved_in(
+        result, "storage", result.platform.storage.artifact_bucket.bucket_name
+    )
+    for spec in cluster_props(result)["InstanceGroups"]:
+        lifecycle = spec["LifeCycleConfig"]
+        assert lifecycle["OnCreate"] == "on_create.sh"
+        head, bucket, tail = lifecycle["SourceS3Uri"]["Fn::Join"][1]
+        assert (head, tail) == ("s3://", f"/{LIFECYCLE_PREFIX}")
+        assert exported(result, bucket) == ("storage", artifact_bucket)
+
+
+# --------------------------------------------------------------------------- lifecycle delivery
+
+
+def deployment(result) -> tuple[str, dict]:
+    found = {
+        k: v
+        for k, v in hyperpod_resources(result).items()
+        if v["Type"] == "Custom::CDKBucketDeployment"
+    }
+    assert len(found) == 1
+    return next(iter(found.items()))
+
+
+def deployed_files(result) -> dict[str, Path]:
+    """Relative path -> staged file, over every source the deployment copies."""
+    _, resource = deployment(result)
+    files: dict[str, Path] = {}
+    for key in resource["Properties"]["SourceObjectKeys"]:
+        staged = result.outdir / f"asset.{key.removesuffix('.zip')}"
+        assert staged.is_dir(), staged
+        for path in staged.rglob("*"):
+            if path.is_file():
+                files[path.relative_to(staged).as_posix()] = path
+    return files
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_lifecycle_deployment_ships_the_scripts_and_their_config(request, env):
+    result = result_for(request, env)
+    logical_id, resource = deployment(result)
+    props = resource["Properties"]
+    assert props["DestinationBucketKeyPrefix"] == LIFECYCLE_PREFIX
+    assert props["Prune"] is True
+    assert props["RetainOnDelete"] is True
+    assert exported(result, props["DestinationBucketName"]) == (
+        "storage",
+        resolved_in(result, "storage", result.platform.storage.artifact_bucket.bucket_name),
+    )
+    files = deployed_files(result)
+    shipped = {p.relative_to(LIFECYCLE_DIR).as_posix() for p in LIFECYCLE_DIR.rglob("*.sh")}
+    assert "on_create.sh" in files
+    assert shipped <= set(files)
+    assert "lib/read_config.py" in files
+    assert not any(name.endswith(".example.json") or "__pycache__" in name for name in files)
+    # Nodes download the prefix while the cluster is created: the upload comes first.
+    assert logical_id in the_cluster(result)[1]["DependsOn"]
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_lifecycle_config_carries_the_environments_values(request, env):
+    result = result_for(request, env)
+    config = config_of(result)
+    settings = json.loads(deployed_files(result)["lifecycle_config.json"].read_text())
+    assert settings["fsx_efa_enabled"] is config.storage.fsx.efa_enabled
+    assert settings == LifecycleSettings(fsx_efa_enabled=config.storage.fsx.efa_enabled).as_json()
+    assert settings["nvme_mount_point"] == "/opt/dlami/nvme"
+    assert settings["containerd_on_nvme"] is settings["kubelet_on_nvme"] is True
+
+
+def test_generated_lifecycle_config_is_accepted_by_the_scripts(prod):
+    """The file contract with lifecycle/: its own reader accepts what the stack generates."""
+    path = deployed_files(prod)["lifecycle_config.json"]
+    reader = deployed_files(prod)["lib/read_config.py"]
+    done = subprocess.run(
+        [sys.executable, str(reader), str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "CFG_FSX_EFA_ENABLED=false" in done.stdout
+    assert "CFG_WARNINGS=()" in done.stdout
+
+
+# --------------------------------------------------------------------------- execution role
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_execution_role_is_narrow(request, env):
+    result = result_for(request, env)
+    role_id = execution_role_id(result)
+    role = hyperpod_resources(result)[role_id]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "sagemaker.amazonaws.com"},
+        }
+    ]
+    assert "ManagedPolicyArns" not in role
+    statements = role_statements(result, role_id)
+    assert statements
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        actions = listed(statement["Action"])
+        assert not any("*" in a for a in actions), actions
+        if "*" in listed(statement["Resource"]):
+            assert listed(statement["Resource"]) == ["*"]
+            assert set(actions) <= STAR_RESOURCE_ACTIONS, actions
+        if set(actions) & ENI_ACTIONS:
+            assert "ec2:Vpc" in statement["Condition"]["StringEquals"], statement
+    sids = by_sid(statements)
+    assert sids["ClusterMetrics"]["Condition"] == {
+        "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Clusters"}
+    }
+    assert sids["DescribeNetwork"]["Condition"] == {
+        "StringEquals": {"aws:RequestedRegion": config_of(result).region}
+    }
+
+
+def test_eni_permissions_are_scoped_to_this_vpc_and_its_cluster_subnets(prod):
+    statements = by_sid(role_statements(prod, execution_role_id(prod)))
+    vpc_id = resolved_in(prod, "network", prod.platform.network.vpc.vpc_id)
+    for sid in ("CreateNodeInterfaces", "ManageNodeInterfaces"):
+        vpc_arn = statements[sid]["Condition"]["StringEquals"]["ec2:Vpc"]["Fn::Join"][1]
+        assert exported(prod, vpc_arn[-1]) == ("network", vpc_id)
+        assert vpc_arn[-2].endswith(":ec2:us-east-1:333333333333:vpc/")
+    create = statements["CreateNodeInterfaces"]["Resource"]
+    subnets = [r["Fn::Join"][1] for r in create if ":subnet/" in r["Fn::Join"][1][2]]
+    assert sorted(subnet_az(prod, parts[-1]) for parts in subnets) == [
+        "us-east-1a", "us-east-1b", "us-east-1c"
+    ]
+    groups = [r["Fn::Join"][1] for r in create if ":security-group/" in r["Fn::Join"][1][2]]
+    assert [exported(prod, parts[-1])[1] for parts in groups] == [efa_group_value(prod)]
+
+
+def test_logs_pod_identity_and_images_are_scoped(prod):
+    statements = by_sid(role_statements(prod, execution_role_id(prod)))
+    log_group = statements["ClusterLogGroup"]["Resource"]["Fn::Join"][1][-1]
+    assert log_group == ":logs:us-east-1:333333333333:log-group:/aws/sagemaker/Clusters/hyperpod-prod/*"
+    assert statements["ClusterLogStreams"]["Resource"]["Fn::Join"][1][-1] == f"{log_group}:log-stream:*"
+    assert exported(prod, statements["PodIdentity"]["Resource"]) == (
+        "eks",
+        resolved_in(prod, "eks", prod.platform.eks.cluster_arn),
+    )
+    assert statements["PullImages"]["Resource"]["Fn::Join"][1][-1] == ":ecr:us-east-1:*:repository/*"
+
+
+def test_role_reads_only_the_lifecycle_prefix_and_writes_checkpoints(prod):
+    statements = by_sid(role_statements(prod, execution_role_id(prod)))
+    artifact_arn = resolved_in(prod, "storage", prod.platform.storage.artifact_bucket.bucket_arn)
+    checkpoint_arn = resolved_in(prod, "storage", prod.platform.storage.checkpoint_bucket.bucket_arn)
+
+    read = statements["ReadLifecycleScripts"]
+    assert read["Action"] == "s3:GetObject"
+    bucket, suffix = read["Resource"]["Fn::Join"][1]
+    assert exported(prod, bucket) == ("storage", artifact_arn)
+    assert suffix == f"/{LIFECYCLE_PREFIX}*"
+    listing = statements["ListLifecycleScripts"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{LIFECYCLE_PREFIX}*"]}}
+    assert exported(prod, listing["Resource"]) == ("storage", artifact_arn)
+
+    objects = statements["CheckpointObjects"]
+    assert set(objects["Action"]) == {
+        "s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+        "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
+    }
+    bucket, suffix = objects["Resource"]["Fn::Join"][1]
+    assert (exported(prod, bucket), suffix) == (("storage", checkpoint_arn), "/*")
+    assert exported(prod, statements["CheckpointListing"]["Resource"]) == ("storage", checkpoint_arn)
+
+
+def test_no_other_principal_in_the_stack_gets_the_node_permissions(prod):
+    """Only the execution role and CDK's upload handler have roles here (no autoscaling)."""
+    roles = [k for k, v in hyperpod_resources(prod).items() if v["Type"] == "AWS::IAM::Role"]
+    assert len(roles) == 2
+    assert execution_role_id(prod) in roles
+
+
+# --------------------------------------------------------------------------- stability
+
+
+EXTRA_GROUP = {
+    "name": "cpu-batch",
+    "instance_type": "ml.c5.4xlarge",
+    "count": 2,
+    "ebs_volume_gib": 100,
+    "labels": {"workload": "batch"},
+}
+
+
+@pytest.fixture(scope="module")
+def prod_reordered_plus_group(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """prod with its groups in reverse file order and one group added: the HyperPod
+    template of one extra synthesized app (nag plugin included, as in app.py)."""
+    from stacks.platform import build_platform, register_policy_checks
+
+    data = yaml.safe_load((REPO / "config" / "prod.yaml").read_text())
+    data["hyperpod"]["instance_groups"].reverse()
+    data["hyperpod"]["instance_groups"].insert(1, copy.deepcopy(EXTRA_GROUP))
+    config = parse_config(data, "reordered")
+    loaded = LoadedEnvironment(
+        config=config, layout=plan_layout(config, "reordered"), source=Path("reordered.yaml")
+    )
+    outdir = tmp_path_factory.mktemp("cdk-prod-reordered")
+    app = cdk.App(outdir=str(outdir), context={"env": "prod"})
+    register_policy_checks(app)
+    platform = build_platform(app, loaded)
+    app.synth()
+    return json.loads((outdir / f"{platform.hyperpod.stack_name}.template.json").read_text())
+
+
+def test_reordering_and_adding_groups_changes_nothing_else(prod, prod_reordered_plus_group):
+    changed = copy.deepcopy(prod_reordered_plus_group)
+    groups = changed["Resources"][CLUSTER_LOGICAL_ID]["Properties"]["InstanceGroups"]
+    assert [g["InstanceGroupName"] for g in groups] == ["cpu-batch", "gpu-p5", "system"]
+    groups[:] = [g for g in groups if g["InstanceGroupName"] != "cpu-batch"]
+    # Without the new group, the template is byte-for-byte prod's: file order is ignored
+    # and no other group, role or resource moved.
+    assert changed == prod.templates["hyperpod"]
+
+
+def test_added_group_is_built_from_its_own_config(prod, prod_reordered_plus_group):
+    groups = prod_reordered_plus_group["Resources"][CLUSTER_LOGICAL_ID]["Properties"]["InstanceGroups"]
+    added = next(g for g in groups if g["InstanceGroupName"] == "cpu-batch")
+    assert added["InstanceType"] == "ml.c5.4xlarge"
+    assert added["InstanceCount"] == 2
+    assert added["KubernetesConfig"] == {"Labels": {"workload": "batch"}}
+    assert "NetworkInterface" not in added and "OverrideVpcConfig" not in added
+    assert added["ExecutionRole"] == groups_of(prod)["system"]["ExecutionRole"]
+
+
+# --------------------------------------------------------------------------- autoscaling
+
+
+@pytest.fixture(scope="module")
+def autoscaling_template() -> Template:
+    """The cluster construct alone with autoscaling on (no environment enables it yet)."""
+    data = yaml.safe_load((REPO / "config" / "prod.yaml").read_text())
+    data["hyperpod"]["autoscaling"] = True
+    config = parse_config(data, "autoscaling")
+    app = cdk.App()
+    stack = cdk.Stack(app, "Autoscaling", env=cdk.Environment(account=config.account, region=config.region))
+    subnets = {
+        az: ec2.Subnet.from_subnet_attributes(
+            stack, f"Subnet{az}", subnet_id=f"subnet-{index:017x}", availability_zone=az
+        )
+        for index, az in enumerate(config.network.availability_zones)
+    }
+    group = ec2.SecurityGroup.from_security_group_id(stack, "Efa", "sg-0123456789abcdef0")
+    bucket = s3.Bucket.from_bucket_name(stack, "Artifacts", "artifacts")
+    lifecycle = LifecycleScripts(
+        stack,
+        "Lifecycle",
+        source_dir=LIFECYCLE_DIR,
+        bucket=bucket,
+        prefix=LIFECYCLE_PREFIX,
+        settings=LifecycleSettings(fsx_efa_enabled=False),
+    )
+    node_role = iam.Role(stack, "Nodes", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    HyperPodCluster(
+        stack,
+        "Cluster",
+        cluster_name="hyperpod-test",
+        config=config.hyperpod,
+        eks_cluster_arn="arn:aws:eks:us-east-1:333333333333:cluster/hyperpod-test",
+        subnets_by_az=subnets,
+        security_group=group,
+        execution_role=node_role,
+        lifecycle=lifecycle,
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+        autoscaling_role=HyperPodAutoscalingRole(stack, "Autoscaling", cluster_name="hyperpod-test").role,
+    )
+    return Template.from_stack(stack)
+
+
+def test_autoscaling_uses_karpenter_with_a_narrow_cluster_role(autoscaling_template):
+    role_id = Capture()
+    autoscaling_template.has_resource_properties(
+        "AWS::SageMaker::Cluster",
+        {
+            "AutoScaling": {"Mode": "Enable", "AutoScalerType": "Karpenter"},
+            "ClusterRole": {"Fn::GetAtt": [role_id, "Arn"]},
+            "NodeProvisioningMode": "Continuous",
+        },
+    )
+    role = autoscaling_template.to_json()["Resources"][role_id.as_string()]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "hyperpod.sagemaker.amazonaws.com"
+    }
+    (statement,) = role["Policies"][0]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == ["sagemaker:BatchAddClusterNodes", "sagemaker:BatchDeleteClusterNodes"]
+    assert statement["Resource"]["Fn::Join"][1][-1] == ":sagemaker:us-east-1:333333333333:cluster/*"
+
+
+def test_autoscaling_off_means_no_cluster_role(prod):
+    props = cluster_props(prod)
+    assert "AutoScaling" not in props and "ClusterRole" not in props
+    prod.template("hyperpod").resource_properties_count_is(
+        "AWS::IAM::Role",
+        {"AssumeRolePolicyDocument": Match.object_like({
+            "Statement": [Match.object_like({"Principal": {"Service": "hyperpod.sagemaker.amazonaws.com"}})]
+        })},
+        0,
+    )
+
+
+def test_cluster_outputs_name_and_arn_for_operators(prod):
+    outputs = prod.templates["hyperpod"]["Outputs"]
+    assert outputs["ClusterName"]["Value"] == "hyperpod-prod"
+    assert outputs["ClusterArn"]["Value"] == {"Fn::GetAtt": [CLUSTER_LOGICAL_ID, "ClusterArn"]}
