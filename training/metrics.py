@@ -13,10 +13,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 START_FMT = "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset}"
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
@@ -55,8 +56,10 @@ def watchdog_line(seconds: float, step: int) -> str:
     return WATCHDOG_FMT.format(seconds=int(seconds), step=step)
 
 
-def params_sha256(full_state: dict[str, torch.Tensor]) -> str:
+def params_sha256(full_state: dict[str, "torch.Tensor"]) -> str:
     """sha256 over the full model state: sorted names, each name + shape + fp32 LE bytes."""
+    import torch
+
     h = hashlib.sha256()
     for name in sorted(full_state):
         t = full_state[name].detach().to("cpu", torch.float32).contiguous()
@@ -96,29 +99,48 @@ class RunLedger:
         if attempt is None:
             attempt = len(list(self.dir.glob("attempt_*.json")))
         self.record = AttemptRecord(attempt=attempt, started_unix=time.time())
-        self._last_flush = 0.0
 
     @property
     def path(self) -> Path:
         return self.dir / f"attempt_{self.record.attempt:04d}.json"
 
-    def flush(self, force: bool = True) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_flush < 1.0:
-            return  # per-step updates are throttled to keep shared-filesystem traffic low
-        self._last_flush = now
+    def flush(self) -> None:
+        # Called once per step too: one small file rewrite, so the step reached before a
+        # fault is known even when the process is killed right after.
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self.record), indent=1))
         os.replace(tmp, self.path)
 
     def all_records(self) -> list[AttemptRecord]:
-        records = []
-        for p in sorted(self.dir.glob("attempt_*.json")):
+        return read_records(self.dir.parent)
+
+
+def write_fault(out: Path, attempt: int, rank: int, fault: dict[str, Any]) -> None:
+    """Any rank may call this right before it is killed: a separate small file per rank, so it
+    never races with rank 0 rewriting the attempt record."""
+    path = out / "attempts" / f"fault_{attempt:04d}_r{rank}.json"
+    with open(path, "w") as f:
+        json.dump(fault, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(out: Path) -> list[AttemptRecord]:
+    """All attempt records of a run directory, with the faults injected into each."""
+    d = out / "attempts"
+    records = []
+    for p in sorted(d.glob("attempt_*.json")):
+        try:
+            rec = AttemptRecord(**json.loads(p.read_text()))
+        except (ValueError, TypeError, OSError):
+            continue  # a record torn by a kill carries no usable numbers
+        for fp in sorted(d.glob(f"fault_{rec.attempt:04d}_r*.json")):
             try:
-                records.append(AttemptRecord(**json.loads(p.read_text())))
-            except (ValueError, TypeError):
-                continue  # a record torn by a kill carries no usable numbers
-        return records
+                rec.faults.append(json.loads(fp.read_text()))
+            except (ValueError, OSError):
+                continue
+        records.append(rec)
+    return records
 
 
 def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
@@ -128,13 +150,16 @@ def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
     ordered = sorted(records, key=lambda r: r.attempt)
     for prev, cur in zip(ordered, ordered[1:]):
         fault_unix = next((f["unix"] for f in prev.faults if "unix" in f), prev.last_step_unix)
+        # A fault injected during step k means k - 1 steps were complete, even if the last
+        # ledger write before the kill did not get out.
+        reached = max([prev.last_step] + [int(f["step"]) - 1 for f in prev.faults if "step" in f])
         out.append(
             {
                 "attempt": cur.attempt,
-                "failed_at_step": prev.last_step,
+                "failed_at_step": reached,
                 "resumed_step": cur.resumed_step,
                 "resumed_from": cur.resumed_from,
-                "steps_lost": max(prev.last_step - cur.resumed_step, 0),
+                "steps_lost": max(reached - cur.resumed_step, 0),
                 "recovery_s": (cur.first_step_unix - fault_unix)
                 if (cur.first_step_unix is not None and fault_unix is not None)
                 else None,
@@ -149,6 +174,3 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     os.replace(tmp, out / "summary.json")
     emit(json.dumps(summary, sort_keys=True))
 
-
-def numpy_state() -> dict[str, Any]:
-    return dict(np.random.get_state(legacy=False))

@@ -24,7 +24,6 @@ class Watchdog:
         self.poll_s = poll_s if poll_s is not None else max(min(timeout_s / 10.0, 5.0), 0.05)
         self._last = time.monotonic()
         self._step = 0
-        self._paused = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -1,0 +1,57 @@
+"""Shared helpers for the training tests: run the local launcher and read its results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 40
+# Small, fixed schedule shared by every multi-process test (and the reference run), so that
+# final parameter digests are comparable bit for bit.
+BASE_OVERRIDES = [
+    "checkpoint.fast_interval=4",
+    "checkpoint.durable_interval=10",
+    "checkpoint.fast_keep=3",
+    "checkpoint.durable_keep=2",
+]
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.out / "summary.json").read_text())
+
+    def lines(self, prefix: str) -> list[str]:
+        return [ln for ln in self.stdout.splitlines() if ln.startswith(prefix)]
+
+
+def launch(out: Path, *extra: str, steps: int = STEPS, overrides: list[str] | None = None, timeout: float = 150) -> LaunchResult:
+    cmd = [sys.executable, "-m", "training.launch", "--nproc", "2", "--preset", "tiny",
+           "--steps", str(steps), "--out", str(out), "--timeout-s", str(timeout - 10), *extra]
+    for o in BASE_OVERRIDES + (overrides or []):
+        cmd += ["--set", o]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return LaunchResult(proc.returncode, proc.stdout, proc.stderr, out)
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
+    """One fault-free run that every fault test compares against."""
+    result = launch(tmp_path_factory.mktemp("reference"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result

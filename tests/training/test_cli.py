@@ -1,0 +1,36 @@
+"""Bad command lines fail fast with one line on stderr and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.training.conftest import REPO
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["training.launch", "--out", "X", "--preset", "huge"],
+        ["training.launch", "--out", "X", "--set", "training.stepz=4"],
+        ["training.launch", "--out", "X", "--nproc", "2", "--kill-rank", "2", "--kill-at-step", "3"],
+        ["training.launch", "--out", "X", "--kill-rank", "1"],
+        ["training.launch", "--out", "X", "--kill-during-checkpoint", "7"],
+        ["training.launch", "--out", "X", "--nproc", "3"],
+        ["training.launch", "--out", "X", "--steps", "notanumber"],
+        ["training.launch", "--out", "X", "--sigterm-at-step", "400"],
+        ["training.launch"],
+        ["training.train", "--out", "X", "--set", "optim.lr=fast"],
+        ["training.train", "--out", "X", "--preset", "nope"],
+    ],
+)
+def test_bad_cli_input(argv: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    argv = [a.replace("X", str(tmp_path / "out")) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing started

@@ -1,0 +1,154 @@
+"""End-to-end fault tests: 2 ranks on CPU (gloo) through the local launcher.
+
+Every faulty run must end with the same final_params_sha256 as the fault-free reference,
+bit for bit: deterministic data order, restored RNG/optimizer/schedule state and a fixed
+reduction order make a resumed run indistinguishable from an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.training.conftest import STEPS, LaunchResult, launch
+from training.checkpoint import list_committed, validate_checkpoint
+from training.data import write_token_shard
+
+pytestmark = pytest.mark.slow
+
+START_RE = re.compile(r"^HPTRAIN start rank=(\d+) world=2 step=(\d+) resumed_from=(\w+) preset=tiny$", re.M)
+STEP_RE = re.compile(r"^HPTRAIN step=(\d+) ", re.M)
+
+
+def _ok(r: LaunchResult) -> None:
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def _starts(r: LaunchResult) -> list[tuple[int, str]]:
+    """(resumed step, tier) per attempt, from rank 0's start line."""
+    return [(int(m.group(2)), m.group(3)) for m in START_RE.finditer(r.stdout) if m.group(1) == "0"]
+
+
+def _steps_per_attempt(r: LaunchResult) -> list[list[int]]:
+    chunks = re.split(r"^HPTRAIN-LAUNCH attempt \d+ failed.*$", r.stdout, flags=re.M)
+    return [[int(s) for s in STEP_RE.findall(c)] for c in chunks]
+
+
+def test_reference_run(reference_run: LaunchResult) -> None:
+    s = reference_run.summary
+    assert s["steps"] == STEPS and s["restarts"] == 0 and s["exit_reason"] == "completed"
+    assert re.fullmatch(r"[0-9a-f]{64}", s["final_params_sha256"])
+    assert _steps_per_attempt(reference_run) == [list(range(1, STEPS + 1))]
+    assert _starts(reference_run) == [(0, "none")]
+    assert 0 < s["goodput"] <= 1 and s["checkpoint_blocking_s_total"] > 0
+    assert (reference_run.out / "final" / "model.pt").is_file()
+    # Keep-last-k held during the run: fast keeps 3, durable 2 (10, 20, 30, 40 were written).
+    assert [r.step for r in list_committed(reference_run.out / "ckpt" / "durable", "durable")] == [40, 30]
+    assert len(list_committed(reference_run.out / "ckpt" / "fast", "fast")) == 3
+
+
+def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Path) -> None:
+    r = launch(tmp_path, "--kill-rank", "1", "--kill-at-step", "23")
+    _ok(r)
+    s = r.summary
+    assert s["restarts"] == 1
+    assert s["launcher"]["attempts"][0]["exit_codes"][1] == -9  # rank 1 really was SIGKILLed
+    # Newest checkpoint before step 23: step 20 (durable, it covers the fast tier there).
+    assert _starts(r) == [(0, "none"), (20, "durable")]
+    first, second = _steps_per_attempt(r)
+    assert first == list(range(1, 23)) and second == list(range(21, STEPS + 1))
+    assert s["recoveries"][0]["steps_lost"] == 2
+    assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def test_kill_during_checkpoint_never_loads_torn(reference_run: LaunchResult, tmp_path: Path) -> None:
+    r = launch(tmp_path, "--kill-during-checkpoint", "12")
+    _ok(r)
+    attempt0 = r.summary["launcher"]["attempts"][0]
+    fast_after_kill = attempt0["checkpoints_after"]["fast"]
+    # The shards of step 12 were on disk but never committed...
+    assert any(n.startswith("step_00000012.tmp-") for n in fast_after_kill), fast_after_kill
+    assert "step_00000012" not in fast_after_kill
+    # ...so the restart resumed from the newest committed step (durable 10), not from 12.
+    assert _starts(r)[1] == (10, "durable")
+    # The torn directory was cleaned up on restart.
+    assert not any(".tmp-" in p.name for p in (tmp_path / "ckpt" / "fast").iterdir())
+    assert r.summary["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def test_corrupt_newest_falls_back_to_previous(reference_run: LaunchResult, tmp_path: Path) -> None:
+    r = launch(tmp_path, "--kill-rank", "0", "--kill-at-step", "23", "--corrupt-newest")
+    _ok(r)
+    corrupted = r.summary["launcher"]["attempts"][0]["corrupted"]
+    assert corrupted.startswith("durable/step_00000020/")
+    assert "checksum mismatch" in r.stderr + r.stdout or "checksum mismatch" in _logs(tmp_path)
+    # Previous good checkpoint: fast step 16.
+    assert _starts(r)[1] == (16, "fast")
+    assert r.summary["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def _logs(out: Path) -> str:
+    return "".join(p.read_text() for p in sorted((out / "logs").glob("*.log")))
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
+    # This run also exercises the memory-mapped shard source.
+    data = tmp_path / "tokens"
+    data.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        write_token_shard(str(data / f"shard_{i}.bin"), rng.integers(0, 1024, size=64 * 50 + 1), "uint16")
+    out = tmp_path / "run"
+    r = launch(out, "--sigterm-at-step", "17", overrides=["data.source=memmap", f"data.path={data}"])
+    _ok(r)
+    s = r.summary
+    assert s["exit_reason"] == "sigterm" and s["steps"] == 17 and s["restarts"] == 0
+    assert s["launcher"]["attempts"][0]["exit_codes"] == [0, 0]
+    assert "HPTRAIN checkpoint step=17 tier=durable" in r.stdout and re.search(
+        r"^HPTRAIN checkpoint step=17 tier=durable blocking_s=\d+\.\d{3} status=committed$", r.stdout, re.M
+    )
+    (newest, *_) = list_committed(out / "ckpt" / "durable", "durable")
+    assert newest.step == 17
+    for rank in (0, 1):
+        ok, why = validate_checkpoint(newest.path, rank)
+        assert ok, why
+    # Relaunching the same directory resumes from the SIGTERM checkpoint and completes.
+    again = launch(out, steps=20, overrides=["data.source=memmap", f"data.path={data}"])
+    _ok(again)
+    assert _starts(again) == [(17, "durable")]
+    assert again.summary["steps"] == 20
+
+
+def test_hung_rank_trips_watchdog(reference_run: LaunchResult, tmp_path: Path) -> None:
+    r = launch(tmp_path, "--hang-rank", "1", "--hang-at-step", "9", "--watchdog-s", "3")
+    _ok(r)
+    s = r.summary
+    assert s["restarts"] == 1
+    assert 3 in s["launcher"]["attempts"][0]["exit_codes"]  # watchdog exit code
+    assert re.search(r"^HPTRAIN watchdog no progress for \d+s at step=8; exiting$", r.stdout, re.M)
+    assert _starts(r)[1] == (8, "fast")
+    assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def test_hsdp_with_activation_checkpointing_trains(tmp_path: Path) -> None:
+    # 2 x 1 mesh (replicate x shard) exercises the HSDP path on the same 2 CPU ranks.
+    r = launch(tmp_path, steps=12, overrides=["parallel.dp_replicate=2", "parallel.activation_checkpoint=true"])
+    _ok(r)
+    losses = [float(m) for m in re.findall(r"^HPTRAIN step=\d+ loss=(\d+\.\d+)", r.stdout, re.M)]
+    assert len(losses) == 12 and losses[-1] < losses[0]
+    assert r.summary["steps"] == 12 and re.fullmatch(r"[0-9a-f]{64}", r.summary["final_params_sha256"])
+
+
+def test_intact_but_incompatible_checkpoints_are_not_discarded(reference_run: LaunchResult, tmp_path: Path) -> None:
+    shutil.copytree(reference_run.out / "ckpt", tmp_path / "ckpt")
+    before = sorted(p.name for p in (tmp_path / "ckpt" / "durable").iterdir())
+    r = launch(tmp_path, "--max-restarts", "0", overrides=["model.dim=96"])
+    assert r.returncode == 1
+    assert "refusing to start from scratch" in _logs(tmp_path)
+    assert "Traceback" not in _logs(tmp_path)
+    # Nothing was pruned or overwritten by a run that started over.
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "durable").iterdir()) == before

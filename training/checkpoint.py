@@ -1,0 +1,546 @@
+"""Tiered, atomically committed DCP checkpoints.
+
+Layout of one tier root::
+
+    step_00000020.tmp-<nonce>/   being written (never loaded; removed at the next start)
+    step_00000020/               committed: DCP shards + .metadata + manifest.json + COMMITTED
+
+Commit protocol: every rank writes its shards into the tmp directory (DCP), hashes the files
+it wrote, and the hashes are gathered to rank 0, which writes manifest.json, the COMMITTED
+marker and renames the directory. The rename is the atomic commit point on a POSIX
+filesystem; the marker covers stores without atomic rename. When the tier is node-local
+(one directory per node), rank 0 broadcasts the manifest and DCP metadata and the first rank
+of every other node commits its own copy the same way.
+
+Loading validates (marker, manifest, DCP metadata, sizes and sha256 of the files each rank
+wrote), agrees across ranks on the newest step valid everywhere and across both tiers, and
+falls back to older checkpoints if a load still fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
+from torch.distributed.checkpoint.stateful import Stateful
+
+from training import managed_tier
+from training.config import CheckpointConfig
+from training.metrics import log_checkpoint
+
+FAST, DURABLE = "fast", "durable"
+TIERS = (FAST, DURABLE)
+# For the same step the fast tier is preferred: it is quicker to read back.
+TIER_PRIORITY = {FAST: 0, DURABLE: 1}
+MANIFEST = "manifest.json"
+COMMITTED = "COMMITTED"
+DCP_METADATA = ".metadata"
+MANIFEST_VERSION = 1
+_STEP_RE = re.compile(r"^step_(\d{8})$")
+_TMP_RE = re.compile(r"^step_\d{8}\.tmp-[0-9A-Za-z]+$")
+_TRASH_PREFIX = ".trash-"
+_SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")
+
+
+class IncompatibleCheckpoint(RuntimeError):
+    """An intact checkpoint that belongs to a different job configuration."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    tier: str
+    step: int
+    path: Path
+
+
+def warn(msg: str) -> None:
+    sys.stderr.write(f"hptrain: {msg}\n")
+    sys.stderr.flush()
+
+
+def _first_line(e: BaseException) -> str:
+    """DCP errors embed every rank's traceback; the log needs the cause only."""
+    text = str(e).strip().splitlines()
+    cause = next((ln for ln in reversed(text) if ln and not ln.startswith(" ")), type(e).__name__)
+    return f"{type(e).__name__}: {cause}"
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (tmpfs variants, FUSE) refuse directory fsync
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def list_committed(root: Path, tier: str) -> list[CheckpointRef]:
+    """Committed checkpoints of a tier, newest first (by name and marker only, no validation)."""
+    if not root.is_dir():
+        return []
+    refs = []
+    for entry in root.iterdir():
+        m = _STEP_RE.match(entry.name)
+        if m and entry.is_dir() and (entry / COMMITTED).is_file():
+            refs.append(CheckpointRef(tier, int(m.group(1)), entry))
+    return sorted(refs, key=lambda r: r.step, reverse=True)
+
+
+def files_written_by(ckpt_dir: Path, rank: int) -> dict[str, dict[str, Any]]:
+    """Manifest entries for the files `rank` wrote: its DCP shards, plus .metadata for rank 0."""
+    entries: dict[str, dict[str, Any]] = {}
+    for p in sorted(ckpt_dir.iterdir()):
+        m = _SHARD_RE.match(p.name)
+        owner = int(m.group(1)) if m else (0 if p.name == DCP_METADATA else None)
+        if owner == rank:
+            entries[p.name] = {"rank": rank, "size": p.stat().st_size, "sha256": sha256_file(p)}
+    return entries
+
+
+def build_manifest(step: int, tier: str, world_size: int, entries: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    files: dict[str, dict[str, Any]] = {}
+    for per_rank in entries:
+        files.update(per_rank)
+    return {
+        "version": MANIFEST_VERSION,
+        "step": step,
+        "tier": tier,
+        "world_size": world_size,
+        "created_unix": time.time(),
+        "files": files,
+    }
+
+
+def commit_dir(tmp_dir: Path, final_dir: Path, manifest: dict[str, Any]) -> None:
+    """Manifest, marker, then the rename that makes the checkpoint visible."""
+    write_json_atomic(tmp_dir / MANIFEST, manifest)
+    with open(tmp_dir / COMMITTED, "w") as f:
+        f.write(f"{manifest['step']}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp_dir)
+    if final_dir.exists():
+        # A checkpoint of the same step from an earlier attempt (e.g. a restart that redid
+        # this step): replace it, retiring the old one first so no mix of both is visible.
+        remove_checkpoint(final_dir)
+    os.rename(tmp_dir, final_dir)
+    _fsync_dir(final_dir.parent)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Drops the marker first so a half-deleted directory is never taken for a checkpoint."""
+    try:
+        (path / COMMITTED).unlink(missing_ok=True)
+        trash = path.with_name(f"{_TRASH_PREFIX}{path.name}-{secrets.token_hex(4)}")
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def prune(root: Path, tier: str, keep: int) -> list[int]:
+    """Keep-last-k: removes all but the `keep` newest committed checkpoints; returns their steps."""
+    removed = []
+    for ref in list_committed(root, tier)[keep:]:
+        remove_checkpoint(ref.path)
+        removed.append(ref.step)
+    return removed
+
+
+def clean_stale(root: Path) -> list[str]:
+    """Removes uncommitted tmp and trash directories left by a killed attempt."""
+    removed = []
+    if not root.is_dir():
+        return removed
+    for entry in root.iterdir():
+        if entry.is_dir() and (_TMP_RE.match(entry.name) or entry.name.startswith(_TRASH_PREFIX)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def validate_checkpoint(path: Path, rank: int, verify_checksums: bool = True) -> tuple[bool, str]:
+    """Checks a committed checkpoint from the point of view of one rank.
+
+    Each rank verifies the files it wrote (they are the shards it reads back) plus the DCP
+    metadata, so the work is spread over ranks and also works for node-local tiers where a
+    rank cannot see other nodes' files.
+    """
+    m = _STEP_RE.match(path.name)
+    if not m:
+        return False, "not a committed checkpoint directory name"
+    if not (path / COMMITTED).is_file():
+        return False, "COMMITTED marker missing"
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        return False, f"manifest unreadable: {e}"
+    if manifest.get("version") != MANIFEST_VERSION or manifest.get("step") != int(m.group(1)):
+        return False, "manifest does not match the directory"
+    if manifest.get("backend") == managed_tier.BACKEND_NAME:
+        return True, "ok (managed tier; the library validates its own data)"
+    files: dict[str, dict[str, Any]] = manifest.get("files", {})
+    if DCP_METADATA not in files:
+        return False, "manifest lists no DCP metadata"
+    mine = {n: e for n, e in files.items() if e.get("rank") == rank or n == DCP_METADATA}
+    if rank >= int(manifest.get("world_size", 0)):
+        return False, f"rank {rank} did not exist when this checkpoint was written"
+    if not any(_SHARD_RE.match(n) for n in mine):
+        return False, f"manifest lists no shard written by rank {rank}"
+    for name, entry in mine.items():
+        p = path / name
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            return False, f"{name} missing"
+        if size != entry["size"]:
+            return False, f"{name} size {size} != manifest {entry['size']}"
+        if verify_checksums and sha256_file(p) != entry["sha256"]:
+            return False, f"{name} checksum mismatch"
+    try:
+        FileSystemReader(str(path)).read_metadata()
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not loadable"
+        return False, f"DCP metadata does not load: {e}"
+    return True, "ok"
+
+
+def candidate_order(per_rank_listed: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
+    """Resume candidates: every (step, tier) any rank lists, newest step first and, for the
+    same step, the fast tier first. Each is then used only if every rank validates it."""
+    union = {(int(step), str(tier)) for listed in per_rank_listed for step, tier in listed}
+    return sorted(union, key=lambda c: (-c[0], TIER_PRIORITY[c[1]]))
+
+
+@dataclass
+class _InFlight:
+    step: int
+    tier: str
+    staging: Future[Any] | None
+    done: Future[None]
+    blocking_s: float
+    staged: bool = False
+    started_at: float = 0.0
+    staged_at: float | None = None
+
+
+class CheckpointManager:
+    """Owns both tiers: when to save, async save + commit, keep-last-k and resume."""
+
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        out: Path,
+        app_state: dict[str, Stateful],
+        *,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        device: torch.device,
+        on_checkpoint_written: Callable[[int], None] = lambda step: None,
+        on_committed: Callable[[int, str, float], None] = lambda step, tier, blocking: None,
+    ) -> None:
+        self.cfg = cfg
+        self.app_state = app_state
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.roots = {
+            FAST: Path(cfg.fast_dir) if cfg.fast_dir else out / "ckpt" / FAST,
+            DURABLE: Path(cfg.durable_dir) if cfg.durable_dir else out / "ckpt" / DURABLE,
+        }
+        self.intervals = {FAST: cfg.fast_interval, DURABLE: cfg.durable_interval}
+        self.keep = {FAST: cfg.fast_keep, DURABLE: cfg.durable_keep}
+        self.on_checkpoint_written = on_checkpoint_written
+        self.on_committed = on_committed
+        self.blocking_total_s = 0.0
+        self.committed = 0
+        self.last_committed_step: dict[str, int] = {}
+        # Duration of the last background staging copy (benchmarks report it).
+        self.last_staging_s: float | None = None
+        # Checkpoint traffic (DCP planning, commit) runs in a background thread; a separate
+        # gloo group keeps it from interleaving with the training collectives.
+        self.pg = dist.new_group(backend="gloo")
+        nonce = [secrets.token_hex(4) if rank == 0 else None]
+        dist.broadcast_object_list(nonce, src=0)
+        self.nonce: str = nonce[0]  # type: ignore[assignment]
+        self._inflight: _InFlight | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hptrain-ckpt-commit")
+        # One stager for the whole run: it caches its CPU (pinned on GPU hosts) buffers, so
+        # every checkpoint after the first reuses them instead of allocating again.
+        self._stager: DefaultStager | None = None
+        if cfg.async_mode == "thread":
+            cuda = device.type == "cuda"
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=cuda,
+                    use_shared_memory=False,
+                    use_async_staging=True,
+                    use_non_blocking_copy=cuda,
+                )
+            )
+        self.managed = managed_tier.open_if_enabled(cfg.fast_backend, world_size=world_size)
+        if self.rank == 0 or self.local_rank == 0:
+            for root in self.roots.values():
+                root.mkdir(parents=True, exist_ok=True)
+                clean_stale(root)
+        dist.barrier()
+
+    # ---- schedule -------------------------------------------------------------------------
+
+    def tier_due(self, step: int) -> str | None:
+        """Tier to write after `step`; when both are due the durable write covers the fast one."""
+        for tier in (DURABLE, FAST):
+            every = self.intervals[tier]
+            if every > 0 and step % every == 0:
+                return tier
+        return None
+
+    def has_committed(self, step: int) -> bool:
+        return step in self.last_committed_step.values()
+
+    # ---- save -------------------------------------------------------------------------------
+
+    def save(self, step: int, tier: str, *, sync: bool = False) -> None:
+        """Starts (or, with sync=True or async_mode=sync, completes) a checkpoint of `step`."""
+        t0 = time.perf_counter()
+        self.wait()  # one checkpoint in flight at a time: the staging buffers are reused
+        sync = sync or self._stager is None
+        final = self.roots[tier] / step_dir_name(step)
+        tmp = self.roots[tier] / f"{step_dir_name(step)}.tmp-{self.nonce}"
+        writer = self._writer(tier, step, tmp)
+        if sync:
+            try:
+                dcp.save(self.app_state, storage_writer=writer, process_group=self.pg)
+                self._commit(step, tier, tmp, final)
+                status = "committed"
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported, training goes on
+                warn(f"checkpoint step {step} tier {tier} failed: {_first_line(e)}")
+                status = "failed"
+            blocking = time.perf_counter() - t0
+            self.blocking_total_s += blocking
+            if self.rank == 0:
+                log_checkpoint(step, tier, blocking, "started")
+                log_checkpoint(step, tier, blocking, status)
+            if status == "committed":
+                self._note_committed(step, tier, blocking)
+            return
+        response = dcp.async_save(
+            self.app_state,
+            storage_writer=writer,
+            process_group=self.pg,
+            async_checkpointer_type=AsyncCheckpointerType.THREAD,
+            async_stager=self._stager,
+        )
+        if isinstance(response, AsyncSaveResponse):
+            staging, upload = response.staging_completion, response.upload_completion
+        else:
+            staging, upload = None, response
+        done = self._executor.submit(self._finish_async, step, tier, tmp, final, upload)
+        blocking = time.perf_counter() - t0
+        inf = _InFlight(step, tier, staging, done, blocking, staged=staging is None, started_at=t0)
+        if staging is not None:
+            # Remembered for reporting how long the background copy took.
+            staging.add_done_callback(lambda _f: setattr(inf, "staged_at", time.perf_counter()))
+        self._inflight = inf
+        self.blocking_total_s += blocking
+        if self.rank == 0:
+            log_checkpoint(step, tier, blocking, "started")
+
+    def _writer(self, tier: str, step: int, tmp: Path) -> Any:
+        if tier == FAST and self.managed is not None:
+            return self.managed.writer(step)
+        return FileSystemWriter(str(tmp), sync_files=True)
+
+    def wait_for_staging(self) -> float:
+        """Blocks until the in-flight checkpoint has copied the state; call before the
+        optimizer mutates parameters. Returns the seconds waited (counted as blocking)."""
+        inf = self._inflight
+        if inf is None or inf.staged:
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            assert inf.staging is not None
+            inf.staging.result()
+        except (Exception, CheckpointException) as e:  # noqa: BLE001 - the upload reports it too
+            warn(f"checkpoint step {inf.step} staging failed: {_first_line(e)}")
+        inf.staged = True
+        waited = time.perf_counter() - t0
+        inf.blocking_s += waited
+        self.blocking_total_s += waited
+        return waited
+
+    def poll(self) -> None:
+        """Reports a finished background checkpoint without waiting for a running one."""
+        if self._inflight is not None and self._inflight.done.done():
+            self._complete_inflight()
+
+    def wait(self) -> None:
+        """Waits for the in-flight checkpoint (if any) to be committed or to fail."""
+        if self._inflight is not None:
+            self.wait_for_staging()
+            self._complete_inflight()
+
+    def _complete_inflight(self) -> None:
+        inf = self._inflight
+        assert inf is not None
+        self._inflight = None
+        if inf.staged_at is not None:
+            self.last_staging_s = inf.staged_at - inf.started_at
+        try:
+            inf.done.result()
+            status = "committed"
+        except (Exception, CheckpointException) as e:  # noqa: BLE001 - training goes on
+            warn(f"checkpoint step {inf.step} tier {inf.tier} failed: {_first_line(e)}")
+            status = "failed"
+        if self.rank == 0:
+            log_checkpoint(inf.step, inf.tier, inf.blocking_s, status)
+        if status == "committed":
+            self._note_committed(inf.step, inf.tier, inf.blocking_s)
+
+    def _note_committed(self, step: int, tier: str, blocking: float) -> None:
+        self.committed += 1
+        self.last_committed_step[tier] = step
+        self.on_committed(step, tier, blocking)
+
+    def _finish_async(self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any]) -> None:
+        upload.result()
+        self._commit(step, tier, tmp, final)
+
+    def _commit(self, step: int, tier: str, tmp: Path, final: Path) -> None:
+        """Runs on every rank after its shards are written (in the background thread for
+        async saves); collectives use the checkpoint group only."""
+        self.on_checkpoint_written(step)
+        if tier == FAST and self.managed is not None:
+            self._commit_managed(step, final)
+            return
+        try:
+            entries: dict[str, Any] = files_written_by(tmp, self.rank)
+        except OSError as e:
+            entries = {"__error__": f"rank {self.rank}: {e!r}"}
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(entries, gathered, dst=0, group=self.pg)
+        # Rank 0 always reaches the broadcast, success or not, so no rank is left waiting.
+        payload: list[Any] = [None, None]
+        if self.rank == 0:
+            assert gathered is not None
+            try:
+                errors = [g["__error__"] for g in gathered if "__error__" in g]
+                if errors:
+                    raise RuntimeError("; ".join(errors))
+                manifest = build_manifest(step, tier, self.world_size, gathered)
+                metadata = (tmp / DCP_METADATA).read_bytes()
+                commit_dir(tmp, final, manifest)
+                prune(self.roots[tier], tier, self.keep[tier])
+                payload = [manifest, metadata]
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - sent to every rank below
+                payload = [None, f"commit failed on rank 0: {e!r}"]
+        dist.broadcast_object_list(payload, src=0, group=self.pg)
+        if payload[0] is None:
+            raise RuntimeError(payload[1])
+        if self.rank != 0 and self.local_rank == 0 and tmp.is_dir() and not final.exists():
+            # Node-local tier: this node holds its own shards; give it the metadata and
+            # commit its copy too.
+            (tmp / DCP_METADATA).write_bytes(payload[1])
+            commit_dir(tmp, final, payload[0])
+            prune(self.roots[tier], tier, self.keep[tier])
+        dist.barrier(group=self.pg)
+
+    def _commit_managed(self, step: int, final: Path) -> None:
+        # The managed library replicates and persists on its own; a marker directory with
+        # a manifest keeps resume selection identical for both backends.
+        dist.barrier(group=self.pg)
+        if self.rank == 0:
+            tmp = final.with_name(f"{final.name}.tmp-{self.nonce}")
+            tmp.mkdir(parents=True, exist_ok=True)
+            manifest = build_manifest(step, FAST, self.world_size, [])
+            manifest["backend"] = managed_tier.BACKEND_NAME
+            commit_dir(tmp, final, manifest)
+            prune(self.roots[FAST], FAST, self.keep[FAST])
+        dist.barrier(group=self.pg)
+
+    # ---- resume -----------------------------------------------------------------------------
+
+    def resume(self) -> CheckpointRef | None:
+        """Loads the newest checkpoint that every rank validates, across both tiers.
+
+        Candidates are the union of what any rank lists, newest first; each is validated on
+        every rank (its own shards) and used only if all ranks agree, so typically a single
+        checkpoint is hashed. A load that still fails falls back to the next candidate.
+        """
+        listed = [(ref.step, tier) for tier, root in self.roots.items() for ref in list_committed(root, tier)]
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, listed)
+        validated_but_unloadable: list[str] = []
+        for step, tier in candidate_order(everyone):
+            path = self.roots[tier] / step_dir_name(step)
+            ok, why = validate_checkpoint(path, self.rank, self.cfg.verify_checksums)
+            if not ok:
+                warn(f"rank {self.rank}: {tier} checkpoint step {step} rejected: {why}")
+            verdicts: list[Any] = [None] * self.world_size
+            dist.all_gather_object(verdicts, ok)
+            if not all(verdicts):
+                continue
+            try:
+                if tier == FAST and self.managed is not None and managed_tier.is_managed(path):
+                    dcp.load(self.app_state, storage_reader=self.managed.reader(step))
+                else:
+                    dcp.load(self.app_state, checkpoint_id=str(path))
+            except IncompatibleCheckpoint:
+                raise
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - same error on every rank
+                warn(f"rank {self.rank}: loading {tier} checkpoint step {step} failed, falling back: {_first_line(e)}")
+                validated_but_unloadable.append(f"{tier}/{step_dir_name(step)}")
+                continue
+            self.last_committed_step[tier] = step
+            return CheckpointRef(tier, step, path)
+        if validated_but_unloadable:
+            # Intact checkpoints that do not fit this job (changed model shape, ...): starting
+            # from scratch would prune them and lose the run, so stop and let a human decide.
+            raise IncompatibleCheckpoint(
+                f"checkpoints {', '.join(validated_but_unloadable)} are intact but do not load into this "
+                "job; refusing to start from scratch"
+            )
+        return None
+
+    def close(self) -> None:
+        self.wait()
+        self._executor.shutdown(wait=True)
+        if self._stager is not None:
+            self._stager.close()

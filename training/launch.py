@@ -1,0 +1,364 @@
+"""Local launcher that behaves like the training operator, for development and fault tests.
+
+    python -m training.launch --nproc 2 --preset tiny --steps 40 --out DIR [fault options]
+
+Starts one process per rank (gloo on CPU) with a torchrun-style environment, restarts the
+whole group when any rank exits non-zero (up to --max-restarts), and injects faults on the
+first attempt only, so the restarted run proceeds. Each rank runs in its own session and is
+tied to the launcher with a parent-death signal, so a failed group is killed as a whole and
+no process outlives the launcher. Exit code: 0 when the final attempt exits 0, 1 when
+restarts are exhausted, 124 on --timeout-s, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from training.config import PRESETS, ConfigError, JobConfig, build_config
+from training.faults import ENV_VAR as FAULTS_ENV, FaultPlan
+
+USAGE_EXIT_CODE = 2
+TIMEOUT_EXIT_CODE = 124
+_PR_SET_PDEATHSIG = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(USAGE_EXIT_CODE)
+
+
+@dataclass
+class AttemptResult:
+    attempt: int
+    exit_codes: list[int | None]
+    outcome: str  # "ok", "failed", "timeout", "terminated"
+    started_unix: float
+    ended_unix: float
+    checkpoints_after: dict[str, list[str]] = field(default_factory=dict)
+    corrupted: str | None = None
+    chaos_kill: dict[str, Any] | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: SIGKILL it if the launcher dies, even by
+    # SIGKILL, so a killed launcher never leaves ranks behind.
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
+    """Copies a rank's output, unmodified, to the launcher's stdout and the rank's log file."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            sink.write(line)
+            sink.flush()
+        log.write(line)
+        log.flush()
+    stream.close()
+
+
+def _list_committed(root: Path, tier: str) -> Any:
+    # Imported here: the launcher itself never needs torch, so argument errors are instant.
+    from training.checkpoint import list_committed
+
+    return list_committed(root, tier)
+
+
+def _listing(cfg: JobConfig, out: Path) -> dict[str, list[str]]:
+    roots = _tier_roots(cfg, out)
+    return {tier: sorted(p.name for p in root.iterdir()) if root.is_dir() else [] for tier, root in roots.items()}
+
+
+def _tier_roots(cfg: JobConfig, out: Path) -> dict[str, Path]:
+    c = cfg.checkpoint
+    return {
+        "fast": Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
+        "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
+    }
+
+
+def corrupt_newest(cfg: JobConfig, out: Path) -> str | None:
+    """Flips bytes inside the largest shard of the checkpoint a resume would pick first.
+
+    The file keeps its size, so only checksum validation can catch it: this is the silent
+    corruption case (bad disk, partial overwrite), not a missing file.
+    """
+    refs = [ref for tier, root in _tier_roots(cfg, out).items() for ref in _list_committed(root, tier)]
+    if not refs:
+        return None
+    newest = sorted(refs, key=lambda r: (-r.step, 0 if r.tier == "fast" else 1))[0]
+    shards = sorted(newest.path.glob("*.distcp"), key=lambda p: p.stat().st_size, reverse=True)
+    if not shards:
+        return None
+    target = shards[0]
+    with open(target, "r+b") as f:
+        size = target.stat().st_size
+        f.seek(size // 2)
+        chunk = f.read(64)
+        f.seek(size // 2)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+    return f"{newest.tier}/{newest.path.name}/{target.name}"
+
+
+class Launcher:
+    def __init__(self, args: argparse.Namespace, cfg: JobConfig, train_argv: list[str]) -> None:
+        self.args, self.cfg, self.train_argv = args, cfg, train_argv
+        self.out = Path(args.out)
+        self.job_start = time.time()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.terminating = False
+        self.lock = threading.Lock()
+        self.chaos_rng = random.Random(args.chaos_seed)
+        self.chaos_kills = 0
+
+    def _env(self, rank: int, port: int, attempt: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank), WORLD_SIZE=str(self.args.nproc), LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(self.args.nproc), GROUP_RANK="0", ROLE_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            TORCHELASTIC_RESTART_COUNT=str(attempt),
+            HPTRAIN_JOB_START_UNIX=repr(self.job_start), PYTHONUNBUFFERED="1",
+        )
+        env.pop(FAULTS_ENV, None)
+        plan = self._fault_plan()
+        if attempt == 0 and plan.any:
+            env[FAULTS_ENV] = plan.to_env()
+        return env
+
+    def _fault_plan(self) -> FaultPlan:
+        a = self.args
+        return FaultPlan(
+            kill_rank=a.kill_rank, kill_at_step=a.kill_at_step, kill_during_checkpoint=a.kill_during_checkpoint,
+            sigterm_at_step=a.sigterm_at_step, hang_rank=a.hang_rank, hang_at_step=a.hang_at_step,
+        )
+
+    def _kill_group(self, sig: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def forward_signal(self, signum: int, _frame: Any) -> None:
+        """SIGTERM/SIGINT to the launcher: pass SIGTERM on (the ranks save and exit 0)."""
+        self.terminating = True
+        self._kill_group(signal.SIGTERM)
+
+    def run_attempt(self, attempt: int, deadline: float) -> AttemptResult:
+        port = _free_port()
+        logs_dir = self.out / "logs"
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        self.procs, pumps, log_files = [], [], []
+        cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+        for rank in range(self.args.nproc):
+            log = open(logs_dir / f"attempt{attempt}_rank{rank}.log", "w")
+            log_files.append(log)
+            p = subprocess.Popen(
+                cmd, env=self._env(rank, port, attempt), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+            self.procs.append(p)
+        # Output pumps start after every fork: no other thread of ours runs while a child is
+        # between fork and exec (preexec_fn).
+        for p, log in zip(self.procs, log_files):
+            t = threading.Thread(target=_pump, args=(p.stdout, sys.stdout, log, self.lock), daemon=True)
+            t.start()
+            pumps.append(t)
+        outcome = "ok"
+        chaos_kill: dict[str, Any] | None = None
+        chaos_at = time.time() + self.args.chaos_kill_every_s if self.args.chaos_kill_every_s else None
+        while True:
+            if chaos_at is not None and chaos_kill is None and time.time() >= chaos_at \
+                    and self.chaos_kills < self.args.max_restarts:
+                # Chaos mode: an external SIGKILL of a random rank, like a node loss; unlike
+                # the step-exact faults above it fires on every attempt, at wall-clock times.
+                victim = self.chaos_rng.randrange(self.args.nproc)
+                if self.procs[victim].poll() is None:
+                    os.kill(self.procs[victim].pid, signal.SIGKILL)
+                    chaos_kill = {"rank": victim, "unix": time.time()}
+                    self.chaos_kills += 1
+            codes = [p.poll() for p in self.procs]
+            if any(c not in (None, 0) for c in codes):
+                # One rank died: the others are (or soon will be) stuck in a collective.
+                outcome = "failed"
+                self._kill_group(signal.SIGKILL)
+                break
+            if all(c == 0 for c in codes):
+                break
+            if time.time() > deadline:
+                outcome = "timeout"
+                self._kill_group(signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        for p in self.procs:
+            p.wait()
+        for t in pumps:
+            t.join(timeout=5)
+        for log in log_files:
+            log.close()
+        if self.terminating and outcome == "failed":
+            outcome = "terminated"
+        return AttemptResult(
+            attempt, [p.returncode for p in self.procs], outcome, started, time.time(), chaos_kill=chaos_kill
+        )
+
+    def run(self) -> int:
+        deadline = self.job_start + self.args.timeout_s
+        attempts: list[AttemptResult] = []
+        exit_code = 1
+        corrupted_once = False
+        for attempt in range(self.args.max_restarts + 1):
+            result = self.run_attempt(attempt, deadline)
+            attempts.append(result)
+            if result.outcome == "ok":
+                exit_code = 0
+                break
+            if result.outcome in ("timeout", "terminated"):
+                exit_code = TIMEOUT_EXIT_CODE if result.outcome == "timeout" else 1
+                break
+            result.checkpoints_after = _listing(self.cfg, self.out)
+            if self.args.corrupt_newest and not corrupted_once:
+                result.corrupted = corrupt_newest(self.cfg, self.out)
+                corrupted_once = True
+            sys.stdout.write(
+                f"HPTRAIN-LAUNCH attempt {attempt} failed with exit codes {result.exit_codes}; "
+                f"{'restarting' if attempt < self.args.max_restarts else 'giving up'}\n"
+            )
+            sys.stdout.flush()
+        self._finalise(attempts, exit_code)
+        return exit_code
+
+    def _finalise(self, attempts: list[AttemptResult], exit_code: int) -> None:
+        launcher = {
+            "attempts": [asdict(a) for a in attempts],
+            "restarts": len(attempts) - 1,
+            "exit_code": exit_code,
+            "wall_time_s": time.time() - self.job_start,
+            "faults": {k: v for k, v in asdict(self._fault_plan()).items() if v is not None},
+            "corrupt_newest": bool(self.args.corrupt_newest),
+        }
+        path = self.out / "summary.json"
+        summary: dict[str, Any] = {}
+        if path.is_file() and exit_code == 0:
+            summary = json.loads(path.read_text())
+        else:
+            summary = {"exit_reason": "failed", "steps": None, "final_params_sha256": None}
+        summary["launcher"] = launcher
+        summary["restarts"] = launcher["restarts"]
+        tmp = path.with_suffix(".json.part")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobConfig, list[str]]:
+    p = _Parser(prog="python -m training.launch", description="local multi-process launcher with restarts and fault injection")
+    p.add_argument("--nproc", type=int, default=2, help="number of ranks (processes)")
+    p.add_argument("--preset", default="tiny", help=f"config preset ({', '.join(PRESETS)})")
+    p.add_argument("--steps", type=int, help="training steps (same as --set training.steps=N)")
+    p.add_argument("--out", required=True, help="run directory; summary.json is written there")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="config override passed to every rank (repeatable)")
+    p.add_argument("--max-restarts", type=int, default=3, help="group restarts after a failure")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="bound on the whole job, restarts included")
+    p.add_argument("--kill-rank", type=int, help="rank to SIGKILL (with --kill-at-step)")
+    p.add_argument("--kill-at-step", type=int, help="step at which --kill-rank is killed")
+    p.add_argument("--kill-during-checkpoint", type=int, metavar="STEP",
+                   help="SIGKILL rank 0 after the shards of checkpoint STEP are written, before its commit")
+    p.add_argument("--corrupt-newest", action="store_true",
+                   help="corrupt the newest committed checkpoint before the first restart")
+    p.add_argument("--sigterm-at-step", type=int, help="send SIGTERM to every rank during this step")
+    p.add_argument("--hang-rank", type=int, help="rank that stops making progress (with --hang-at-step)")
+    p.add_argument("--hang-at-step", type=int, help="step at which --hang-rank hangs")
+    p.add_argument("--watchdog-s", type=float, help="watchdog timeout (same as --set fault.watchdog_s=S)")
+    p.add_argument("--chaos-kill-every-s", type=float, metavar="S",
+                   help="SIGKILL a random rank S seconds into every attempt (bounded by --max-restarts)")
+    p.add_argument("--chaos-seed", type=int, default=0, help="seed for the chaos victim choice")
+    args = p.parse_args(argv)
+
+    if args.nproc < 1:
+        p.error("--nproc must be >= 1")
+    if args.chaos_kill_every_s is not None and args.chaos_kill_every_s <= 0:
+        p.error("--chaos-kill-every-s must be > 0")
+    if args.max_restarts < 0 or args.timeout_s <= 0:
+        p.error("--max-restarts must be >= 0 and --timeout-s > 0")
+    if (args.kill_rank is None) != (args.kill_at_step is None):
+        p.error("--kill-rank and --kill-at-step go together")
+    if (args.hang_rank is None) != (args.hang_at_step is None):
+        p.error("--hang-rank and --hang-at-step go together")
+    for name in ("kill_rank", "hang_rank"):
+        r = getattr(args, name)
+        if r is not None and not 0 <= r < args.nproc:
+            p.error(f"--{name.replace('_', '-')} {r} is not a rank of --nproc {args.nproc}")
+    for name in ("kill_at_step", "sigterm_at_step", "hang_at_step", "kill_during_checkpoint"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"training.steps={args.steps}")
+    if args.watchdog_s is not None:
+        overrides.append(f"fault.watchdog_s={args.watchdog_s}")
+    try:
+        cfg = build_config(args.preset, overrides)
+        cfg.check_world(args.nproc)
+    except ConfigError as e:
+        p.error(str(e))
+    if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
+        p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
+    c = cfg.checkpoint
+    if args.kill_during_checkpoint is not None:
+        s = args.kill_during_checkpoint
+        due = any(every > 0 and s % every == 0 for every in (c.fast_interval, c.durable_interval))
+        if not due or s >= cfg.training.steps:
+            p.error(f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step")
+    for name in ("kill_at_step", "sigterm_at_step", "hang_at_step"):
+        v = getattr(args, name)
+        if v is not None and v > cfg.training.steps:
+            p.error(f"--{name.replace('_', '-')} {v} is beyond the last step {cfg.training.steps}")
+    train_argv = ["--preset", args.preset, "--out", str(args.out)]
+    for o in overrides:
+        train_argv += ["--set", o]
+    return args, cfg, train_argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, cfg, train_argv = parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(args, cfg, train_argv)
+    signal.signal(signal.SIGTERM, launcher.forward_signal)
+    signal.signal(signal.SIGINT, launcher.forward_signal)
+    code = launcher.run()
+    summary = Path(args.out) / "summary.json"
+    sys.stdout.write(f"HPTRAIN-LAUNCH done exit_code={code} summary={summary}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

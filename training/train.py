@@ -1,0 +1,80 @@
+"""Entry point: ``python -m training.train --preset tiny --out DIR [--set section.field=value ...]``.
+
+Runs under torchrun, hyperpodrun (both export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/...)
+or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after saving, 1 error,
+2 bad command line or config, 3 watchdog, 4 SIGTERM grace period exceeded before the save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from training.config import PRESETS, ConfigError, JobConfig, build_config
+
+USAGE_EXIT_CODE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(USAGE_EXIT_CODE)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
+    p = _Parser(prog="python -m training.train", description="HyperPod training entry point")
+    p.add_argument("--preset", default="tiny", help=f"named config preset ({', '.join(PRESETS)})")
+    p.add_argument("--out", required=True, help="run directory (summary.json, attempts/, default checkpoint dirs)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override one config value, e.g. --set training.steps=40 (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        cfg = build_config(args.preset, args.overrides)
+    except ConfigError as e:
+        p.error(str(e))
+    return cfg, Path(args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, out = parse_args(argv)
+    # Heavy imports after argument checks: a typo fails in milliseconds.
+    import torch.distributed as dist
+
+    from training.checkpoint import IncompatibleCheckpoint
+    from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.trainer import Trainer, install_signal_handlers
+
+    ensure_single_process_env()
+    try:
+        cfg.check_world(int(os.environ["WORLD_SIZE"]))
+    except ConfigError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return USAGE_EXIT_CODE
+    out.mkdir(parents=True, exist_ok=True)
+    info = init_distributed()
+    configure_cpu_threads(cfg.training.cpu_threads, info.local_world_size)
+    try:
+        trainer = Trainer(cfg, out, info)
+        install_signal_handlers(trainer)
+        code = trainer.run()
+    except (ConfigError, FileNotFoundError, IncompatibleCheckpoint) as e:
+        # Bad input discovered once the world exists (a missing data path, checkpoints of a
+        # different model in the run directory): one line.
+        sys.stderr.write(f"error: rank {info.rank}: {e}\n")
+        sys.stderr.flush()
+        os._exit(USAGE_EXIT_CODE)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        # Peers may be blocked in a collective with this rank: do not wait for a clean
+        # teardown, exit so the launcher restarts the group.
+        os._exit(1)
+    dist.destroy_process_group()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

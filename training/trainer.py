@@ -1,0 +1,323 @@
+"""The trainer: builds the components once, then runs a step loop that reads top to bottom."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.checkpoint.stateful import Stateful
+
+from training import metrics
+from training.checkpoint import DURABLE, CheckpointManager, IncompatibleCheckpoint
+from training.config import JobConfig
+from training.data import ResumableLoader, build_source
+from training.faults import FaultInjector, FaultPlan
+from training.model import Transformer
+from training.optim import build_optimizer
+from training.parallel import DistInfo, apply_parallelism, build_mesh
+from training.watchdog import Watchdog
+
+SIGTERM_TIMEOUT_EXIT_CODE = 4
+
+
+class ModelOptimizerState(Stateful):
+    """Sharded model + optimizer state through the FSDP-aware state_dict helpers."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_state_dict(
+            self.model, self.optimizer,
+            model_state_dict=state_dict["model"], optim_state_dict=state_dict["optim"],
+        )
+
+
+def _local_rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state().numpy().tobytes(),
+        "cuda": [s.numpy().tobytes() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+        "numpy": np.random.get_state(legacy=False),
+        "python": random.getstate(),
+    }
+
+
+def _set_local_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
+    if torch.cuda.is_available() and state["cuda"]:
+        torch.cuda.set_rng_state_all([torch.frombuffer(bytearray(s), dtype=torch.uint8) for s in state["cuda"]])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+class TrainState(Stateful):
+    """Step counter, LR schedule, data position, RNG streams and goodput accounting."""
+
+    def __init__(self, scheduler: torch.optim.lr_scheduler.LRScheduler, loader: ResumableLoader, world_size: int) -> None:
+        self.scheduler, self.loader, self.world_size = scheduler, loader, world_size
+        self.step = 0
+        # Step time of the steps in this model's lineage: rolled back with the checkpoint, so
+        # a step redone after a failure is counted once (see metrics.GOODPUT_DEFINITION).
+        self.productive_s = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        # RNG streams are per rank: gather them so one object holds all ranks, in rank order.
+        per_rank: list[Any] = [None] * self.world_size
+        dist.all_gather_object(per_rank, _local_rng_state())
+        return {
+            "step": self.step,
+            "productive_s": self.productive_s,
+            "scheduler": self.scheduler.state_dict(),
+            "data": self.loader.state_dict(),
+            "rng": pickle.dumps(per_rank),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.step = int(state_dict["step"])
+        self.productive_s = float(state_dict["productive_s"])
+        self.scheduler.load_state_dict(state_dict["scheduler"])
+        try:
+            self.loader.load_state_dict(state_dict["data"])
+        except ValueError as e:
+            raise IncompatibleCheckpoint(str(e)) from None
+        per_rank = pickle.loads(state_dict["rng"])
+        if len(per_rank) == self.world_size:
+            _set_local_rng_state(per_rank[dist.get_rank()])
+
+
+class Trainer:
+    def __init__(self, cfg: JobConfig, out: Path, info: DistInfo) -> None:
+        self.cfg, self.out, self.info = cfg, out, info
+        t = cfg.training
+        torch.manual_seed(t.seed)
+        np.random.seed(t.seed)
+        random.seed(t.seed)
+
+        self.mesh = build_mesh(cfg.parallel, info.world_size, info.device)
+        with torch.device("meta"):
+            model = Transformer(cfg.model, max_seq_len=t.seq_len)
+        self.model = apply_parallelism(model, cfg, self.mesh, info.device)
+        self.model.to_empty(device=info.device)
+        self.model.init_weights(t.seed)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)
+
+        source = build_source(
+            cfg.data.source, path=cfg.data.path, dtype=cfg.data.dtype, seq_len=t.seq_len,
+            vocab_size=cfg.model.vocab_size, seed=cfg.data.seed, synthetic_samples=cfg.data.synthetic_samples,
+        )
+        self.loader = ResumableLoader(source, t.global_batch_size, info.rank, info.world_size, cfg.data.seed, info.device)
+        self.state = TrainState(self.scheduler, self.loader, info.world_size)
+
+        attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
+        self.ledger = metrics.RunLedger(out, int(attempt_env) if attempt_env else None) if info.is_main else None
+        attempt = [self.ledger.record.attempt if self.ledger else None]
+        dist.broadcast_object_list(attempt, src=0)
+        self.attempt: int = attempt[0]  # type: ignore[assignment]
+        self.faults = FaultInjector(FaultPlan.from_env(), info.rank, self._record_fault)
+        self.checkpointer = CheckpointManager(
+            cfg.checkpoint, out,
+            {"model_optim": ModelOptimizerState(self.model, self.optimizer), "train": self.state},
+            rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, device=info.device,
+            on_checkpoint_written=self.faults.checkpoint_written,
+            on_committed=self._on_committed,
+        )
+        self.watchdog = Watchdog(cfg.fault.watchdog_s)
+        self._stop_requested = False
+        self._saved_after_sigterm = False
+
+    # ---- bookkeeping callbacks ----------------------------------------------------------------
+
+    def _record_fault(self, fault: dict[str, Any]) -> None:
+        metrics.write_fault(self.out, self.attempt, self.info.rank, fault)
+
+    def _on_committed(self, step: int, tier: str, blocking_s: float) -> None:
+        if self.ledger:
+            self.ledger.record.checkpoints_committed += 1
+            self.ledger.record.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+            self.ledger.flush()
+
+    def request_stop(self, signum: int, _frame: Any) -> None:
+        """SIGTERM handler: finish the current step, save, exit 0, all within the grace period."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        timer = threading.Timer(self.cfg.fault.sigterm_grace_s, self._grace_expired)
+        timer.daemon = True
+        timer.start()
+
+    def _grace_expired(self) -> None:
+        # The checkpoint decides the exit code: saved means nothing is lost.
+        metrics.emit(f"HPTRAIN sigterm grace of {self.cfg.fault.sigterm_grace_s:.0f}s expired; exiting")
+        os._exit(0 if self._saved_after_sigterm else SIGTERM_TIMEOUT_EXIT_CODE)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        resumed = self.checkpointer.resume()
+        metrics.log_start(
+            self.info.rank, self.info.world_size, self.state.step,
+            resumed.tier if resumed else "none", self.cfg.preset,
+        )
+        if self.ledger:
+            self.ledger.record.resumed_step = self.state.step
+            self.ledger.record.resumed_from = resumed.tier if resumed else "none"
+            self.ledger.record.last_step = self.state.step
+            self.ledger.flush()
+        self.watchdog.start()
+        try:
+            while self.state.step < self.cfg.training.steps:
+                stop = self.train_step()
+                self.maybe_checkpoint()
+                if stop:
+                    return self.shutdown_on_signal()
+            return self.finish()
+        finally:
+            self.watchdog.stop()
+
+    def train_step(self) -> bool:
+        """One optimizer step; returns True when any rank has been asked to stop."""
+        step = self.state.step + 1
+        self.watchdog.beat(self.state.step)
+        self.faults.before_step(step)
+        t0 = time.perf_counter()
+
+        inputs, labels = self.loader.next_batch()
+        logits = self.model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        loss.backward()
+        self.faults.mid_step(step)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.grad_clip, foreach=True)
+
+        # The in-flight checkpoint copies parameters in the background during forward and
+        # backward; the update must not start before that copy is complete.
+        staging_wait = self.checkpointer.wait_for_staging()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        # One small all-reduce carries the loss for logging and the stop flag, so every rank
+        # agrees on the step at which a SIGTERM takes effect.
+        flags = torch.stack([loss.detach().float(), torch.tensor(float(self._stop_requested), device=loss.device)])
+        dist.all_reduce(flags)
+        loss_avg, stop = (flags[0] / self.info.world_size).item(), flags[1].item() > 0
+
+        step_time = time.perf_counter() - t0 - staging_wait
+        self.state.step = step
+        self.state.productive_s += step_time
+        self.watchdog.beat(step)
+        self._log_step(step, loss_avg, step_time)
+        return stop
+
+    def maybe_checkpoint(self) -> None:
+        self.checkpointer.poll()
+        tier = self.checkpointer.tier_due(self.state.step)
+        if tier is not None and self.state.step < self.cfg.training.steps:
+            self.checkpointer.save(self.state.step, tier)
+
+    def _log_step(self, step: int, loss: float, step_time: float) -> None:
+        if not self.info.is_main:
+            return
+        t = self.cfg.training
+        metrics.log_step(
+            step, loss, t.global_batch_size * t.seq_len / step_time, t.global_batch_size / step_time, step_time
+        )
+        assert self.ledger is not None
+        rec = self.ledger.record
+        now = time.time()
+        if rec.first_step_unix is None:
+            rec.first_step_unix = now
+            self.ledger.flush()
+        rec.last_step, rec.last_step_unix = step, now
+        rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+        self.ledger.flush()
+
+    # ---- endings --------------------------------------------------------------------------
+
+    def _save_final(self, tier: str) -> None:
+        self.watchdog.beat(self.state.step)
+        self.checkpointer.wait()
+        if self.checkpointer.last_committed_step.get(tier) != self.state.step:
+            self.checkpointer.save(self.state.step, tier, sync=True)
+        self.watchdog.beat(self.state.step)
+
+    def shutdown_on_signal(self) -> int:
+        self._save_final(self.cfg.checkpoint.sigterm_tier)
+        self._saved_after_sigterm = self.checkpointer.last_committed_step.get(self.cfg.checkpoint.sigterm_tier) == self.state.step
+        return self._summarise("sigterm")
+
+    def finish(self) -> int:
+        self._save_final(DURABLE)
+        return self._summarise("completed")
+
+    def _summarise(self, reason: str) -> int:
+        self.watchdog.beat(self.state.step)
+        self.checkpointer.close()
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.info.is_main:
+            return 0
+        digest = metrics.params_sha256(full)
+        export_path = None
+        if self.cfg.checkpoint.export_final and reason == "completed":
+            export_path = self.out / "final" / "model.pt"
+            export_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = export_path.with_suffix(".pt.part")
+            torch.save(full, tmp)
+            os.replace(tmp, export_path)
+        assert self.ledger is not None
+        rec = self.ledger.record
+        rec.ended = reason
+        rec.last_step = self.state.step
+        rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+        self.ledger.flush()
+        records = self.ledger.all_records()
+        job_start = float(os.environ.get("HPTRAIN_JOB_START_UNIX") or min(r.started_unix for r in records))
+        wall = max(time.time() - job_start, 1e-9)
+        recoveries = metrics.recovery_stats(records)
+        summary = {
+            "steps": self.state.step,
+            "target_steps": self.cfg.training.steps,
+            "exit_reason": reason,
+            "preset": self.cfg.preset,
+            "world_size": self.info.world_size,
+            "goodput": self.state.productive_s / wall,
+            "goodput_definition": metrics.GOODPUT_DEFINITION,
+            "productive_step_time_s": self.state.productive_s,
+            "wall_time_s": wall,
+            "checkpoint_blocking_s_total": sum(r.checkpoint_blocking_s for r in records),
+            "checkpoints_committed": sum(r.checkpoints_committed for r in records),
+            "restarts": len(records) - 1,
+            "steps_lost_total": sum(r["steps_lost"] for r in recoveries),
+            "recoveries": recoveries,
+            "resumed_from": {"tier": rec.resumed_from, "step": rec.resumed_step},
+            "last_checkpoint": {
+                tier: step for tier, step in sorted(self.checkpointer.last_committed_step.items())
+            },
+            "final_params_sha256": digest,
+            "export_path": str(export_path) if export_path else None,
+        }
+        metrics.write_summary(self.out, summary)
+        return 0
+
+
+def install_signal_handlers(trainer: Trainer) -> None:
+    signal.signal(signal.SIGTERM, trainer.request_stop)
