@@ -20,7 +20,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from platform_constructs.hyperpod_nag import acknowledge_resource
+from platform_constructs.nag import acknowledge_resource
 from platform_constructs.nag import acknowledge
 
 # HyperPod writes node logs to /aws/sagemaker/Clusters/<cluster name>/<cluster id> and metrics

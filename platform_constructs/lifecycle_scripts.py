@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct, IConstruct
 
-from platform_constructs.hyperpod_nag import acknowledge_resource
+from platform_constructs.nag import acknowledge_resource
 from platform_constructs.nag import acknowledge
 
 ON_CREATE = "on_create.sh"

@@ -7,8 +7,12 @@ exact finding (e.g. the one wildcard resource) where the rule reports one, and a
 
 from __future__ import annotations
 
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
 from aws_cdk import Acknowledgment, Validations
-from constructs import IConstruct
+from constructs import IConstruct, IValidation
 
 
 def acknowledge(construct: IConstruct, rule: str, reason: str, *, finding: str | None = None) -> None:
@@ -23,3 +27,53 @@ def acknowledge(construct: IConstruct, rule: str, reason: str, *, finding: str |
     Validations.of(construct).acknowledge(
         Acknowledgment(id=f"AwsSolutions::{rule_id}", reason=reason)
     )
+
+
+# Acknowledgments whose finding names a value from another stack: cdk-nag prints a wildcard
+# resource such as `<bucket ARN>/*` with the export name of the bucket's stack output, and
+# CDK names that export only while it prepares the app. Construct validations run after
+# prepare and before the policy plugins read acknowledgments, so one records them there.
+
+
+def nag_resource_string(value: Any) -> str:
+    """A resolved CloudFormation value written the way cdk-nag prints it in findings:
+    references as `<LogicalId>` / `<LogicalId.Attr>`, imports as their export name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        [(key, arg)] = value.items()
+        if key == "Fn::Join":
+            separator, parts = arg
+            return separator.join(nag_resource_string(p) for p in parts)
+        if key == "Ref":
+            return f"<{arg}>"
+        if key == "Fn::GetAtt":
+            return f"<{arg[0]}.{arg[1]}>"
+        if key == "Fn::ImportValue":
+            return nag_resource_string(arg)
+    raise ValueError(f"cannot write {value!r} as a cdk-nag finding")
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeResolvedResource:
+    def __init__(self, construct: IConstruct, rule: str, reason: str, resource: str) -> None:
+        self._construct = construct
+        self._rule = rule
+        self._reason = reason
+        self._resource = resource
+
+    def validate(self) -> list[str]:
+        resolved = cdk.Stack.of(self._construct).resolve(self._resource)
+        acknowledge(
+            self._construct,
+            self._rule,
+            self._reason,
+            finding=f"Resource::{nag_resource_string(resolved)}",
+        )
+        return []
+
+
+def acknowledge_resource(construct: IConstruct, rule: str, reason: str, *, resource: str) -> None:
+    """Acknowledge `rule` on `construct` for exactly the policy resource `resource` (the same
+    value, token included, that the policy statement uses)."""
+    construct.node.add_validation(_AcknowledgeResolvedResource(construct, rule, reason, resource))

@@ -1,0 +1,225 @@
+"""Shared storage: S3 buckets with one secure baseline, and FSx for Lustre linked to the
+data bucket.
+
+Bucket encryption is S3-managed (SSE-S3), deliberately:
+- the data bucket is linked to FSx by a data repository association; with a customer key,
+  FSx's per-file-system service-linked role (created with the association, so it cannot be
+  named in the key policy beforehand) would have to be granted the key, and a mistake there
+  silently breaks auto import/export;
+- server access log buckets must use SSE-S3;
+- checkpoints are written by every node at high rates; SSE-S3 adds no KMS request quota
+  to the checkpoint path and no key grant to coordinate with each role that reads them.
+The customer key (rotation on) encrypts the file system, where the working data lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from config.schema import DataRepositoryConfig, FsxConfig
+from platform_constructs.nag import acknowledge
+
+# Lustre 2.15: required for EFA and metadata configuration; pinned so a service default
+# change never shows up as a diff.
+LUSTRE_VERSION = "2.15"
+# Abandoned multipart uploads (an interrupted checkpoint upload) are invisible but billed.
+ABORT_INCOMPLETE_UPLOADS_DAYS = 7
+
+
+class SecureBucket(s3.Bucket):
+    """An S3 bucket with the platform's baseline: SSE-S3, all public access blocked, TLS
+    1.2+ only, ACLs disabled, server access logs to `access_log_bucket`, incomplete
+    multipart uploads aborted. Physical names are left to CloudFormation."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        removal_policy: cdk.RemovalPolicy,
+        access_log_bucket: s3.Bucket | None,
+        versioned: bool,
+        lifecycle_rules: Sequence[s3.LifecycleRule] = (),
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            versioned=versioned,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="abort-incomplete-multipart-uploads",
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(
+                        ABORT_INCOMPLETE_UPLOADS_DAYS
+                    ),
+                ),
+                *lifecycle_rules,
+            ],
+            # Destroy (dev) deletes an empty bucket only: auto-deleting objects would add a
+            # Lambda-backed custom resource to every environment's template for dev's sake.
+            removal_policy=removal_policy,
+        )
+        if access_log_bucket is not None:
+            self._log_to(access_log_bucket, prefix=f"{construct_id}/")
+
+    def _log_to(self, target: s3.Bucket, *, prefix: str) -> None:
+        """Server access logs to `target` under `prefix`, granted by the target's bucket
+        policy (its ACLs are disabled). Written out rather than left to the
+        `server_access_logs_bucket` prop, whose grant (ACL or policy) depends on a feature
+        flag: the template is the same however the app is built."""
+        resource = self.node.default_child
+        assert isinstance(resource, s3.CfnBucket)
+        resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=target.bucket_name, log_file_prefix=prefix
+        )
+        target.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"ServerAccessLogsFrom{self.node.id}",
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["s3:PutObject"],
+                resources=[target.arn_for_objects(f"{prefix}*")],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": self.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account},
+                },
+            )
+        )
+
+
+class AccessLogBucket(SecureBucket):
+    """Target of the other buckets' server access logs, expired after `retention_days`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        removal_policy: cdk.RemovalPolicy,
+        retention_days: int,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            removal_policy=removal_policy,
+            access_log_bucket=None,
+            # Log objects are written once and never overwritten: versions protect nothing.
+            versioned=False,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-access-logs", expiration=cdk.Duration.days(retention_days)
+                )
+            ],
+        )
+        acknowledge(
+            self,
+            "S1",
+            "This is the server access log bucket of the other buckets; logging it into "
+            "itself would log its own log deliveries without end",
+        )
+
+
+def lustre_configuration(config: FsxConfig) -> fsx.CfnFileSystem.LustreConfigurationProperty:
+    """The LustreConfiguration of a PERSISTENT_2 file system for `config`."""
+    if config.metadata_iops is None:
+        metadata = fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC")
+    else:
+        metadata = fsx.CfnFileSystem.MetadataConfigurationProperty(
+            mode="USER_PROVISIONED", iops=config.metadata_iops
+        )
+    return fsx.CfnFileSystem.LustreConfigurationProperty(
+        deployment_type="PERSISTENT_2",
+        per_unit_storage_throughput=config.throughput_per_tib,
+        data_compression_type=config.data_compression,
+        weekly_maintenance_start_time=config.weekly_maintenance_start,
+        # EFA (and GPUDirect Storage) needs PERSISTENT_2, a metadata configuration and a
+        # security group with all traffic to and from itself. It is fixed at creation.
+        efa_enabled=config.efa_enabled,
+        metadata_configuration=metadata,
+    )
+
+
+def data_repository_s3(
+    config: DataRepositoryConfig,
+) -> fsx.CfnDataRepositoryAssociation.S3Property:
+    """Auto import/export policies; an empty event list leaves that direction off."""
+    return fsx.CfnDataRepositoryAssociation.S3Property(
+        auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
+            events=list(config.auto_import)
+        )
+        if config.auto_import
+        else None,
+        auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(
+            events=list(config.auto_export)
+        )
+        if config.auto_export
+        else None,
+    )
+
+
+class FsxLustre(Construct):
+    """FSx for Lustre (PERSISTENT_2, SSD, customer KMS key) in one subnet, with a data
+    repository association to `data_bucket`.
+
+    Exposes `file_system_id`, `dns_name` and `mount_name` (what a Lustre mount or a
+    static CSI volume needs) and `resource` (the CfnFileSystem).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: FsxConfig,
+        subnet: ec2.ISubnet,
+        security_group: ec2.ISecurityGroup,
+        kms_key: kms.IKey,
+        data_bucket: s3.IBucket,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.resource = fsx.CfnFileSystem(
+            self,
+            "FileSystem",
+            file_system_type="LUSTRE",
+            file_system_type_version=LUSTRE_VERSION,
+            storage_type="SSD",
+            storage_capacity=config.storage_capacity_gib,
+            subnet_ids=[subnet.subnet_id],
+            security_group_ids=[security_group.security_group_id],
+            kms_key_id=kms_key.key_arn,
+            lustre_configuration=lustre_configuration(config),
+        )
+        self.resource.apply_removal_policy(removal_policy)
+
+        repository = config.data_repository
+        self.data_repository = fsx.CfnDataRepositoryAssociation(
+            self,
+            "DataRepository",
+            file_system_id=self.resource.ref,
+            file_system_path=repository.file_system_path,
+            data_repository_path=f"s3://{data_bucket.bucket_name}/{repository.bucket_prefix}"
+            if repository.bucket_prefix
+            else f"s3://{data_bucket.bucket_name}",
+            # List what is already in the bucket when the association is created.
+            batch_import_meta_data_on_create=True,
+            s3=data_repository_s3(repository),
+        )
+        # Deleting the association would stop exporting pending changes of a retained file
+        # system: it lives and dies with the file system.
+        self.data_repository.apply_removal_policy(removal_policy)
+
+        self.file_system_id: str = self.resource.ref
+        self.dns_name: str = self.resource.attr_dns_name
+        self.mount_name: str = self.resource.attr_lustre_mount_name
