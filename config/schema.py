@@ -194,7 +194,7 @@ class NetworkConfig(Strict):
     @classmethod
     def _endpoint_services(cls, value: list[str]) -> list[str]:
         for service in value:
-            if not _ENDPOINT_SERVICE.match(service):
+            if not _ENDPOINT_SERVICE.match(service) or service.startswith("com.amazonaws."):
                 raise ValueError(
                     f"{service!r} is not an endpoint service name; write the part after "
                     "com.amazonaws.<region>. (e.g. ecr.api)"

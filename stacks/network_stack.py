@@ -1,14 +1,77 @@
-"""Placeholder: replaced by the network implementation."""
+"""Network stack: the cluster VPC as the capacity plan laid it out."""
+
 from __future__ import annotations
+
 from typing import Any
+
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
+
 from config.capacity import NetworkLayout
 from config.schema import EnvironmentConfig
+from platform_constructs.network import ClusterNetwork
 
 
 class NetworkStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvironmentConfig,
-                 layout: NetworkLayout, **kwargs: Any) -> None:
+    """Owns the VPC, its subnets, NAT, endpoints, flow logs and the EFA security group.
+
+    Other stacks use `vpc`, `cluster_subnets` / `infra_subnets` (by AZ),
+    `efa_security_group` and `endpoint_security_group`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvironmentConfig,
+        layout: NetworkLayout,
+        **kwargs: Any,
+    ) -> None:
+        # Set before anything reads `availability_zones` (ec2.Vpc does).
+        self._availability_zones = list(config.network.availability_zones)
         super().__init__(scope, construct_id, **kwargs)
-        cdk.CfnWaitConditionHandle(self, "Placeholder")
+        net = config.network
+        self.network = ClusterNetwork(
+            self,
+            "Network",
+            layout=layout,
+            nat_gateways=net.nat_gateways,
+            interface_endpoints=net.interface_endpoints,
+            https_egress_cidrs=net.https_egress_cidrs,
+            flow_log_retention_days=net.flow_log_retention_days,
+            removal_policy=cdk.RemovalPolicy.RETAIN
+            if config.retain_stateful
+            else cdk.RemovalPolicy.DESTROY,
+        )
+        self.vpc: ec2.IVpc = self.network.vpc
+        self.cluster_subnets: dict[str, ec2.ISubnet] = self.network.cluster_subnets
+        self.infra_subnets: dict[str, ec2.ISubnet] = self.network.infra_subnets
+        self.efa_security_group: ec2.ISecurityGroup = self.network.efa_security_group
+        self.endpoint_security_group: ec2.ISecurityGroup = self.network.endpoint_security_group
+
+        # For operators and scripts (`aws cloudformation describe-stacks`); other stacks use
+        # the attributes above.
+        cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="Cluster VPC")
+        for az, subnet in sorted(self.cluster_subnets.items()):
+            cdk.CfnOutput(
+                self,
+                f"ClusterSubnet-{az}",
+                value=subnet.subnet_id,
+                description=f"Cluster subnet in {az} ({layout.cluster[az].cidr})",
+            )
+        cdk.CfnOutput(
+            self,
+            "EfaSecurityGroupId",
+            value=self.efa_security_group.security_group_id,
+            description="Security group of HyperPod nodes and FSx for Lustre",
+        )
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The configured AZs. Overridden (the documented way to pin a stack's AZs) so that
+        the VPC never asks the account for them: synth stays offline and deterministic.
+        cdk.context.json lists the same zones for tools that read context."""
+        return self._availability_zones
+
