@@ -22,6 +22,9 @@ if _node.exists():
     os.environ.setdefault("JSII_NODE", str(_node))
 
 
+CDK_CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]
+
+
 def synth_once(env_name: str) -> float:
     import aws_cdk as cdk
 
@@ -31,7 +34,7 @@ def synth_once(env_name: str) -> float:
     with tempfile.TemporaryDirectory() as outdir:
         start = time.perf_counter()
         loaded = load_environment(env_name)
-        app = cdk.App(outdir=outdir, context={"env": env_name})
+        app = cdk.App(outdir=outdir, context={**CDK_CONTEXT, "env": env_name})
         register_policy_checks(app)
         build_platform(app, loaded)
         app.synth()

@@ -184,6 +184,11 @@ def _nth_subnet(block: ipaddress.IPv4Network, prefix: int, index: int) -> ipaddr
     return ipaddress.IPv4Network((start, prefix))
 
 
+def az_slot(availability_zone: str) -> int:
+    """The fixed subnet slot of an AZ: its letter's position (us-east-1a -> 0)."""
+    return ord(availability_zone[-1]) - ord("a")
+
+
 def plan_network(
     *,
     vpc_cidr: ipaddress.IPv4Network,
@@ -196,11 +201,16 @@ def plan_network(
 ) -> NetworkLayout:
     """Lay out all subnets and check the cluster subnets hold the groups.
 
-    Public and infrastructure subnets take the start of the VPC CIDR. Cluster subnets fill
-    the secondary CIDR when there is one, else the upper half of the VPC CIDR.
+    Each AZ owns a fixed slot chosen by its letter (a = 0, b = 1, ...), never by its position
+    in the config list: reordering, adding or removing AZs leaves every other subnet's CIDR,
+    and so the subnet and the FSx file system in it, untouched. There are 4 slots while the
+    AZ letters stay within a-d (8 beyond). Public subnets take the first slots of the small
+    block and infrastructure subnets the next ones; cluster subnets split the secondary CIDR
+    (or, without one, the upper half of the VPC CIDR) into equal slots.
     """
     azs = list(availability_zones)
-    n = len(azs)
+    slot = {az: az_slot(az) for az in azs}
+    slots = 4 if max(slot.values()) < 4 else 8
     small_block = vpc_cidr if cluster_cidr is not None else _nth_subnet(
         vpc_cidr, vpc_cidr.prefixlen + 1, 0
     )
@@ -209,47 +219,43 @@ def plan_network(
     )
     field_big = "network.cluster_cidr" if cluster_cidr is not None else "network.vpc_cidr"
 
-    # Public subnets, then infrastructure subnets, packed from the start of the small block.
-    small_needed = n * (1 << (32 - public_prefix)) + n * (1 << (32 - infra_prefix))
-    if public_prefix < small_block.prefixlen or infra_prefix < small_block.prefixlen or (
-        small_needed > small_block.num_addresses
+    public_size = 1 << (32 - public_prefix)
+    infra_size = 1 << (32 - infra_prefix)
+    # Infrastructure slots start after all public slots, aligned to their own size.
+    infra_base = -(-(int(small_block.network_address) + slots * public_size) // infra_size) * infra_size
+    small_end = infra_base + slots * infra_size - 1
+    if (
+        public_prefix < small_block.prefixlen
+        or infra_prefix < small_block.prefixlen
+        or small_end > int(small_block.broadcast_address)
     ):
         raise CapacityError(
             "network.vpc_cidr",
-            f"{small_block} cannot hold {n} public /{public_prefix} and {n} infrastructure "
-            f"/{infra_prefix} subnets; use a larger vpc_cidr or longer subnet prefixes",
+            f"{small_block} cannot hold {slots} public /{public_prefix} and {slots} "
+            f"infrastructure /{infra_prefix} subnet slots; use a larger vpc_cidr or longer "
+            "subnet prefixes",
         )
-    public = {az: _nth_subnet(small_block, public_prefix, i) for i, az in enumerate(azs)}
-    # Align infra subnets after the public ones.
-    infra_base = int(small_block.network_address) + n * (1 << (32 - public_prefix))
-    infra_size = 1 << (32 - infra_prefix)
-    infra_base = -(-infra_base // infra_size) * infra_size
+    public = {az: _nth_subnet(small_block, public_prefix, slot[az]) for az in azs}
     infra = {
-        az: ipaddress.IPv4Network((infra_base + i * infra_size, infra_prefix))
-        for i, az in enumerate(azs)
+        az: ipaddress.IPv4Network((infra_base + slot[az] * infra_size, infra_prefix))
+        for az in azs
     }
-    if max(int(c.broadcast_address) for c in infra.values()) > int(small_block.broadcast_address):
-        raise CapacityError(
-            "network.vpc_cidr",
-            f"{small_block} cannot hold the public and infrastructure subnets; use a larger "
-            "vpc_cidr or longer subnet prefixes",
-        )
 
-    largest_split = big_block.prefixlen + math.ceil(math.log2(n))
+    largest_split = big_block.prefixlen + int(math.log2(slots))
     prefix = cluster_prefix if cluster_prefix is not None else largest_split
     if prefix < largest_split:
         raise CapacityError(
             "network.cluster_subnet_prefix",
-            f"{n} subnets of /{prefix} do not fit in {big_block}; use /{largest_split} or "
-            "longer, or a larger CIDR",
+            f"{slots} subnet slots of /{prefix} do not fit in {big_block}; use /{largest_split} "
+            "or longer, or a larger CIDR",
         )
     prefix = max(prefix, MIN_SUBNET_PREFIX)
 
     cluster: dict[str, SubnetPlan] = {}
-    for i, az in enumerate(azs):
+    for az in azs:
         members = tuple(g for g in groups if g.availability_zone in (None, az))
         cluster[az] = SubnetPlan(
-            availability_zone=az, cidr=_nth_subnet(big_block, prefix, i), groups=members
+            availability_zone=az, cidr=_nth_subnet(big_block, prefix, slot[az]), groups=members
         )
     for az, subnet in cluster.items():
         if subnet.required > subnet.usable:
@@ -260,7 +266,7 @@ def plan_network(
             )
             fix = (
                 f"use a cluster subnet of /{need} or larger (a CIDR of at least "
-                f"/{max(need - math.ceil(math.log2(n)), 0)} for {n} AZs)"
+                f"/{max(need - int(math.log2(slots)), 0)} for {slots} AZ slots)"
                 if need >= MIN_SUBNET_PREFIX
                 else "split the groups across AZs with training plans or lower the counts"
             )

@@ -165,15 +165,14 @@ class LifecycleScripts(Construct):
             resource=self.bucket.arn_for_objects("*"),
         )
         stack = cdk.Stack.of(self)
-        acknowledge(
+        acknowledge_resource(
             role,
             "IAM5",
             "CDK's BucketDeployment handler reads the staged asset zips from the CDK "
             "bootstrap bucket, whose object keys are content hashes.",
-            finding=(
-                "Resource::arn:<AWS::Partition>:s3:::"
-                f"cdk-hnb659fds-assets-{stack.account}-{stack.region}/*"
-            ),
+            # The partition is a literal or a reference depending on CDK's feature flags;
+            # resolving the same expression the grant uses matches either way.
+            resource=f"arn:{stack.partition}:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*",
         )
         handler = self._handler_function()
         if handler is not None:

@@ -36,6 +36,12 @@ class SynthResult:
         return self.outdir / f"{self.stacks[short_name].stack_name}.template.json"
 
 
+def cdk_json_context() -> dict:
+    """The feature flags and context `cdk synth` passes to app.py, so tests synthesize the
+    same templates the CLI does."""
+    return json.loads((REPO / "cdk.json").read_text())["context"]
+
+
 def synthesize(env_name: str, outdir: Path, *, config_dir: Path | None = None) -> SynthResult:
     """Build and synthesize one environment exactly as app.py does (nag plugin included)."""
     import aws_cdk as cdk
@@ -44,7 +50,7 @@ def synthesize(env_name: str, outdir: Path, *, config_dir: Path | None = None) -
     from stacks.platform import build_platform, register_policy_checks
 
     loaded = load_environment(env_name, config_dir or CONFIG_DIR)
-    app = cdk.App(outdir=str(outdir), context={"env": env_name})
+    app = cdk.App(outdir=str(outdir), context={**cdk_json_context(), "env": env_name})
     register_policy_checks(app)
     platform = build_platform(app, loaded)
     app.synth()

@@ -175,3 +175,25 @@ def test_prod_plan_has_room_to_grow():
     assert gpu_subnet.required == (16 + 4) * 81 + (3 + 1) * 30
     assert gpu_subnet.growth()["gpu-p5"] >= 100
     assert math.log2(gpu_subnet.cidr.num_addresses) == 32 - gpu_subnet.cidr.prefixlen
+
+
+def test_subnet_cidrs_do_not_depend_on_az_order_or_on_other_azs():
+    """A subnet replaced by a config edit would take the FSx file system in it along."""
+    cpu = plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)
+    abc = _layout([cpu], azs=("a", "b", "c"))
+    cba = _layout([cpu], azs=("c", "b", "a"))
+    ac = _layout([cpu], azs=("a", "c"))
+    abcd = _layout([cpu], azs=("a", "b", "c", "d"))
+    for other in (cba, ac, abcd):
+        for az in other.cluster:
+            if az in abc.cluster:
+                assert other.cluster[az].cidr == abc.cluster[az].cidr, az
+                assert other.public[az] == abc.public[az], az
+                assert other.infra[az] == abc.infra[az], az
+
+
+def test_az_letters_beyond_d_use_eight_slots():
+    cpu = plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)
+    layout = _layout([cpu], azs=("a", "f"))
+    assert {s.cidr.prefixlen for s in layout.cluster.values()} == {19}
+    assert layout.cluster["us-east-1f"].cidr == ipaddress.IPv4Network("10.1.160.0/19")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Capture, Match, Template
 
 from config.instance_types import INSTANCE_TYPES
 from config.loader import ConfigError, parse_config
@@ -292,13 +292,14 @@ def test_secrets_are_encrypted_with_a_rotated_key_retained_with_stateful_resourc
         "AWS::EKS::Cluster", {"DeletionProtection": _config(env).retain_stateful}
     )
     # The cluster role may use the key, and only that key.
+    actions = Capture()
     template.has_resource_properties(
         "AWS::IAM::Policy",
         {
             "PolicyDocument": {
                 "Statement": [
                     {
-                        "Action": ["kms:Encrypt", "kms:Decrypt", "kms:DescribeKey", "kms:CreateGrant"],
+                        "Action": actions,
                         "Effect": "Allow",
                         "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
                     }
@@ -306,6 +307,9 @@ def test_secrets_are_encrypted_with_a_rotated_key_retained_with_stateful_resourc
             }
         },
     )
+    assert set(actions.as_array()) == {
+        "kms:Encrypt", "kms:Decrypt", "kms:DescribeKey", "kms:CreateGrant"
+    }
 
 
 def only_id(template: Template, type_: str) -> str:

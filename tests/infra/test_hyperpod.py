@@ -23,6 +23,7 @@ from config.loader import LoadedEnvironment, load_environment, parse_config, pla
 from platform_constructs.hyperpod_cluster import CLUSTER_LOGICAL_ID, HyperPodCluster
 from platform_constructs.hyperpod_role import HyperPodAutoscalingRole
 from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSettings
+from tests.conftest import cdk_json_context
 from stacks.hyperpod_stack import LIFECYCLE_DIR, LIFECYCLE_PREFIX, cluster_name_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -432,32 +433,49 @@ def test_execution_role_is_narrow(request, env):
     }
 
 
+def join_parts(value: Any) -> list[Any]:
+    """An ARN as a list of parts, adjacent literal strings merged: the same list whether CDK
+    writes the partition as a literal or as a reference (a feature flag decides)."""
+    if isinstance(value, str):
+        return [value]
+    items = value["Fn::Join"][1] if isinstance(value, dict) and "Fn::Join" in value else [value]
+    merged: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and item == {"Ref": "AWS::Partition"}:
+            item = "aws"
+        if isinstance(item, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += item
+        else:
+            merged.append(item)
+    return merged
+
+
 def test_eni_permissions_are_scoped_to_this_vpc_and_its_cluster_subnets(prod):
     statements = by_sid(role_statements(prod, execution_role_id(prod)))
     vpc_id = resolved_in(prod, "network", prod.platform.network.vpc.vpc_id)
     for sid in ("CreateNodeInterfaces", "ManageNodeInterfaces"):
-        vpc_arn = statements[sid]["Condition"]["StringEquals"]["ec2:Vpc"]["Fn::Join"][1]
+        vpc_arn = join_parts(statements[sid]["Condition"]["StringEquals"]["ec2:Vpc"])
         assert exported(prod, vpc_arn[-1]) == ("network", vpc_id)
-        assert vpc_arn[-2].endswith(":ec2:us-east-1:333333333333:vpc/")
-    create = statements["CreateNodeInterfaces"]["Resource"]
-    subnets = [r["Fn::Join"][1] for r in create if ":subnet/" in r["Fn::Join"][1][2]]
+        assert vpc_arn[-2] == "arn:aws:ec2:us-east-1:333333333333:vpc/"
+    create = [join_parts(r) for r in statements["CreateNodeInterfaces"]["Resource"]]
+    subnets = [parts for parts in create if len(parts) > 1 and parts[-2].endswith(":subnet/")]
     assert sorted(subnet_az(prod, parts[-1]) for parts in subnets) == [
         "us-east-1a", "us-east-1b", "us-east-1c"
     ]
-    groups = [r["Fn::Join"][1] for r in create if ":security-group/" in r["Fn::Join"][1][2]]
+    groups = [parts for parts in create if len(parts) > 1 and parts[-2].endswith(":security-group/")]
     assert [exported(prod, parts[-1])[1] for parts in groups] == [efa_group_value(prod)]
 
 
 def test_logs_pod_identity_and_images_are_scoped(prod):
     statements = by_sid(role_statements(prod, execution_role_id(prod)))
-    log_group = statements["ClusterLogGroup"]["Resource"]["Fn::Join"][1][-1]
-    assert log_group == ":logs:us-east-1:333333333333:log-group:/aws/sagemaker/Clusters/hyperpod-prod/*"
-    assert statements["ClusterLogStreams"]["Resource"]["Fn::Join"][1][-1] == f"{log_group}:log-stream:*"
+    log_group = join_parts(statements["ClusterLogGroup"]["Resource"])
+    assert log_group == ["arn:aws:logs:us-east-1:333333333333:log-group:/aws/sagemaker/Clusters/hyperpod-prod/*"]
+    assert join_parts(statements["ClusterLogStreams"]["Resource"]) == [f"{log_group[0]}:log-stream:*"]
     assert exported(prod, statements["PodIdentity"]["Resource"]) == (
         "eks",
         resolved_in(prod, "eks", prod.platform.eks.cluster_arn),
     )
-    assert statements["PullImages"]["Resource"]["Fn::Join"][1][-1] == ":ecr:us-east-1:*:repository/*"
+    assert join_parts(statements["PullImages"]["Resource"]) == ["arn:aws:ecr:us-east-1:*:repository/*"]
 
 
 def test_role_reads_only_the_lifecycle_prefix_and_writes_checkpoints(prod):
@@ -517,7 +535,7 @@ def prod_reordered_plus_group(tmp_path_factory: pytest.TempPathFactory) -> dict:
         config=config, layout=plan_layout(config, "reordered"), source=Path("reordered.yaml")
     )
     outdir = tmp_path_factory.mktemp("cdk-prod-reordered")
-    app = cdk.App(outdir=str(outdir), context={"env": "prod"})
+    app = cdk.App(outdir=str(outdir), context={**cdk_json_context(), "env": "prod"})
     register_policy_checks(app)
     platform = build_platform(app, loaded)
     app.synth()
