@@ -23,6 +23,7 @@ Orchestrator = Literal["eks", "slurm"]
 AWS_RESERVED_PER_SUBNET = 5
 MIN_SUBNET_PREFIX = 16  # largest subnet AWS allows
 MAX_SUBNET_PREFIX = 28  # smallest subnet AWS allows
+AZ_SLOTS = 8  # fixed subnet slots, one per AZ letter a-h
 
 
 class CapacityError(ValueError):
@@ -198,19 +199,28 @@ def plan_network(
     infra_prefix: int,
     cluster_prefix: int | None,
     groups: list[GroupPlan],
+    cluster_level_azs: list[str] | None = None,
 ) -> NetworkLayout:
     """Lay out all subnets and check the cluster subnets hold the groups.
 
-    Each AZ owns a fixed slot chosen by its letter (a = 0, b = 1, ...), never by its position
+    Each AZ owns a fixed slot chosen by its letter (a = 0 ... h = 7), never by its position
     in the config list: reordering, adding or removing AZs leaves every other subnet's CIDR,
-    and so the subnet and the FSx file system in it, untouched. There are 4 slots while the
-    AZ letters stay within a-d (8 beyond). Public subnets take the first slots of the small
-    block and infrastructure subnets the next ones; cluster subnets split the secondary CIDR
-    (or, without one, the upper half of the VPC CIDR) into equal slots.
+    and so the subnet and the FSx file system in it, untouched. Public subnets take the first
+    8 slots of the small block and infrastructure subnets the next 8; cluster subnets split
+    the secondary CIDR (or, without one, the upper half of the VPC CIDR) into 8 equal slots.
+    Groups pinned to an AZ (training plans) count in that AZ's subnet; the others may land in
+    any of `cluster_level_azs` (default: all AZs) and count in each of them.
     """
     azs = list(availability_zones)
     slot = {az: az_slot(az) for az in azs}
-    slots = 4 if max(slot.values()) < 4 else 8
+    slots = AZ_SLOTS
+    beyond = [az for az in azs if not 0 <= slot[az] < slots]
+    if beyond:
+        raise CapacityError(
+            "network.availability_zones",
+            f"{beyond[0]}: only AZ letters a-h have subnet slots; use AZs a to h",
+        )
+    unpinned_azs = set(cluster_level_azs if cluster_level_azs is not None else azs)
     small_block = vpc_cidr if cluster_cidr is not None else _nth_subnet(
         vpc_cidr, vpc_cidr.prefixlen + 1, 0
     )
@@ -243,17 +253,27 @@ def plan_network(
 
     largest_split = big_block.prefixlen + int(math.log2(slots))
     prefix = cluster_prefix if cluster_prefix is not None else largest_split
+    field_size = "network.cluster_subnet_prefix" if cluster_prefix is not None else field_big
     if prefix < largest_split:
         raise CapacityError(
             "network.cluster_subnet_prefix",
             f"{slots} subnet slots of /{prefix} do not fit in {big_block}; use /{largest_split} "
             "or longer, or a larger CIDR",
         )
+    if prefix > MAX_SUBNET_PREFIX:
+        raise CapacityError(
+            field_size,
+            f"{big_block} split into {slots} AZ slots gives /{prefix} subnets, smaller than "
+            f"AWS's /{MAX_SUBNET_PREFIX} minimum; use a CIDR of /{MAX_SUBNET_PREFIX - 3} or larger",
+        )
     prefix = max(prefix, MIN_SUBNET_PREFIX)
 
     cluster: dict[str, SubnetPlan] = {}
     for az in azs:
-        members = tuple(g for g in groups if g.availability_zone in (None, az))
+        members = tuple(
+            g for g in groups
+            if g.availability_zone == az or (g.availability_zone is None and az in unpinned_azs)
+        )
         cluster[az] = SubnetPlan(
             availability_zone=az, cidr=_nth_subnet(big_block, prefix, slot[az]), groups=members
         )
@@ -264,14 +284,17 @@ def plan_network(
                 f"{g.name} {g.count}+{g.headroom_nodes} x {g.instance_type} = {g.ips_total}"
                 for g in subnet.groups
             )
-            fix = (
-                f"use a cluster subnet of /{need} or larger (a CIDR of at least "
-                f"/{max(need - int(math.log2(slots)), 0)} for {slots} AZ slots)"
-                if need >= MIN_SUBNET_PREFIX
-                else "split the groups across AZs with training plans or lower the counts"
-            )
+            if cluster_prefix is not None and need >= largest_split:
+                fix = f"set network.cluster_subnet_prefix to /{need} or shorter"
+            elif need >= MIN_SUBNET_PREFIX:
+                fix = (
+                    f"use a cluster subnet of /{need} or larger (a CIDR of at least "
+                    f"/{max(need - int(math.log2(slots)), 0)} for {slots} AZ slots)"
+                )
+            else:
+                fix = "lower the counts or the headroom: one subnet cannot exceed /16"
             raise CapacityError(
-                field_big,
+                field_size,
                 f"cluster subnet {subnet.cidr} in {az} has {subnet.usable} usable addresses but "
                 f"the plan needs {subnet.required} ({names}); {fix}",
             )

@@ -15,6 +15,22 @@ from config.schema import EnvironmentConfig, FieldError
 CONFIG_DIR = Path(__file__).resolve().parent
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (plain YAML keeps the last,
+    silently dropping the first)."""
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}; keep one", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 class ConfigError(Exception):
     """Invalid configuration: `lines` holds one self-contained message per problem."""
 
@@ -64,7 +80,9 @@ def _error_lines(error: ValidationError) -> list[str]:
         else:
             path = _loc_to_path(loc) or "(top level)"
             message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "string_pattern_mismatch":
+            if item["type"] == "string_type" and loc and loc[-1] == "account":
+                message = "write the 12-digit account ID in quotes, e.g. \"123456789012\""
+            elif item["type"] == "string_pattern_mismatch":
                 field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
                 hint = _PATTERN_HINTS.get(field, "see the schema for the allowed format")
                 message = f"{item['input']!r} has the wrong format; {hint}"
@@ -114,6 +132,7 @@ def plan_layout(config: EnvironmentConfig, source: str = "config") -> NetworkLay
             infra_prefix=net.infra_subnet_prefix,
             cluster_prefix=net.cluster_subnet_prefix,
             groups=_group_plans(config),
+            cluster_level_azs=config.hyperpod.availability_zones,
         )
     except CapacityError as error:
         raise ConfigError(source, [str(error)]) from None
@@ -128,14 +147,22 @@ def load_file(path: Path) -> LoadedEnvironment:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(source, [f"cannot read the file ({error.__class__.__name__})"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = getattr(error, "problem", None) or "invalid YAML"
         raise ConfigError(source, [f"(yaml) {where}: {problem}; fix the YAML syntax"]) from None
     config = parse_config(data, source)
-    return LoadedEnvironment(config=config, layout=plan_layout(config, source), source=path)
+    layout = plan_layout(config, source)
+    # Files in config/ are selected by name (-c env=<name>): the name and the field must agree,
+    # or two files would deploy over the same stacks.
+    if path.resolve().parent == CONFIG_DIR and path.stem != config.environment:
+        raise ConfigError(
+            source,
+            [f"environment: is {config.environment!r} but the file is {path.name}; make them match"],
+        )
+    return LoadedEnvironment(config=config, layout=layout, source=path)
 
 
 def load_environment(name: str, config_dir: Path = CONFIG_DIR) -> LoadedEnvironment:

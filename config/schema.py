@@ -72,6 +72,7 @@ _ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
 # https_egress_cidrs is for narrow, deliberate exceptions; anything wider than a /8 (and
 # 0.0.0.0/0 above all) would be blanket egress under another name.
 _MIN_EGRESS_PREFIX = 8
+_MIN_PUBLIC_ENDPOINT_PREFIX = 16
 # FSx for Lustre metadata IOPS (SSD): 1500, 3000, 6000, then multiples of 12000 to 192000.
 _METADATA_IOPS = (1500, 3000, 6000, *range(12000, 192001, 12000))
 
@@ -116,7 +117,10 @@ class FieldError(ValueError):
 class Strict(BaseModel):
     """Base for every config model: unknown keys are errors (typos must not pass)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    # strict: no silent coercion ("16" or true for a count, 24000.0 for a size).
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, strict=True
+    )
 
 
 def _parse_version(version: str) -> tuple[int, int, int] | None:
@@ -124,6 +128,30 @@ def _parse_version(version: str) -> tuple[int, int, int] | None:
     if not match:
         return None
     return int(match[1]), int(match[2]), int(match[3])
+
+
+def _unique(values: list, what: str) -> None:
+    """Reject repeats; `what` names one item ("AZ", "endpoint")."""
+    duplicates = sorted({str(v) for v in values if values.count(v) > 1})
+    if duplicates:
+        raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each {what} once")
+
+
+def _log_retention(value: int) -> int:
+    if value not in LOG_RETENTION_DAYS:
+        raise ValueError(
+            f"{value} is not a CloudWatch Logs retention period; use one of "
+            f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
+        )
+    return value
+
+
+# Interface endpoints nodes and the kubectl handler cannot work without (no internet egress).
+REQUIRED_ENDPOINTS: tuple[str, ...] = (
+    "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "lambda", "logs", "sts",
+)
+# Each AZ letter owns a fixed subnet slot (see config.capacity): a..h.
+MAX_AZ_LETTER = "h"
 
 
 # --------------------------------------------------------------------------- network
@@ -152,8 +180,8 @@ class NetworkConfig(Strict):
     default_headroom_percent: int = Field(default=25, ge=0, le=200)
     interface_endpoints: list[str] = Field(
         default_factory=lambda: [
-            "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "elasticloadbalancing", "logs",
-            "monitoring", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "sts",
+            "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "elasticloadbalancing", "lambda",
+            "logs", "monitoring", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "sts",
             "aps-workspaces", "fsx",
         ],
         description="Interface endpoints nodes use instead of internet egress.",
@@ -185,9 +213,7 @@ class NetworkConfig(Strict):
     @field_validator("availability_zones")
     @classmethod
     def _unique_azs(cls, value: list[str]) -> list[str]:
-        duplicates = sorted({az for az in value if value.count(az) > 1})
-        if duplicates:
-            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each AZ once")
+        _unique(value, "AZ")
         return value
 
     @field_validator("interface_endpoints")
@@ -204,10 +230,12 @@ class NetworkConfig(Strict):
                 "'s3' is served by the S3 gateway endpoint the network always creates; "
                 "remove it from interface_endpoints"
             )
-        duplicates = sorted({s for s in value if value.count(s) > 1})
-        if duplicates:
+        _unique(value, "endpoint")
+        missing = [s for s in REQUIRED_ENDPOINTS if s not in value]
+        if missing:
             raise ValueError(
-                f"listed more than once: {', '.join(duplicates)}; list each endpoint once"
+                f"missing {', '.join(missing)}; nodes have no internet egress and need these "
+                "endpoints to pull images, join the cluster and log"
             )
         return value
 
@@ -220,20 +248,13 @@ class NetworkConfig(Strict):
                     f"{cidr} is not a narrow rule (shorter than /{_MIN_EGRESS_PREFIX}); nodes "
                     "have no blanket egress on purpose: list the proxy or mirror ranges"
                 )
-        duplicates = sorted({str(c) for c in value if value.count(c) > 1})
-        if duplicates:
-            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each CIDR once")
+        _unique(value, "CIDR")
         return value
 
     @field_validator("flow_log_retention_days")
     @classmethod
     def _retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError(
-                f"{value} is not a CloudWatch Logs retention period; use one of "
-                f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
-            )
-        return value
+        return _log_retention(value)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> NetworkConfig:
@@ -287,13 +308,15 @@ class DataRepositoryConfig(Strict):
     @field_validator("auto_import", "auto_export")
     @classmethod
     def _unique_events(cls, value: list[str]) -> list[str]:
-        duplicates = sorted({e for e in value if value.count(e) > 1})
-        if duplicates:
-            raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each event once")
+        _unique(value, "event")
         return value
 
 
 class FsxConfig(Strict):
+    availability_zone: str = Field(
+        description="The AZ of the file system: fixed at creation (moving it replaces the file "
+        "system). Training plans must be in this AZ so training I/O and EFA stay in one AZ."
+    )
     storage_capacity_gib: int = Field(ge=1200, le=2_000_000)
     throughput_per_tib: Literal[125, 250, 500, 1000]
     data_compression: Literal["LZ4", "NONE"] = "LZ4"
@@ -406,10 +429,12 @@ class EksConfig(Strict):
         cls, value: list[ipaddress.IPv4Network]
     ) -> list[ipaddress.IPv4Network]:
         for cidr in value:
-            if cidr.prefixlen == 0:
+            if cidr.prefixlen < _MIN_PUBLIC_ENDPOINT_PREFIX:
                 raise ValueError(
-                    "0.0.0.0/0 opens the API endpoint to the internet; list your office or VPN CIDRs"
+                    f"{cidr} opens the API endpoint to a large part of the internet (shorter "
+                    f"than /{_MIN_PUBLIC_ENDPOINT_PREFIX}); list your office or VPN CIDRs"
                 )
+        _unique(value, "CIDR")
         return value
 
     @field_validator("addons")
@@ -439,12 +464,7 @@ class EksConfig(Strict):
     @field_validator("log_retention_days")
     @classmethod
     def _log_retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError(
-                f"{value} is not a CloudWatch Logs retention period; use one of "
-                f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
-            )
-        return value
+        return _log_retention(value)
 
     @field_validator("image_overrides")
     @classmethod
@@ -547,6 +567,8 @@ class TaintConfig(Strict):
     @field_validator("value")
     @classmethod
     def _value(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("an empty taint value is not allowed; leave value out instead")
         if value is not None and not _K8S_LABEL_VALUE.match(value):
             raise ValueError(f"{value!r} is not a valid Kubernetes taint value")
         return value
@@ -563,8 +585,8 @@ class InstanceGroupConfig(Strict):
         default_factory=list
     )
     labels: dict[str, str] = Field(default_factory=dict)
-    # HyperPod's KubernetesConfig accepts at most 50 taints per group.
-    taints: list[TaintConfig] = Field(default_factory=list, max_length=50)
+    # HyperPod's KubernetesConfig accepts at most 50 taints per group (checked below).
+    taints: list[TaintConfig] = Field(default_factory=list)
     training_plan: TrainingPlanConfig | None = None
     network_interface: InterfaceType | None = Field(
         default=None, description="efa or efa-only; default efa where the type has EFA."
@@ -698,12 +720,24 @@ class TieredStorageConfig(Strict):
 
 
 class HyperPodConfig(Strict):
+    availability_zones: list[str] = Field(
+        min_length=1,
+        description="AZs of the cluster-level subnets, where groups without a training plan "
+        "run. Fixed when the cluster is created (its VpcConfig cannot change); groups reach "
+        "other AZs through their training plan's subnet.",
+    )
     orchestrator: Literal["eks"] = "eks"
     node_recovery: Literal["Automatic", "None"] = "Automatic"
     node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
     tiered_storage: TieredStorageConfig = Field(default_factory=TieredStorageConfig)
     autoscaling: bool = False
     instance_groups: list[InstanceGroupConfig] = Field(min_length=1, max_length=100)
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _unique_azs(cls, value: list[str]) -> list[str]:
+        _unique(value, "AZ")
+        return value
 
     @field_validator("instance_groups")
     @classmethod
@@ -748,6 +782,18 @@ class EnvironmentConfig(Strict):
     eks: EksConfig
     hyperpod: HyperPodConfig
 
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 40:
+            raise ValueError(f"{len(value)} tags; keep at most 40 (AWS allows 50 and CDK adds its own)")
+        for key, tag in value.items():
+            if key.lower().startswith("aws:"):
+                raise ValueError(f"{key!r}: the aws: prefix is reserved for AWS; drop it")
+            if not 1 <= len(key) <= 128 or len(tag) > 256:
+                raise ValueError(f"{key!r}: keys take 1-128 characters and values at most 256")
+        return value
+
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
@@ -757,13 +803,33 @@ class EnvironmentConfig(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
-        for index, az in enumerate(self.network.availability_zones):
+        network_azs = self.network.availability_zones
+        for index, az in enumerate(network_azs):
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", az):
                 raise FieldError(
                     f"network.availability_zones[{index}]",
                     f"{az!r} is not an AZ of region "
                     f"{self.region} (expected {self.region}a, {self.region}b, ...)"
                 )
+            if az[-1] > MAX_AZ_LETTER:
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az}: AZ letters a-{MAX_AZ_LETTER} own the fixed subnet slots; use an AZ "
+                    f"from {self.region}a to {self.region}{MAX_AZ_LETTER}",
+                )
+        for index, az in enumerate(self.hyperpod.availability_zones):
+            if az not in network_azs:
+                raise FieldError(
+                    f"hyperpod.availability_zones[{index}]",
+                    f"{az} has no cluster subnet; add it to network.availability_zones "
+                    f"({', '.join(network_azs)}) or remove it",
+                )
+        fsx_az = self.storage.fsx.availability_zone
+        if fsx_az not in network_azs:
+            raise FieldError(
+                "storage.fsx.availability_zone",
+                f"{fsx_az} has no cluster subnet; use one of {', '.join(network_azs)}",
+            )
         if self.environment == "prod" and not self.retain_stateful:
             raise FieldError(
                 "retain_stateful",
@@ -774,12 +840,12 @@ class EnvironmentConfig(Strict):
             plan = group.training_plan
             if plan is None:
                 continue
-            if plan.availability_zone not in self.network.availability_zones:
+            if plan.availability_zone not in network_azs:
                 raise FieldError(
                     f"{where}.training_plan.availability_zone",
                     f"{plan.availability_zone} (group {group.name}) has no "
                     f"cluster subnet; add it to network.availability_zones "
-                    f"({', '.join(self.network.availability_zones)})"
+                    f"({', '.join(network_azs)})"
                 )
             if plan.region != self.region or plan.account != self.account:
                 raise FieldError(
@@ -787,30 +853,18 @@ class EnvironmentConfig(Strict):
                     f"plan is in {plan.account}/{plan.region}, the "
                     f"environment in {self.account}/{self.region}; use a plan of this account and region"
                 )
-        # One training AZ per environment: FSx for Lustre lives in a single AZ (the one
-        # training_availability_zone picks) and EFA does not cross AZs, so a plan elsewhere
-        # would buy capacity that reads its data cross-AZ and cannot join the others' jobs.
-        training_az = self.training_availability_zone
-        for index, group in enumerate(self.hyperpod.instance_groups):
-            plan = group.training_plan
-            if plan is not None and plan.availability_zone != training_az:
-                owner = next(
-                    g.name for g in self.hyperpod.groups_by_name()
-                    if g.availability_zone == training_az
-                )
+            # FSx for Lustre lives in one AZ and EFA does not cross AZs: capacity bought
+            # elsewhere would read its data cross-AZ and could not join the other groups' jobs.
+            if plan.availability_zone != fsx_az:
                 raise FieldError(
-                    f"hyperpod.instance_groups[{index}].training_plan.availability_zone",
+                    f"{where}.training_plan.availability_zone",
                     f"{plan.availability_zone} (group {group.name}) differs from "
-                    f"{training_az}, the training AZ set by group {owner}'s plan (FSx and EFA "
-                    "stay in one AZ); use training plans from one AZ"
+                    f"storage.fsx.availability_zone {fsx_az} (FSx and EFA stay in one AZ); "
+                    f"buy the plan in {fsx_az}",
                 )
         return self
 
     @property
     def training_availability_zone(self) -> str:
-        """The AZ the training capacity lives in: the first training plan's AZ (groups by
-        name), else the first configured AZ. FSx goes here so training I/O stays in-AZ."""
-        for group in self.hyperpod.groups_by_name():
-            if group.availability_zone is not None:
-                return group.availability_zone
-        return self.network.availability_zones[0]
+        """Where FSx and all training-plan capacity live (storage.fsx.availability_zone)."""
+        return self.storage.fsx.availability_zone

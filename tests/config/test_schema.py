@@ -189,6 +189,73 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ),
     ("prod-retains", set_path("retain_stateful", False), "retain_stateful", "prod must retain"),
     (
+        "az-letter-has-slot",
+        set_path("network.availability_zones", ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1i"]),
+        "network.availability_zones[3]",
+        "AZ letters a-h",
+    ),
+    (
+        "fsx-az-has-subnet",
+        set_path("storage.fsx.availability_zone", "us-east-1d"),
+        "storage.fsx.availability_zone",
+        "has no cluster subnet",
+    ),
+    (
+        "plan-in-fsx-az",
+        lambda d: (
+            d["network"].update(availability_zones=["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]),
+            gpu(d)["training_plan"].update(availability_zone="us-east-1d"),
+        ),
+        "hyperpod.instance_groups[0].training_plan.availability_zone",
+        "differs from storage.fsx.availability_zone us-east-1a",
+    ),
+    (
+        "cluster-level-azs-have-subnets",
+        set_path("hyperpod.availability_zones", ["us-east-1a", "us-east-1d"]),
+        "hyperpod.availability_zones[1]",
+        "has no cluster subnet",
+    ),
+    (
+        "cluster-level-azs-unique",
+        set_path("hyperpod.availability_zones", ["us-east-1a", "us-east-1a"]),
+        "hyperpod.availability_zones",
+        "more than once",
+    ),
+    (
+        "required-endpoints",
+        set_path("network.interface_endpoints", ["ec2", "ecr.api", "ecr.dkr", "sts"]),
+        "network.interface_endpoints",
+        "missing eks, eks-auth, lambda, logs",
+    ),
+    (
+        "public-endpoint-narrow",
+        set_path("eks.public_access_cidrs", ["0.0.0.0/1", "128.0.0.0/1"]),
+        "eks.public_access_cidrs",
+        "large part of the internet",
+    ),
+    ("tag-reserved-prefix", set_path("tags", {"aws:owner": "x"}), "tags", "reserved for AWS"),
+    (
+        "taint-value-non-empty",
+        lambda d: d["hyperpod"]["instance_groups"][1].update(
+            taints=[{"key": "dedicated", "value": "", "effect": "NoSchedule"}]
+        ),
+        "hyperpod.instance_groups[1].taints[0].value",
+        "empty taint value",
+    ),
+    (
+        "no-type-coercion",
+        lambda d: gpu(d).update(count="16"),
+        "hyperpod.instance_groups[0].count",
+        "valid integer",
+    ),
+    ("account-is-quoted", set_path("account", 333333333333), "account", "in quotes"),
+    (
+        "cluster-subnets-at-least-28",
+        set_path("network.cluster_cidr", "100.64.0.0/27"),
+        "network.cluster_cidr",
+        "smaller than AWS's /28 minimum",
+    ),
+    (
         "capacity-fits",
         lambda d: (gpu(d).update(count=300), d["network"].update(cluster_cidr="10.1.0.0/20")),
         "network.cluster_cidr",
@@ -290,3 +357,13 @@ def test_groups_are_ordered_by_name_not_by_file_position():
     reordered = parse_config(data, "x").hyperpod.groups_by_name()
     original = parse_config(base(), "x").hyperpod.groups_by_name()
     assert [g.name for g in reordered] == [g.name for g in original] == ["gpu-p5", "system"]
+
+
+def test_duplicate_yaml_keys_are_rejected(tmp_path):
+    text = (CONFIG_DIR / "prod.yaml").read_text() + "\nenvironment: dev\n"
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_file(path)
+    assert len(caught.value.lines) == 1
+    assert "duplicate key 'environment'" in caught.value.lines[0]

@@ -77,7 +77,7 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "training-plans-share-one-az",
         second_plan_in("us-east-1b"),
         "hyperpod.instance_groups[2].training_plan.availability_zone",
-        "differs from us-east-1a",
+        "differs from storage.fsx.availability_zone us-east-1a",
     ),
     (
         "training-plan-account-and-region",

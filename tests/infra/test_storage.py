@@ -531,7 +531,11 @@ def test_https_egress_cidr_becomes_one_narrow_rule_on_the_efa_group(variant):
 
 def test_efa_enabled_file_system_gets_efa_and_provisioned_metadata():
     config = FsxConfig(
-        storage_capacity_gib=4800, throughput_per_tib=1000, efa_enabled=True, metadata_iops=12000
+        availability_zone="us-east-1a",
+        storage_capacity_gib=4800,
+        throughput_per_tib=1000,
+        efa_enabled=True,
+        metadata_iops=12000,
     )
     lustre = lustre_configuration(config)
     assert lustre.efa_enabled is True
@@ -541,7 +545,9 @@ def test_efa_enabled_file_system_gets_efa_and_provisioned_metadata():
 
 
 def test_default_file_system_has_automatic_metadata_and_no_efa():
-    lustre = lustre_configuration(FsxConfig(storage_capacity_gib=1200, throughput_per_tib=125))
+    lustre = lustre_configuration(
+        FsxConfig(availability_zone="us-east-1a", storage_capacity_gib=1200, throughput_per_tib=125)
+    )
     assert lustre.efa_enabled is False
     assert lustre.metadata_configuration.mode == "AUTOMATIC"
     assert lustre.metadata_configuration.iops is None

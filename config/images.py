@@ -1,0 +1,143 @@
+"""Pinned container images of the HyperPod dependency components, and the rules that tell,
+before synth, whether the cluster's nodes can pull them.
+
+Pure data and functions: the config schema validates with it, and
+`platform_constructs.hyperpod_dependencies` renders the manifests from it.
+
+Component names are the keys `eks.image_overrides` accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+HEALTH_MONITORING_AGENT = "health-monitoring-agent"
+NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"
+EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
+NEURON_DEVICE_PLUGIN = "neuron-device-plugin"
+COMPONENTS: tuple[str, ...] = (
+    HEALTH_MONITORING_AGENT,
+    NVIDIA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN,
+    NEURON_DEVICE_PLUGIN,
+)
+
+# Exact tags, each the one the named upstream pins. HyperPod's health monitoring agent is
+# published per Region by AWS (account per Region below); the EFA plugin comes from the
+# Region's EKS image registry. Both are private ECR registries in the node's Region, pulled
+# through the VPC's ECR endpoints (layers through the S3 gateway endpoint).
+HEALTH_MONITORING_AGENT_TAG = "1.0.935.0_1.0.282.0"  # HyperPod dependency chart default
+HEALTH_MONITORING_AGENT_ACCOUNTS: Mapping[str, str] = {
+    "us-east-1": "767398015722",
+    "us-west-2": "905418368575",
+    "us-east-2": "851725546812",
+    "us-west-1": "011528288828",
+    "eu-central-1": "211125453373",
+    "eu-north-1": "654654141839",
+    "eu-west-1": "533267293120",
+    "eu-west-2": "011528288831",
+    "ap-northeast-1": "533267052152",
+    "ap-south-1": "011528288864",
+    "ap-southeast-1": "905418428165",
+    "ap-southeast-2": "851725636348",
+    "sa-east-1": "025066253954",
+}
+# Every Region above serves EKS images from this account.
+EKS_IMAGE_ACCOUNT = "602401143452"
+EFA_DEVICE_PLUGIN_TAG = "v0.5.6"  # AWS HyperPod EKS reference architecture's pin
+# Registries outside the account's Region: nodes need an egress path to them, or
+# eks.image_overrides naming a copy in the account's private ECR.
+NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin
+NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0"  # ditto
+
+# A private ECR registry: <12-digit account>.dkr.ecr.<region>.amazonaws.com[.cn]/...
+_PRIVATE_ECR = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/"
+)
+
+
+def pinned_images(region: str) -> dict[str, str]:
+    """Default image per component for `region` (components without a regional image for
+    `region` are absent: they need an override)."""
+    images = {
+        NVIDIA_DEVICE_PLUGIN: NVIDIA_DEVICE_PLUGIN_IMAGE,
+        NEURON_DEVICE_PLUGIN: NEURON_DEVICE_PLUGIN_IMAGE,
+    }
+    account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
+    if account is not None:
+        images[HEALTH_MONITORING_AGENT] = (
+            f"{account}.dkr.ecr.{region}.amazonaws.com/"
+            f"hyperpod-health-monitoring-agent:{HEALTH_MONITORING_AGENT_TAG}"
+        )
+        images[EFA_DEVICE_PLUGIN] = (
+            f"{EKS_IMAGE_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
+            f"eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
+        )
+    return images
+
+
+def is_private_ecr_in(image: str, region: str) -> bool:
+    """Whether `image` lives in a private ECR registry of `region`: the only registries the
+    VPC's ECR endpoints serve (other Regions and public registries need egress)."""
+    match = _PRIVATE_ECR.match(image)
+    return match is not None and match["region"] == region
+
+
+def needed_components(*, accelerators: set[str], efa: bool) -> tuple[str, ...]:
+    """The components rendered for a cluster with these devices, in `COMPONENTS` order.
+
+    The health monitoring agent runs on NVIDIA and Neuron nodes; each device plugin only
+    where its device exists.
+    """
+    needed = set()
+    if accelerators & {"nvidia", "neuron"}:
+        needed.add(HEALTH_MONITORING_AGENT)
+    if "nvidia" in accelerators:
+        needed.add(NVIDIA_DEVICE_PLUGIN)
+    if "neuron" in accelerators:
+        needed.add(NEURON_DEVICE_PLUGIN)
+    if efa:
+        needed.add(EFA_DEVICE_PLUGIN)
+    return tuple(c for c in COMPONENTS if c in needed)
+
+
+def image_problems(
+    *,
+    region: str,
+    accelerators: set[str],
+    efa: bool,
+    overrides: dict[str, str],
+    https_egress: bool,
+) -> list[tuple[str, str]]:
+    """(field path, one-line message) for each image the cluster's nodes would fail to get.
+
+    `accelerators`: the accelerator kinds of the configured instance types ("nvidia",
+    "neuron"; others are ignored). `efa`: some instance group has EFA interfaces.
+    `https_egress`: nodes have deliberate HTTPS egress (network.https_egress_cidrs), e.g.
+    to a registry proxy. An override is the operator's explicit choice and is not judged.
+    """
+    defaults = pinned_images(region)
+    problems: list[tuple[str, str]] = []
+    for name in needed_components(accelerators=accelerators, efa=efa):
+        if name in overrides:
+            continue
+        image = defaults.get(name)
+        if image is None:
+            problems.append(
+                (
+                    "eks.image_overrides",
+                    f"no pinned {name} image for {region}; set eks.image_overrides.{name} "
+                    "to a pinned copy in ECR",
+                )
+            )
+        elif not https_egress and not is_private_ecr_in(image, region):
+            problems.append(
+                (
+                    f"eks.image_overrides.{name}",
+                    f"nodes have no internet egress, so {image} cannot be pulled; copy it "
+                    f"into ECR and set eks.image_overrides.{name}, or allow a registry proxy "
+                    "in network.https_egress_cidrs",
+                )
+            )
+    return problems
