@@ -24,7 +24,9 @@ from config.capacity import (
 )
 from config.instance_types import INSTANCE_TYPES, known_instance_types
 from config.loader import ConfigError, load_file
+from hpctl.cluster import app as cluster_app
 from hpctl.job_cmd import app as job_app
+from hpctl.plans import app as plans_app
 
 app = typer.Typer(
     name="hpctl",
@@ -240,6 +242,8 @@ def instance_types(
 
 
 app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
+app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
+app.add_typer(cluster_app, name="cluster", help="Cluster status, nodes, reboot and replace.")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,111 @@
+"""What the operations commands (`hpctl plans ...`, `hpctl cluster ...`) share.
+
+One way to build AWS clients, one way to turn any AWS failure into a single stderr line
+(`hpctl <command>: <Code>: <message>`, exit 1) instead of a traceback, and one way to print
+tables of ids people copy. Input problems found before any call use the same prefix and
+exit 2, like the rest of the CLI's usage errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import boto3
+import typer
+from botocore.client import BaseClient
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+USAGE_EXIT_CODE = 2
+AWS_EXIT_CODE = 1
+
+# Standard retry mode backs off on throttling and transient errors. The attempt count is
+# left unset so AWS_MAX_ATTEMPTS / the profile's max_attempts still apply.
+_CLIENT_CONFIG = Config(
+    retries={"mode": "standard"},
+    user_agent_extra="hpctl",
+    connect_timeout=10,
+    read_timeout=60,
+)
+
+
+def session(region: str | None = None) -> boto3.session.Session:
+    """A session from the usual credential chain; `region` overrides the configured one."""
+    return boto3.session.Session(region_name=region)
+
+
+def client(service: str, region: str | None = None) -> BaseClient:
+    """A client for `service`. Commands call this through the module (`aws.client`) so tests
+    can hand them a stubbed client."""
+    return session(region).client(service, config=_CLIENT_CONFIG)
+
+
+def command_name(ctx: typer.Context) -> str:
+    """`hpctl plans search`, whatever the program was invoked as: the root context's name
+    depends on argv[0] (a console script, `python -m`, a test runner)."""
+    names: list[str] = []
+    current: Any = ctx
+    while current is not None and current.parent is not None:
+        names.append(current.info_name or "")
+        current = current.parent
+    return " ".join(["hpctl", *reversed(names)])
+
+
+def one_line(text: str) -> str:
+    """Fold a multi-line message (botocore's parameter validation report) into one line."""
+    parts = [line.strip() for line in text.splitlines() if line.strip()]
+    joined = ""
+    for part in parts:
+        if joined:
+            # A heading that ends in ":" introduces the next line; anything else is a list.
+            joined += " " if joined.endswith(":") else "; "
+        joined += part
+    return re.sub(r"\s+", " ", joined)
+
+
+def error_line(error: ClientError | BotoCoreError) -> tuple[str, str]:
+    """(code, message) for an AWS failure: the service's error code for ClientError, the
+    exception class for local botocore failures (no credentials, no endpoint, bad params)."""
+    if isinstance(error, ClientError):
+        details = error.response.get("Error", {})
+        code = details.get("Code") or "ClientError"
+        message = details.get("Message") or str(error)
+        return code, one_line(message)
+    return type(error).__name__, one_line(str(error))
+
+
+def fail(ctx: typer.Context, message: str, code: int = USAGE_EXIT_CODE) -> NoReturn:
+    """Print `hpctl <command>: <message>` on stderr and exit with `code`."""
+    typer.echo(f"{command_name(ctx)}: {one_line(message)}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def reported_errors(ctx: typer.Context) -> Iterator[None]:
+    """Run AWS calls; any botocore failure ends the command with one line and exit 1.
+
+    BotoCoreError covers NoCredentialsError, NoRegionError, EndpointConnectionError,
+    ParamValidationError and PaginationError, so none of them escape as a traceback.
+    """
+    try:
+        yield
+    except (ClientError, BotoCoreError) as error:
+        code, message = error_line(error)
+        fail(ctx, f"{code}: {message}", AWS_EXIT_CODE)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` at its natural width even when the terminal (or the 80 columns assumed
+    for a pipe) is narrower: squeezed columns would truncate the offering and instance ids
+    people paste into the next command. A narrow terminal wraps the lines instead."""
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural > console.width:
+        # A fixed table width overrides the console's; crop=False keeps the long lines whole.
+        table.width = natural
+    console.print(table, crop=False)

@@ -1,0 +1,441 @@
+"""`hpctl plans search|buy` against botocore's Stubber, which checks every request against
+the real SageMaker API model, so a misspelt or mistyped parameter fails here. No test
+reaches the network: credentials are fake and sockets refuse to connect."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import typer
+import yaml
+from botocore.stub import Stubber
+from typer.testing import CliRunner, Result
+
+from config.schema import TrainingPlanConfig
+from hpctl import aws, plans
+
+ACCOUNT = "123456789012"
+PLAN_ARN = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:training-plan/p5-prod-2027q1"
+OFFERING_ID = "tpo-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+def hpctl(*args: str) -> Result:
+    """Invoke the sub-app mounted the way the main CLI mounts it (`hpctl plans ...`)."""
+    root = typer.Typer()
+    root.add_typer(plans.app, name="plans")
+    return CliRunner().invoke(root, list(args), prog_name="hpctl")
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    # One attempt: error tests need no retry back-off.
+    "AWS_MAX_ATTEMPTS": "1",
+}
+UNSET_ENV = ("AWS_PROFILE", "AWS_REGION", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+             "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE")
+
+
+def fake_aws_env(monkeypatch: pytest.MonkeyPatch, scratch: Path) -> None:
+    """Fake credentials and region; no shared config files or instance metadata to find."""
+    for name in UNSET_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in FAKE_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(scratch / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(scratch / "no-credentials"))
+
+
+@pytest.fixture(autouse=True)
+def offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_aws_env(monkeypatch, tmp_path)
+
+    def refuse(*_: object, **__: object) -> None:
+        raise RuntimeError("tests must not open network connections")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+
+
+@pytest.fixture(scope="module")
+def shared_client(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One client from the real factory for the module: building a client parses the whole
+    SageMaker API model, a quarter second each time."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
+        return aws.client("sagemaker")
+
+
+@dataclass
+class Stubbed:
+    stubber: Stubber
+    # (service, region) for every client a command asked for.
+    clients: list[tuple[str, str | None]] = field(default_factory=list)
+
+
+@pytest.fixture
+def sagemaker(monkeypatch: pytest.MonkeyPatch, shared_client: Any) -> Iterator[Stubbed]:
+    """Commands get the stubbed client; every queued response must be consumed."""
+    stubbed = Stubbed(Stubber(shared_client))
+
+    def factory(service: str, region: str | None = None) -> Any:
+        stubbed.clients.append((service, region))
+        return shared_client
+
+    monkeypatch.setattr(aws, "client", factory)
+    with stubbed.stubber:
+        yield stubbed
+    stubbed.stubber.assert_no_pending_responses()
+
+
+def in_days(days: int) -> str:
+    return (datetime.now(timezone.utc).date() + timedelta(days=days)).isoformat()
+
+
+def midnight(iso_date: str) -> datetime:
+    return datetime.fromisoformat(iso_date).replace(tzinfo=timezone.utc)
+
+
+def search_args(**overrides: str) -> list[str]:
+    options = {
+        "--instance-type": "ml.p5.48xlarge",
+        "--count": "16",
+        "--start": in_days(10),
+        "--duration-days": "14",
+        **overrides,
+    }
+    return ["plans", "search", *(item for pair in options.items() for item in pair)]
+
+
+def offering(offering_id: str, parts: list[tuple[str, int, datetime]], fee: str) -> dict:
+    """An offering bundling reserved capacities (AZ, count, start) of 14 days each."""
+    return {
+        "TrainingPlanOfferingId": offering_id,
+        "TargetResources": ["hyperpod-cluster"],
+        "RequestedStartTimeAfter": parts[0][2],
+        "DurationHours": 336,
+        "DurationMinutes": 0,
+        "UpfrontFee": fee,
+        "CurrencyCode": "USD",
+        "ReservedCapacityOfferings": [
+            {
+                "InstanceType": "ml.p5.48xlarge",
+                "InstanceCount": count,
+                "AvailabilityZone": az,
+                "DurationHours": 336,
+                "StartTime": start,
+                "EndTime": start + timedelta(days=14),
+            }
+            for az, count, start in parts
+        ],
+    }
+
+
+# ------------------------------------------------------------------ search
+
+
+def test_search_sends_the_request_the_api_model_expects_and_prints_a_table(sagemaker: Stubbed):
+    start = in_days(10)
+    first = midnight(start) + timedelta(days=2)
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": [
+            offering(OFFERING_ID, [("us-east-1a", 16, first)], "1234567.89"),
+            offering("tpo-second", [("us-east-1b", 16, first + timedelta(days=7))], "1250000.00"),
+        ]},
+        expected_params={
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 16,
+            "StartTimeAfter": midnight(start),
+            "DurationHours": 14 * 24,
+            "TargetResources": ["hyperpod-cluster"],
+        },
+    )
+    result = hpctl(*search_args(**{"--start": start}))
+    assert result.exit_code == 0, result.output
+    # The full id must survive the table layout: it is what `plans buy` needs.
+    assert OFFERING_ID in result.stdout
+    for text in ("tpo-second", "us-east-1a", "us-east-1b", "1234567.89", "USD", "14d",
+                 first.strftime("%Y-%m-%d %H:%M"), "plans buy --offering-id"):
+        assert text in result.stdout
+    assert sagemaker.clients == [("sagemaker", None)]
+
+
+def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagemaker: Stubbed):
+    start = midnight(in_days(30))
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": [offering(
+            OFFERING_ID,
+            [("us-west-2a", 8, start + timedelta(days=1)), ("us-west-2a", 8, start)],
+            "99.50",
+        )]},
+        expected_params={
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 16,
+            "StartTimeAfter": start,
+            "DurationHours": 14 * 24,
+            "TargetResources": ["training-job"],
+        },
+    )
+    result = hpctl(*search_args(**{"--start": in_days(30), "--target": "training-job",
+                                   "--region": "us-west-2"}), "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row == {
+        "offering_id": OFFERING_ID,
+        "availability_zones": ["us-west-2a"],
+        "instance_types": ["ml.p5.48xlarge"],
+        "instance_count": 16,
+        "start": start.isoformat(),
+        "end": (start + timedelta(days=15)).isoformat(),
+        "duration_hours": 336,
+        "duration_minutes": 0,
+        "upfront_fee": "99.50",
+        "currency": "USD",
+        "target_resources": ["hyperpod-cluster"],
+    }
+    # --region reaches the client factory.
+    assert sagemaker.clients == [("sagemaker", "us-west-2")]
+
+
+def test_client_factory_uses_the_given_region_else_the_configured_one():
+    assert aws.client("sagemaker", "eu-west-1").meta.region_name == "eu-west-1"
+    assert aws.client("sagemaker").meta.region_name == "us-east-1"
+
+
+def test_search_without_offerings_says_so(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": []})
+    result = hpctl(*search_args())
+    assert result.exit_code == 0
+    assert "No offerings for 16 x ml.p5.48xlarge" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("count", "days", "start_in_days"),
+    [("1", "1", 0), ("64", "182", 90)],
+    ids=["smallest-today", "largest"],
+)
+def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, start_in_days: int):
+    start = in_days(start_in_days)
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": []},
+        expected_params={
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": int(count),
+            "StartTimeAfter": midnight(start),
+            "DurationHours": int(days) * 24,
+            "TargetResources": ["hyperpod-cluster"],
+        },
+    )
+    result = hpctl(*search_args(**{"--count": count, "--duration-days": days, "--start": start}))
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"--instance-type": "ml.p9.96xlarge"}, "--instance-type: unknown instance type 'ml.p9.96xlarge'"),
+        ({"--instance-type": "ml.g5.48xlarge"}, "--instance-type: ml.g5.48xlarge cannot be reserved"),
+        ({"--count": "3"}, "--count: 3 instances are not offered; use one of 1, 2, 4, 8, 16, 32, 64"),
+        ({"--count": "128"}, "--count: 128 instances are not offered"),
+        ({"--count": "0"}, "--count: 0 instances are not offered"),
+        ({"--duration-days": "0"}, "--duration-days: 0 is out of range; plans last 1 to 182 days"),
+        ({"--duration-days": "183"}, "--duration-days: 183 is out of range"),
+        ({"--start": "2026/12/01"}, "--start: '2026/12/01' is not a date; use YYYY-MM-DD"),
+        ({"--start": "2027-02-30"}, "--start: '2027-02-30' is not a date"),
+        ({"--start": in_days(-1)}, f"--start: {in_days(-1)} is in the past; use {in_days(0)} or later"),
+    ],
+    ids=["unknown-type", "type-not-reservable", "count-not-power-of-two", "count-too-large",
+         "count-zero", "duration-zero", "duration-too-long", "start-format", "start-no-such-day",
+         "start-in-past"],
+)
+def test_search_rejects_bad_input_before_any_call(
+    sagemaker: Stubbed, overrides: dict[str, str], expected: str
+):
+    result = hpctl(*search_args(**overrides))
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith(f"hpctl plans search: {expected}")
+    assert sagemaker.clients == []
+
+
+def test_search_reports_a_service_error_in_one_line(sagemaker: Stubbed):
+    sagemaker.stubber.add_client_error(
+        "search_training_plan_offerings",
+        service_error_code="ThrottlingException",
+        service_message="Rate exceeded",
+        http_status_code=400,
+    )
+    result = hpctl(*search_args())
+    assert result.exit_code == 1
+    assert one_error_line(result) == "hpctl plans search: ThrottlingException: Rate exceeded"
+
+
+def test_search_without_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    result = hpctl(*search_args())
+    assert result.exit_code == 1
+    assert one_error_line(result) == (
+        "hpctl plans search: NoCredentialsError: Unable to locate credentials"
+    )
+
+
+# ------------------------------------------------------------------ buy
+
+
+def buy_args(*extra: str) -> list[str]:
+    return ["plans", "buy", "--offering-id", OFFERING_ID, "--name", "p5-prod-2027q1", *extra]
+
+
+def describe_plan(summaries: list[dict]) -> dict:
+    return {
+        "TrainingPlanArn": PLAN_ARN,
+        "TrainingPlanName": "p5-prod-2027q1",
+        "Status": "Scheduled",
+        "UpfrontFee": "1234567.89",
+        "CurrencyCode": "USD",
+        "TotalInstanceCount": 16,
+        "TargetResources": ["hyperpod-cluster"],
+        "ReservedCapacitySummaries": summaries,
+    }
+
+
+def capacity(az: str) -> dict:
+    return {
+        "ReservedCapacityArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:reserved-capacity/rc-{az}",
+        "InstanceType": "ml.p5.48xlarge",
+        "TotalInstanceCount": 16,
+        "Status": "Scheduled",
+        "AvailabilityZone": az,
+    }
+
+
+def test_buy_without_yes_refuses_and_calls_nothing(sagemaker: Stubbed):
+    # The stubber has no responses: any API call would fail the fixture's teardown check.
+    result = hpctl(*buy_args())
+    assert result.exit_code == 1
+    assert one_error_line(result) == (
+        f"hpctl plans buy: refusing to buy offering {OFFERING_ID} without --yes: a training "
+        "plan charges its upfront fee when bought; check the offering with `hpctl plans "
+        "search` and re-run with --yes"
+    )
+    assert sagemaker.clients == []
+    assert result.stdout == ""
+
+
+def test_buy_never_prompts_even_with_input_waiting(sagemaker: Stubbed):
+    root = typer.Typer()
+    root.add_typer(plans.app, name="plans")
+    result = CliRunner().invoke(root, buy_args(), input="y\nyes\n", prog_name="hpctl")
+    assert result.exit_code == 1
+    assert "refusing to buy" in one_error_line(result)
+    assert sagemaker.clients == []
+
+
+def test_buy_creates_the_plan_and_prints_a_snippet_the_config_accepts(sagemaker: Stubbed):
+    sagemaker.stubber.add_response(
+        "create_training_plan",
+        {"TrainingPlanArn": PLAN_ARN},
+        expected_params={"TrainingPlanName": "p5-prod-2027q1", "TrainingPlanOfferingId": OFFERING_ID},
+    )
+    sagemaker.stubber.add_response(
+        "describe_training_plan",
+        describe_plan([capacity("us-east-1a")]),
+        expected_params={"TrainingPlanName": PLAN_ARN},
+    )
+    result = hpctl(*buy_args("--yes"))
+    assert result.exit_code == 0, result.output
+    assert f"Bought training plan p5-prod-2027q1: {PLAN_ARN}" in result.stdout
+    snippet = result.stdout.split("Add to the instance group that uses it:\n", 1)[1]
+    snippet = snippet.split("\nnetwork.availability_zones", 1)[0]
+    parsed = yaml.safe_load(snippet)
+    assert parsed == {"training_plan": {"arn": PLAN_ARN, "availability_zone": "us-east-1a"}}
+    # The block pastes into an environment file as is.
+    TrainingPlanConfig.model_validate(parsed["training_plan"])
+    assert "network.availability_zones must include us-east-1a" in result.stdout
+
+
+def test_buy_leaves_the_az_out_while_the_plan_reports_none(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
+    sagemaker.stubber.add_response("describe_training_plan", describe_plan([]))
+    result = hpctl(*buy_args("--yes"))
+    assert result.exit_code == 0
+    assert f"training_plan:\n  arn: {PLAN_ARN}\n" in result.stdout
+    assert "availability_zone:" not in result.stdout
+    assert "reports no Availability Zone yet" in one_error_line(result)
+
+
+def test_buy_does_not_guess_between_several_azs(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
+    sagemaker.stubber.add_response(
+        "describe_training_plan", describe_plan([capacity("us-east-1b"), capacity("us-east-1a")])
+    )
+    result = hpctl(*buy_args("--yes"))
+    assert result.exit_code == 0
+    assert "availability_zone:" not in result.stdout
+    assert "the plan spans us-east-1a, us-east-1b" in one_error_line(result)
+
+
+def test_buy_keeps_the_arn_when_describing_the_new_plan_fails(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
+    sagemaker.stubber.add_client_error(
+        "describe_training_plan", "AccessDeniedException", "not authorized: DescribeTrainingPlan"
+    )
+    result = hpctl(*buy_args("--yes"))
+    assert result.exit_code == 1
+    assert PLAN_ARN in result.stdout
+    assert one_error_line(result) == (
+        "hpctl plans buy: AccessDeniedException: not authorized: DescribeTrainingPlan"
+    )
+
+
+def test_buy_reports_a_refused_purchase_in_one_line(sagemaker: Stubbed):
+    sagemaker.stubber.add_client_error(
+        "create_training_plan", "ResourceLimitExceeded",
+        "You have reached the limit of training plans\n  Request a quota increase",
+    )
+    result = hpctl(*buy_args("--yes"))
+    assert result.exit_code == 1
+    assert one_error_line(result) == (
+        "hpctl plans buy: ResourceLimitExceeded: You have reached the limit of training "
+        "plans; Request a quota increase"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--offering-id", "TPO_Upper", "--name", "ok"],
+         "--offering-id: 'TPO_Upper' is not an offering id"),
+        (["--offering-id", "tpo-1", "--name", "-leading-dash"],
+         "--name: '-leading-dash' is not a valid plan name"),
+        (["--offering-id", "tpo-1", "--name", "a" * 65],
+         f"--name: '{'a' * 65}' is not a valid plan name"),
+    ],
+    ids=["offering-id-pattern", "name-pattern", "name-too-long"],
+)
+def test_buy_rejects_bad_input_before_any_call(
+    sagemaker: Stubbed, args: list[str], expected: str
+):
+    result = hpctl("plans", "buy", *args, "--yes")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith(f"hpctl plans buy: {expected}")
+    assert sagemaker.clients == []
