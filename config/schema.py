@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES, InterfaceType, known_instance_types
 
 # Kubernetes versions HyperPod EKS orchestration supports that the platform's bundled
@@ -862,6 +863,14 @@ class EnvironmentConfig(Strict):
                     f"storage.fsx.availability_zone {fsx_az} (FSx and EFA stay in one AZ); "
                     f"buy the plan in {fsx_az}",
                 )
+        for path, message in image_problems(
+            region=self.region,
+            accelerators={INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups},
+            efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
+            overrides=dict(self.eks.image_overrides),
+            https_egress=bool(self.network.https_egress_cidrs),
+        ):
+            raise FieldError(path, message)
         return self
 
     @property

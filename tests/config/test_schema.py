@@ -250,6 +250,25 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ),
     ("account-is-quoted", set_path("account", 333333333333), "account", "in quotes"),
     (
+        "images-pullable-without-egress",
+        lambda d: d["eks"].pop("image_overrides"),
+        "eks.image_overrides.nvidia-device-plugin",
+        "nodes have no internet egress",
+    ),
+    (
+        "health-agent-pinned-for-region",
+        lambda d: (
+            d.update(region="eu-west-3"),
+            d["network"].update(availability_zones=["eu-west-3a", "eu-west-3b", "eu-west-3c"]),
+            d["hyperpod"].update(availability_zones=["eu-west-3a"]),
+            d["storage"]["fsx"].update(availability_zone="eu-west-3a"),
+            gpu(d).update(training_plan=None),
+            d["eks"].update(image_overrides={"nvidia-device-plugin": "333333333333.dkr.ecr.eu-west-3.amazonaws.com/nvidia/k8s-device-plugin:v0.16.1"}),
+        ),
+        "eks.image_overrides",
+        "no pinned health-monitoring-agent image for eu-west-3",
+    ),
+    (
         "cluster-subnets-at-least-28",
         set_path("network.cluster_cidr", "100.64.0.0/27"),
         "network.cluster_cidr",
