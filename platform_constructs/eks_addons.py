@@ -105,7 +105,42 @@ class PodIdentity(Construct):
         )
 
 
-class FsxCsiDriver(Construct):
+class AddonWithPodIdentity(Construct):
+    """A pinned add-on whose controller calls AWS APIs: the controller's service account gets
+    an IAM role (through EKS Pod Identity) with exactly `statements`, and the add-on is
+    created after the association so the controller has credentials on first start.
+
+    Exposes `identity` (`role`, `association`) and `addon`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        addon_name: str,
+        version: str,
+        service_account: ServiceAccountRef,
+        description: str,
+        statements: Sequence[iam.PolicyStatement],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.identity = PodIdentity(
+            self,
+            "ControllerIdentity",
+            cluster_name=cluster_name,
+            service_account=service_account,
+            description=description,
+            statements=statements,
+        )
+        self.addon = PinnedAddon(
+            self, "Addon", cluster_name=cluster_name, addon_name=addon_name, version=version
+        )
+        self.addon.node.add_dependency(self.identity)
+
+
+class FsxCsiDriver(AddonWithPodIdentity):
     """The FSx for Lustre CSI driver add-on and its controller identity.
 
     Volumes are provisioned statically (the platform owns the file system), so the controller
@@ -121,11 +156,12 @@ class FsxCsiDriver(Construct):
         version: str,
         file_system_arn: str,
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.identity = PodIdentity(
-            self,
-            "ControllerIdentity",
+        super().__init__(
+            scope,
+            construct_id,
             cluster_name=cluster_name,
+            addon_name="aws-fsx-csi-driver",
+            version=version,
             service_account=FSX_CSI_CONTROLLER,
             description="FSx CSI controller: describe the platform's Lustre file system",
             statements=[
@@ -134,13 +170,9 @@ class FsxCsiDriver(Construct):
                 )
             ],
         )
-        self.addon = PinnedAddon(
-            self, "Addon", cluster_name=cluster_name, addon_name="aws-fsx-csi-driver", version=version
-        )
-        self.addon.node.add_dependency(self.identity)
 
 
-class TrainingOperator(Construct):
+class TrainingOperator(AddonWithPodIdentity):
     """The SageMaker HyperPod training operator add-on and its controller identity.
 
     The operator reads the HyperPod node records to map pods to nodes and their health.
@@ -158,11 +190,12 @@ class TrainingOperator(Construct):
         version: str,
         hyperpod_cluster_arn: str,
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.identity = PodIdentity(
-            self,
-            "ControllerIdentity",
+        super().__init__(
+            scope,
+            construct_id,
             cluster_name=cluster_name,
+            addon_name="amazon-sagemaker-hyperpod-training-operator",
+            version=version,
             service_account=TRAINING_OPERATOR,
             description="HyperPod training operator: describe the HyperPod cluster's nodes",
             statements=[
@@ -171,14 +204,6 @@ class TrainingOperator(Construct):
                 )
             ],
         )
-        self.addon = PinnedAddon(
-            self,
-            "Addon",
-            cluster_name=cluster_name,
-            addon_name="amazon-sagemaker-hyperpod-training-operator",
-            version=version,
-        )
-        self.addon.node.add_dependency(self.identity)
 
 
 def file_system_arn(scope: Construct, file_system_id: str) -> str:

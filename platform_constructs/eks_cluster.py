@@ -7,6 +7,8 @@ here. Kubernetes objects are applied separately (see `eks_kubectl.py`).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 
 import aws_cdk as cdk
@@ -35,6 +37,20 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 def cluster_access_policy_arn(policy_name: str) -> str:
     """ARN of an EKS access policy (these live in the `eks` service namespace, no region)."""
     return f"arn:{cdk.Aws.PARTITION}:eks::aws:cluster-access-policy/{policy_name}"
+
+
+def admin_access_entry_id(principal_arn: str) -> str:
+    """Construct ID of a cluster admin's access entry, derived from the principal alone.
+
+    The role name (letters and digits of the ARN's last segment) keeps logical IDs readable;
+    a short hash of the whole ARN keeps them distinct for roles with the same name in other
+    accounts or paths, or names that differ only in punctuation.
+    """
+    if cdk.Token.is_unresolved(principal_arn):
+        raise ValueError("admin principals must be literal ARNs (the ID is derived from the ARN)")
+    name = re.sub(r"[^A-Za-z0-9]", "", principal_arn.rsplit("/", 1)[-1])[:64]
+    digest = hashlib.sha256(principal_arn.encode("utf-8")).hexdigest()[:8]
+    return f"Admin{name}{digest}"
 
 
 class EksCluster(Construct):
@@ -181,9 +197,11 @@ class EksCluster(Construct):
         # The security group EKS creates and attaches to the control plane ENIs.
         self.cluster_security_group_id = self.resource.attr_cluster_security_group_id
 
+        # Keyed by principal, never by list position: PrincipalArn cannot change in place, so
+        # a position-keyed entry would be "replaced" by another admin's ARN whenever the list
+        # shifts, and the new entry would collide with the one still holding that principal.
         self.admin_access_entries = [
-            self.grant_cluster_admin(f"Admin{index}", arn)
-            for index, arn in enumerate(admin_role_arns)
+            self.grant_cluster_admin(admin_access_entry_id(arn), arn) for arn in admin_role_arns
         ]
 
     def grant_cluster_admin(self, construct_id: str, principal_arn: str) -> eks.CfnAccessEntry:

@@ -4,8 +4,13 @@ A PersistentVolume binds to exactly one PersistentVolumeClaim, and a claim lives
 namespace. Each namespace that mounts the file system therefore gets its own PV (same
 file system: same volumeHandle and attributes) bound to a claim named `fsx-claim`, so a job
 spec mounts `fsx-claim` whatever team namespace it runs in. `default` gets one here; a team
-namespace (e.g. hyperpod-ns-<team>, created by the governance stack) gets one through
-`add_namespace`, called after the namespace exists.
+namespace (e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's
+compute quota) gets one through `add_namespace`, called after the namespace exists.
+
+Only the PV carries the file system's real capacity. The claim requests a fixed nominal
+size: a statically bound claim (`storageClassName: ""`) cannot be resized, so a request
+that followed the configured capacity would make the apply fail as soon as FSx grows.
+Nothing enforces either figure for a CSI file system; binding only needs request <= capacity.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from constructs import Construct
 
 CSI_DRIVER = "fsx.csi.aws.com"
 CLAIM_NAME = "fsx-claim"
+# The smallest FSx for Lustre size: never above the PV's capacity, whatever size the file
+# system is or grows to, so the claim binds and never changes (see the module docstring).
+CLAIM_REQUEST_GIB = 1200
 
 
 def persistent_volume_name(namespace: str) -> str:
@@ -39,6 +47,11 @@ class FsxStaticVolume(Construct):
         namespaces: tuple[str, ...] = ("default",),
     ) -> None:
         super().__init__(scope, construct_id)
+        if capacity_gib < CLAIM_REQUEST_GIB:
+            raise ValueError(
+                f"{capacity_gib} GiB is below the smallest FSx for Lustre size "
+                f"({CLAIM_REQUEST_GIB} GiB)"
+            )
         self._cluster = cluster
         self._file_system_id = file_system_id
         self._dns_name = dns_name
@@ -98,6 +111,6 @@ class FsxStaticVolume(Construct):
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
                 "volumeName": persistent_volume_name(namespace),
-                "resources": {"requests": {"storage": self._capacity}},
+                "resources": {"requests": {"storage": f"{CLAIM_REQUEST_GIB}Gi"}},
             },
         }

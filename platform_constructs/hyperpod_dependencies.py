@@ -1,5 +1,5 @@
 """The Kubernetes components HyperPod resiliency depends on, from manifests vendored in
-`eks_manifests/` with every container image pinned here.
+`eks_manifests/` with every container image pinned (the table is in `config.images`).
 
 AWS documents installing these before the HyperPod cluster is created, so they are applied
 with the EKS cluster; they are DaemonSets and RBAC only, and applying them does not wait for
@@ -19,60 +19,15 @@ import yaml
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
+from config.images import pinned_images
 from config.instance_types import INSTANCE_TYPES
 from config.schema import InstanceGroupConfig
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
-# ---------------------------------------------------------------------------- images
-# Exact tags, each the one the named upstream pins. HyperPod's health monitoring agent is
-# published per Region by AWS (account per Region below); the EFA plugin comes from the
-# Region's EKS image registry. Both are pulled through the VPC's ECR endpoints.
-HEALTH_MONITORING_AGENT_TAG = "1.0.935.0_1.0.282.0"  # HyperPod dependency chart default
-HEALTH_MONITORING_AGENT_ACCOUNTS: Mapping[str, str] = {
-    "us-east-1": "767398015722",
-    "us-west-2": "905418368575",
-    "us-east-2": "851725546812",
-    "us-west-1": "011528288828",
-    "eu-central-1": "211125453373",
-    "eu-north-1": "654654141839",
-    "eu-west-1": "533267293120",
-    "eu-west-2": "011528288831",
-    "ap-northeast-1": "533267052152",
-    "ap-south-1": "011528288864",
-    "ap-southeast-1": "905418428165",
-    "ap-southeast-2": "851725636348",
-    "sa-east-1": "025066253954",
-}
-# Every Region above serves EKS images from this account.
-EKS_IMAGE_ACCOUNT = "602401143452"
-EFA_DEVICE_PLUGIN_TAG = "v0.5.6"  # AWS HyperPod EKS reference architecture's pin
-# Registries outside AWS: nodes need an egress path to them, or set eks.image_overrides
-# to a copy in the account's private ECR.
-NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin
-NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0"  # ditto
-
-
-def pinned_images(region: str) -> dict[str, str]:
-    """Default image per component for `region` (components without a regional image for
-    `region` are absent: they need an override)."""
-    images = {
-        "nvidia-device-plugin": NVIDIA_DEVICE_PLUGIN_IMAGE,
-        "neuron-device-plugin": NEURON_DEVICE_PLUGIN_IMAGE,
-    }
-    account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
-    if account is not None:
-        images["health-monitoring-agent"] = (
-            f"{account}.dkr.ecr.{region}.amazonaws.com/"
-            f"hyperpod-health-monitoring-agent:{HEALTH_MONITORING_AGENT_TAG}"
-        )
-        images["aws-efa-k8s-device-plugin"] = (
-            f"{EKS_IMAGE_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
-            f"eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
-        )
-    return images
-
+# Images: `config.images.pinned_images` (pure data, so config validation can check before
+# synth that the nodes can pull every image); eks.image_overrides win over it.
 
 # ------------------------------------------------------------------------ node selection
 

@@ -16,7 +16,6 @@ from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
 from platform_constructs.hyperpod_dependencies import HyperPodDependencies
 from stacks.network_stack import NetworkStack
-from stacks.storage_stack import StorageStack
 
 # DaemonSet add-ons: they become ACTIVE with zero nodes, so they never hold the stack up.
 NODELESS_ADDONS: tuple[str, ...] = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -24,7 +23,10 @@ NODELESS_ADDONS: tuple[str, ...] = ("vpc-cni", "kube-proxy", "eks-pod-identity-a
 
 class EksStack(cdk.Stack):
     """Exposes `cluster_name`, `cluster_arn`, `cluster_security_group_id` and `kubernetes`
-    (pass it as `cluster=` to `aws_eks_v2.KubernetesManifest` / `HelmChart`)."""
+    (pass it as `cluster=` to `aws_eks_v2.KubernetesManifest` / `HelmChart`).
+
+    Storage is not an input: the FSx volume is bound in the cluster add-ons stack, once
+    nodes exist."""
 
     def __init__(
         self,
@@ -33,7 +35,6 @@ class EksStack(cdk.Stack):
         *,
         config: EnvironmentConfig,
         network: NetworkStack,
-        storage: StorageStack,  # the FSx volume is bound in the add-ons stack, once nodes exist
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -64,6 +65,9 @@ class EksStack(cdk.Stack):
             kubernetes_version=settings.kubernetes_version,
             vpc=network.vpc,
             subnets=control_plane_subnets,
+            endpoint_security_group=network.endpoint_security_group,
+            # The network construct reads the Region's S3 prefix list at deploy time.
+            s3_prefix_list_id=network.network.s3_prefix_list_id,
         )
 
         self.addons: dict[str, PinnedAddon] = {}

@@ -212,7 +212,44 @@ def test_fsx_claim_in_default_binds_to_the_volume(env):
     assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
     assert claim["spec"]["storageClassName"] == ""
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert claim["spec"]["resources"]["requests"]["storage"] == volume["spec"]["capacity"]["storage"]
+    # A fixed nominal request, whatever the file system's size (see the next test).
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1200Gi"
+
+
+def _static_volume_objects(capacity_gib: int) -> list[dict]:
+    stack = cdk.Stack(cdk.App(), "Volume")
+    provider = eks_v2.KubectlProvider.from_kubectl_provider_attributes(
+        stack, "Provider", service_token="arn:aws:lambda:us-west-2:111111111111:function:kubectl",
+        role=iam.Role.from_role_arn(stack, "Role", "arn:aws:iam::111111111111:role/kubectl"),
+    )
+    cluster = eks_v2.Cluster.from_cluster_attributes(
+        stack, "Cluster", cluster_name="c", kubectl_provider=provider
+    )
+    FsxStaticVolume(
+        stack, "Fsx", cluster=cluster, file_system_id="fs-0123456789abcdef0",
+        dns_name="fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", mount_name="abcdefgh",
+        capacity_gib=capacity_gib,
+    )
+    (resource,) = Template.from_stack(stack).find_resources(
+        "Custom::AWSCDK-EKS-KubernetesResource"
+    ).values()
+    return json.loads(resource["Properties"]["Manifest"])
+
+
+def test_growing_the_file_system_changes_only_the_volume_not_the_claim():
+    """A statically bound claim (storageClassName "") cannot be resized: if its request
+    followed the file system's size, growing FSx in config would fail the apply."""
+    small, grown = _static_volume_objects(1200), _static_volume_objects(4800)
+    claims = [next(o for o in objs if o["kind"] == "PersistentVolumeClaim") for objs in (small, grown)]
+    volumes = [next(o for o in objs if o["kind"] == "PersistentVolume") for objs in (small, grown)]
+    assert claims[0] == claims[1]
+    assert claims[1]["spec"]["resources"]["requests"]["storage"] == "1200Gi"
+    assert [v["spec"]["capacity"]["storage"] for v in volumes] == ["1200Gi", "4800Gi"]
+
+
+def test_file_system_below_the_smallest_fsx_size_is_refused():
+    with pytest.raises(ValueError, match="1200"):
+        _static_volume_objects(600)
 
 
 def test_fsx_volume_waits_for_the_csi_driver(env):

@@ -12,16 +12,18 @@ import pytest
 import yaml
 from aws_cdk.assertions import Capture, Match, Template
 
+from config.images import (
+    HEALTH_MONITORING_AGENT_ACCOUNTS,
+    HEALTH_MONITORING_AGENT_TAG,
+    pinned_images,
+)
 from config.instance_types import INSTANCE_TYPES
 from config.loader import ConfigError, parse_config
 from config.schema import ADDON_MINIMUM_VERSIONS, SUPPORTED_KUBERNETES_VERSIONS
 from platform_constructs.hyperpod_dependencies import (
-    HEALTH_MONITORING_AGENT_ACCOUNTS,
-    HEALTH_MONITORING_AGENT_TAG,
     MANIFEST_DIR,
     DeviceNodes,
     render_components,
-    pinned_images,
 )
 from tests.conftest import ENVIRONMENTS, SynthResult
 
@@ -405,13 +407,6 @@ def test_kubectl_provider_runs_in_the_infra_subnets_and_alone_reaches_the_api(en
             _config(env).network.availability_zones
         )
     template.has_resource_properties(
-        "AWS::EC2::SecurityGroup",
-        {
-            "GroupDescription": Match.string_like_regexp("^kubectl provider"),
-            "SecurityGroupEgress": [Match.object_like({"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443})],
-        },
-    )
-    template.has_resource_properties(
         "AWS::EC2::SecurityGroupIngress",
         {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443,
          "SourceSecurityGroupId": {"Fn::GetAtt": [sg_id, "GroupId"]}},
@@ -431,6 +426,153 @@ def test_kubectl_provider_runs_in_the_infra_subnets_and_alone_reaches_the_api(en
             ]
         },
     )
+
+
+def _egress_rules(template: Template, group_logical_id: str) -> list[dict]:
+    """Every egress rule of one group: inline ones and separate SecurityGroupEgress resources."""
+    resources_ = template.to_json()["Resources"]
+    rules = list(resources_[group_logical_id]["Properties"].get("SecurityGroupEgress", []))
+    rules += [
+        r["Properties"] for r in resources_.values()
+        if r["Type"] == "AWS::EC2::SecurityGroupEgress"
+        and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group_logical_id, "GroupId"]}
+    ]
+    return rules
+
+
+def test_kubectl_provider_egress_is_https_to_the_api_endpoints_and_s3_only(env):
+    template = env.template("eks")
+    eks_stack = env.stacks["eks"]
+    network = env.stacks["network"]
+    sg_id = eks_stack.get_logical_id(eks_stack.kubectl.security_group.node.default_child)
+    control_plane_id = eks_stack.get_logical_id(
+        eks_stack.cluster.control_plane_security_group.node.default_child
+    )
+    rules = _egress_rules(template, sg_id)
+    for rule in rules:
+        assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 443, 443), rule
+    destinations = sorted(
+        json.dumps(rule.get("DestinationSecurityGroupId") or rule.get("DestinationPrefixListId"), sort_keys=True)
+        for rule in rules
+    )
+    expected = [
+        # The Kubernetes API (private endpoint ENIs carry the control-plane group).
+        {"Fn::GetAtt": [control_plane_id, "GroupId"]},
+        # EKS and Lambda APIs through the interface endpoints.
+        eks_stack.resolve(network.endpoint_security_group.security_group_id),
+        # The CloudFormation response URL (S3) through the gateway endpoint.
+        eks_stack.resolve(network.network.s3_prefix_list_id),
+    ]
+    assert destinations == sorted(json.dumps(e, sort_keys=True) for e in expected)
+    # The inline rule is what removes EC2's default allow-all egress.
+    inline = template.to_json()["Resources"][sg_id]["Properties"]["SecurityGroupEgress"]
+    assert [r.get("DestinationPrefixListId") for r in inline] == [
+        eks_stack.resolve(network.network.s3_prefix_list_id)
+    ]
+
+
+def test_the_vpc_has_the_endpoints_the_kubectl_provider_calls(env):
+    endpoints = _config(env).network.interface_endpoints
+    assert {"eks", "lambda"} <= set(endpoints)
+
+
+@pytest.mark.parametrize("stack_name", ["eks", "cluster_addons"])
+def test_no_security_group_allows_egress_to_the_internet(env, stack_name):
+    resources_ = env.template(stack_name).to_json()["Resources"]
+    rules = [
+        rule
+        for r in resources_.values() if r["Type"] == "AWS::EC2::SecurityGroup"
+        for rule in r["Properties"].get("SecurityGroupEgress", [])
+    ] + [r["Properties"] for r in resources_.values() if r["Type"] == "AWS::EC2::SecurityGroupEgress"]
+    for rule in rules:
+        assert rule.get("CidrIp") != "0.0.0.0/0", rule
+        assert rule.get("CidrIpv6") != "::/0", rule
+    groups = [r for r in resources_.values() if r["Type"] == "AWS::EC2::SecurityGroup"]
+    for group in groups:
+        # No group is left with EC2's default allow-all egress (no inline rule at all).
+        assert group["Properties"].get("SecurityGroupEgress"), group
+
+
+def test_supported_kubernetes_versions_are_within_the_bundled_kubectl_skew():
+    from platform_constructs.eks_kubectl import KUBECTL_MINOR, check_kubectl_skew
+
+    for version in SUPPORTED_KUBERNETES_VERSIONS:
+        major, minor = (int(p) for p in version.split("."))
+        assert major == KUBECTL_MINOR[0] and abs(minor - KUBECTL_MINOR[1]) <= 1, version
+        check_kubectl_skew(version)
+    with pytest.raises(ValueError, match="1.29"):
+        check_kubectl_skew("1.29")
+
+
+# ------------------------------------------------------------------- access entries
+
+
+def _admin_entry_ids(admin_role_arns: list[str]) -> dict[str, str]:
+    """PrincipalArn -> logical ID of its access entry, for a cluster built in a throwaway stack."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from platform_constructs.eks_cluster import EksCluster
+
+    stack = cdk.Stack(cdk.App(), "Admins", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=0)
+    EksCluster(
+        stack, "Cluster", cluster_name="c", kubernetes_version="1.32", vpc=vpc,
+        control_plane_subnets=vpc.public_subnets, security_groups=[],
+        admin_role_arns=admin_role_arns, public_access_cidrs=[], log_retention_days=30,
+        retain=False,
+    )
+    entries = Template.from_stack(stack).find_resources("AWS::EKS::AccessEntry")
+    return {e["Properties"]["PrincipalArn"]: logical_id for logical_id, e in entries.items()}
+
+
+def test_admin_access_entries_are_keyed_by_principal_not_list_position():
+    arns = [
+        "arn:aws:iam::111111111111:role/PlatformAdmin",
+        "arn:aws:iam::111111111111:role/ops/OnCall",
+        "arn:aws:iam::222222222222:role/PlatformAdmin",  # same name, other account
+        "arn:aws:iam::111111111111:role/Platform.Admin",  # same letters, other name
+    ]
+    forward = _admin_entry_ids(arns)
+    assert forward == _admin_entry_ids(list(reversed(arns)))
+    assert len(set(forward.values())) == len(arns)
+    # Removing the first admin leaves the others' logical IDs (and entries) untouched.
+    remaining = _admin_entry_ids(arns[1:])
+    assert remaining == {arn: forward[arn] for arn in arns[1:]}
+    assert forward["arn:aws:iam::111111111111:role/ops/OnCall"].startswith("ClusterAdminOnCall")
+
+
+def test_admin_access_entry_ids_in_the_environments_follow_their_principals(env):
+    eks_stack = env.stacks["eks"]
+    from platform_constructs.eks_cluster import admin_access_entry_id
+
+    for arn, entry in zip(_config(env).eks.admin_role_arns, eks_stack.cluster.admin_access_entries, strict=True):
+        assert entry.node.id == admin_access_entry_id(arn)
+        assert entry.principal_arn == arn
+
+
+# ------------------------------------------------------------------------ cfn-lint
+
+
+def test_ignore_cfn_lint_merges_into_existing_metadata():
+    import aws_cdk as cdk
+    from aws_cdk import aws_sqs as sqs
+
+    from platform_constructs.cfn_lint import ignore_cfn_lint
+
+    stack = cdk.Stack(cdk.App(), "Lint")
+    resource = sqs.CfnQueue(stack, "Queue")
+    resource.add_metadata("owner", {"team": "platform"})
+    resource.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"], "regions": ["us-west-2"]}})
+    ignore_cfn_lint(resource, "W3005")
+    ignore_cfn_lint(resource, "W3005", "W3011")
+    metadata = Template.from_stack(stack).to_json()["Resources"]["Queue"]["Metadata"]
+    assert metadata["owner"] == {"team": "platform"}
+    assert metadata["cfn-lint"] == {
+        "config": {"ignore_checks": ["W3010", "W3005", "W3011"], "regions": ["us-west-2"]}
+    }
+    with pytest.raises(ValueError):
+        ignore_cfn_lint(resource)
 
 
 # ------------------------------------------------------------- HyperPod dependencies
