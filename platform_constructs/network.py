@@ -2,16 +2,24 @@
 security group, VPC endpoints and flow logs.
 
 Every subnet CIDR comes from `config.capacity.NetworkLayout`; nothing here splits a range
-itself. Public and infrastructure subnets live in the primary CIDR and are created by
-`ec2.Vpc` (which also wires the internet gateway, NAT gateways and their routes); the large
-cluster subnets are created explicitly because they often sit on a secondary CIDR, which
-`ec2.Vpc` cannot express.
+itself. Every subnet (public, infrastructure, cluster) is built explicitly and keyed by its
+AZ's name, never by its position in the AZ list: `ec2.Vpc` names the subnets it creates by
+index (publicSubnet1, ...), so adding or reordering AZs would replace them. The `ec2.Vpc`
+here creates only the VPC itself (and strips its default security group); the internet
+gateway, NAT gateways and routes are wired below.
+
+NAT placement: the NAT gateways sit in the public subnets of the `nat_gateways` AZs with the
+lowest letters (sorted AZ names). Each private subnet (infrastructure and cluster) routes to
+its own AZ's NAT gateway, else to the NAT gateway of the lowest-letter AZ. Reordering the AZ
+list, or adding an AZ whose letter is above every NAT AZ, moves no NAT gateway; adding an AZ
+with a lower letter (or raising/lowering `nat_gateways`) moves or adds NAT gateways, and
+with them their Elastic IPs (the egress addresses), but never a subnet.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import aws_cdk as cdk
 import jsii
@@ -23,6 +31,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from config.capacity import NetworkLayout
+from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
@@ -35,15 +44,6 @@ LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 AWS_CUSTOM_RESOURCE_HANDLER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 # CDK's provider behind `restrict_default_security_group` (directly under the stack).
 RESTRICT_DEFAULT_SG_PROVIDER_ID = "Custom::VpcRestrictDefaultSGCustomResourceProvider"
-
-
-def ignore_cfn_lint(resource: cdk.CfnResource, rule: str) -> None:
-    """Suppress one cfn-lint rule on one resource (its Metadata); callers say why."""
-    config = resource.get_metadata("cfn-lint") or {"config": {"ignore_checks": []}}
-    checks = config["config"]["ignore_checks"]
-    if rule not in checks:
-        checks.append(rule)
-    resource.add_metadata("cfn-lint", config)
 
 
 def ignore_redundant_role_dependency(handler: IConstruct | None) -> None:
@@ -63,10 +63,27 @@ def endpoint_construct_id(service: str) -> str:
     return "".join(word.capitalize() for word in words) + "Endpoint"
 
 
+def public_subnet_construct_id(availability_zone: str) -> str:
+    """Keyed by AZ name, not list position (as every subnet here): a subnet's logical ID
+    follows its AZ, whatever else changes in the AZ list."""
+    return f"PublicSubnet-{availability_zone}"
+
+
+def infra_subnet_construct_id(availability_zone: str) -> str:
+    return f"InfraSubnet-{availability_zone}"
+
+
 def cluster_subnet_construct_id(availability_zone: str) -> str:
-    """Keyed by AZ name, not list position: a cluster subnet's logical ID follows its AZ,
-    whatever else changes in the AZ list."""
     return f"ClusterSubnet-{availability_zone}"
+
+
+def nat_availability_zones(availability_zones: Iterable[str], nat_gateways: int) -> list[str]:
+    """The AZs holding a NAT gateway: the `nat_gateways` lowest letters (sorted names), so
+    the choice never depends on the order of the AZ list."""
+    zones = sorted(availability_zones)
+    if not 1 <= nat_gateways <= len(zones):
+        raise ValueError(f"{nat_gateways} NAT gateways for {len(zones)} AZs; use 1 to {len(zones)}")
+    return zones[:nat_gateways]
 
 
 @jsii.implements(ec2.IPeer)
@@ -101,46 +118,28 @@ class InlinePrefixList:
         return {"destinationPrefixListId": self._prefix_list_id}
 
 
-@jsii.implements(ec2.IIpAddresses)
-class PlannedAddresses:
-    """Hands `ec2.Vpc` the planner's CIDRs instead of letting it split the range itself."""
-
-    def __init__(
-        self,
-        *,
-        vpc_cidr: ipaddress.IPv4Network,
-        subnets: Mapping[str, Mapping[str, ipaddress.IPv4Network]],
-    ) -> None:
-        self._vpc_cidr = vpc_cidr
-        self._subnets = subnets  # subnet group name -> AZ -> CIDR
-
-    def allocate_vpc_cidr(self) -> ec2.VpcIpamOptions:
-        return ec2.VpcIpamOptions(cidr_block=str(self._vpc_cidr))
-
-    def allocate_subnets_cidr(self, request: ec2.AllocateCidrRequest) -> ec2.SubnetIpamOptions:
-        return ec2.SubnetIpamOptions(
-            allocated_subnets=[
-                ec2.AllocatedSubnet(
-                    cidr=str(self._subnets[subnet.configuration.name][subnet.availability_zone])
-                )
-                for subnet in request.requested_subnets
-            ]
-        )
-
-
 class ClusterNetwork(Construct):
     """VPC for a HyperPod (EKS) cluster.
 
-    - public subnets (one per AZ) holding `nat_gateways` NAT gateways;
-    - small private "infra" subnets for the EKS control-plane ENIs and interface endpoints;
-    - one large private cluster subnet per AZ, on the secondary CIDR when there is one, with
-      a default route to its own AZ's NAT gateway (else the first one);
+    - one public subnet per AZ, routed to the internet gateway; `nat_gateways` of them hold a
+      NAT gateway (the lowest-letter AZs, see the module docstring);
+    - small private "infra" subnets for the EKS control-plane ENIs, interface endpoints and
+      in-VPC handlers, with a default route to their AZ's NAT gateway (else the
+      lowest-letter AZ's);
+    - one large private cluster subnet per AZ, on the secondary CIDR when there is one,
+      routed like the infra subnets;
     - the EFA security group: all traffic to and from itself, and no blanket egress: HTTPS
       only to the interface endpoints, S3 (gateway endpoint prefix list) and the deliberately
       listed CIDRs. Whatever else shares the group (the EKS control-plane ENIs, FSx) is
       reached through the self-referencing rules;
-    - S3 gateway endpoint and the interface endpoints, private DNS on;
+    - S3 gateway endpoint on every private route table, and the interface endpoints,
+      private DNS on;
     - flow logs to a KMS-encrypted CloudWatch Logs group.
+
+    Subnets are exposed by AZ (`public_subnets`, `infra_subnets`, `cluster_subnets`), never
+    through `vpc`: the `ec2.Vpc` owns no subnets, so `vpc.public_subnets`,
+    `vpc.private_subnets` and `vpc.select_subnets()` without explicit subnets are empty.
+    Use `vpc` for its ID, CIDR and as the VPC of security groups and endpoints.
     """
 
     def __init__(
@@ -157,28 +156,19 @@ class ClusterNetwork(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        availability_zones = list(layout.cluster)
+        # Sorted: the template does not depend on the order of the AZ list either.
+        availability_zones = sorted(layout.cluster)
         self.layout = layout
 
-        self._nat_provider = ec2.NatProvider.gateway()
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=PlannedAddresses(
-                vpc_cidr=layout.vpc_cidr,
-                subnets={PUBLIC_GROUP: layout.public, INFRA_GROUP: layout.infra},
-            ),
+            ip_addresses=ec2.IpAddresses.cidr(str(layout.vpc_cidr)),
             availability_zones=availability_zones,
-            nat_gateways=nat_gateways,
-            nat_gateway_provider=self._nat_provider,
-            subnet_configuration=[
-                ec2.SubnetConfiguration(name=PUBLIC_GROUP, subnet_type=ec2.SubnetType.PUBLIC),
-                # With egress (not isolated): handlers that L2 constructs place in the VPC's
-                # private subnets land here and may need AWS APIs that have no endpoint.
-                ec2.SubnetConfiguration(
-                    name=INFRA_GROUP, subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS
-                ),
-            ],
+            # No subnets, gateways or NAT from ec2.Vpc (it names subnets by list position):
+            # they are built below, keyed by AZ name.
+            subnet_configuration=[],
+            nat_gateways=0,
             # Strips the default security group's rules (custom resource): nothing should
             # ever fall back to it.
             restrict_default_security_group=True,
@@ -186,14 +176,31 @@ class ClusterNetwork(Construct):
         provider = stack.node.try_find_child(RESTRICT_DEFAULT_SG_PROVIDER_ID)
         if provider is not None:
             ignore_redundant_role_dependency(provider.node.try_find_child("Handler"))
-        for subnet in self.vpc.public_subnets + self.vpc.private_subnets:
-            _pin_availability_zone(subnet)
-        self.infra_subnets: dict[str, ec2.ISubnet] = {
-            subnet.availability_zone: subnet
-            for subnet in self.vpc.select_subnets(subnet_group_name=INFRA_GROUP).subnets
+
+        # Under the VPC construct, with the IDs ec2.Vpc gives them: the same logical IDs
+        # (and Name tag) as a VPC that ec2.Vpc wired itself.
+        self.internet_gateway = ec2.CfnInternetGateway(self.vpc, "IGW")
+        self.internet_gateway_attachment = ec2.CfnVPCGatewayAttachment(
+            self.vpc,
+            "VPCGW",
+            vpc_id=self.vpc.vpc_id,
+            internet_gateway_id=self.internet_gateway.ref,
+        )
+
+        self.public_subnets: dict[str, ec2.PublicSubnet] = {
+            az: self._public_subnet(az, layout.public[az]) for az in availability_zones
         }
-        self.public_subnets: dict[str, ec2.ISubnet] = {
-            subnet.availability_zone: subnet for subnet in self.vpc.public_subnets
+        self.nat_availability_zones = nat_availability_zones(availability_zones, nat_gateways)
+        self.nat_gateways: dict[str, ec2.CfnNatGateway] = {
+            az: self.public_subnets[az].add_nat_gateway() for az in self.nat_availability_zones
+        }
+        # With egress (not isolated): handlers placed here may need AWS APIs that have no
+        # endpoint.
+        self.infra_subnets: dict[str, ec2.ISubnet] = {
+            az: self._private_subnet(
+                infra_subnet_construct_id(az), az, layout.infra[az], group=INFRA_GROUP
+            )
+            for az in availability_zones
         }
 
         self.secondary_cidr: ec2.CfnVPCCidrBlock | None = None
@@ -202,7 +209,7 @@ class ClusterNetwork(Construct):
                 self, "ClusterCidr", vpc_id=self.vpc.vpc_id, cidr_block=str(layout.cluster_cidr)
             )
         self.cluster_subnets: dict[str, ec2.ISubnet] = {
-            az: self._cluster_subnet(az, plan.cidr) for az, plan in layout.cluster.items()
+            az: self._cluster_subnet(az, layout.cluster[az].cidr) for az in availability_zones
         }
 
         self.vpc_cidrs: list[str] = [str(layout.vpc_cidr)] + (
@@ -298,31 +305,52 @@ class ClusterNetwork(Construct):
     # ----------------------------------------------------------------------- subnets
 
     def nat_gateway_for(self, availability_zone: str) -> str:
-        """The NAT gateway of `availability_zone`, else the first one."""
-        gateways = self._nat_provider.configured_gateways
-        for gateway in gateways:
-            if gateway.az == availability_zone:
-                return gateway.gateway_id
-        return gateways[0].gateway_id
+        """The NAT gateway of `availability_zone`, else that of the lowest-letter AZ."""
+        gateway = self.nat_gateways.get(availability_zone)
+        if gateway is None:
+            gateway = self.nat_gateways[self.nat_availability_zones[0]]
+        return gateway.ref
 
-    def _cluster_subnet(self, az: str, cidr: ipaddress.IPv4Network) -> ec2.ISubnet:
+    def _public_subnet(self, az: str, cidr: ipaddress.IPv4Network) -> ec2.PublicSubnet:
+        subnet = ec2.PublicSubnet(
+            self,
+            public_subnet_construct_id(az),
+            availability_zone=az,
+            vpc_id=self.vpc.vpc_id,
+            cidr_block=str(cidr),
+            map_public_ip_on_launch=True,
+        )
+        subnet.add_default_internet_route(
+            self.internet_gateway.ref, self.internet_gateway_attachment
+        )
+        _tag_subnet(subnet, group=PUBLIC_GROUP, subnet_type="Public")
+        return subnet
+
+    def _private_subnet(
+        self, construct_id: str, az: str, cidr: ipaddress.IPv4Network, *, group: str | None
+    ) -> ec2.PrivateSubnet:
+        """A private subnet with a default route to its AZ's NAT gateway (else the
+        lowest-letter AZ's)."""
         subnet = ec2.PrivateSubnet(
             self,
-            cluster_subnet_construct_id(az),
+            construct_id,
             availability_zone=az,
             vpc_id=self.vpc.vpc_id,
             cidr_block=str(cidr),
             map_public_ip_on_launch=False,
         )
         subnet.add_default_nat_route(self.nat_gateway_for(az))
+        _tag_subnet(subnet, group=group, subnet_type="Private")
+        return subnet
+
+    def _cluster_subnet(self, az: str, cidr: ipaddress.IPv4Network) -> ec2.ISubnet:
+        subnet = self._private_subnet(cluster_subnet_construct_id(az), az, cidr, group=None)
         if self.secondary_cidr is not None:
             # The subnet's range exists only once the secondary block is associated (and
             # must be deleted before the block is disassociated).
             subnet_resource = subnet.node.default_child
             assert isinstance(subnet_resource, ec2.CfnSubnet)
             subnet_resource.add_resource_dependency(self.secondary_cidr)
-        cdk.Tags.of(subnet).add("Name", f"{subnet.node.path}")
-        _pin_availability_zone(subnet)
         return subnet
 
     # ----------------------------------------------------------------------- security
@@ -414,6 +442,19 @@ class ClusterNetwork(Construct):
                 ec2.Peer.ipv4(str(cidr)), HTTPS, f"Deliberate HTTPS egress to {cidr} (config)"
             )
         return group
+
+
+def _tag_subnet(subnet: ec2.Subnet, *, group: str | None, subnet_type: str) -> None:
+    """The Name tag (its construct path) and the AZ pin; with `group`, also the subnet
+    group and type tags ec2.Vpc puts on the subnets it creates, which tools that look
+    subnets up by tag rely on."""
+    cdk.Tags.of(subnet).add("Name", subnet.node.path)
+    if group is not None:
+        for key, value in (("aws-cdk:subnet-name", group), ("aws-cdk:subnet-type", subnet_type)):
+            cdk.Tags.of(subnet).add(
+                key, value, include_resource_types=[ec2.CfnSubnet.CFN_RESOURCE_TYPE_NAME]
+            )
+    _pin_availability_zone(subnet)
 
 
 def _pin_availability_zone(subnet: ec2.ISubnet) -> None:

@@ -16,8 +16,8 @@ from platform_constructs.network import ClusterNetwork
 class NetworkStack(cdk.Stack):
     """Owns the VPC, its subnets, NAT, endpoints, flow logs and the EFA security group.
 
-    Other stacks use `vpc`, `cluster_subnets` / `infra_subnets` (by AZ),
-    `efa_security_group` and `endpoint_security_group`.
+    Other stacks use `vpc` (its ID and CIDR; it owns no subnets), `cluster_subnets` /
+    `infra_subnets` (by AZ), `efa_security_group` and `endpoint_security_group`.
     """
 
     def __init__(
@@ -33,6 +33,10 @@ class NetworkStack(cdk.Stack):
         self._availability_zones = list(config.network.availability_zones)
         super().__init__(scope, construct_id, **kwargs)
         net = config.network
+        # The one place this stack maps `retain_stateful` (the log key and log groups).
+        self.removal_policy = (
+            cdk.RemovalPolicy.RETAIN if config.retain_stateful else cdk.RemovalPolicy.DESTROY
+        )
         self.network = ClusterNetwork(
             self,
             "Network",
@@ -41,9 +45,7 @@ class NetworkStack(cdk.Stack):
             interface_endpoints=net.interface_endpoints,
             https_egress_cidrs=net.https_egress_cidrs,
             flow_log_retention_days=net.flow_log_retention_days,
-            removal_policy=cdk.RemovalPolicy.RETAIN
-            if config.retain_stateful
-            else cdk.RemovalPolicy.DESTROY,
+            removal_policy=self.removal_policy,
         )
         self.vpc: ec2.IVpc = self.network.vpc
         self.cluster_subnets: dict[str, ec2.ISubnet] = self.network.cluster_subnets

@@ -30,30 +30,34 @@ class StorageStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         storage = config.storage
-        retain = config.retain_stateful
-        removal = cdk.RemovalPolicy.RETAIN if retain else cdk.RemovalPolicy.DESTROY
+        # The one place this stack maps `retain_stateful`: every resource here takes it.
+        self.removal_policy = (
+            cdk.RemovalPolicy.RETAIN if config.retain_stateful else cdk.RemovalPolicy.DESTROY
+        )
 
         self.kms_key: kms.IKey = kms.Key(
             self,
             "StorageKey",
             description=f"Encrypts the FSx for Lustre file system of {self.stack_name}",
             enable_key_rotation=True,
-            removal_policy=removal,
-            # Shortest window in dev, where the file system is short-lived.
-            pending_window=cdk.Duration.days(30 if retain else 7),
+            removal_policy=self.removal_policy,
+            # Shortest window where nothing is retained (dev: short-lived file systems).
+            pending_window=cdk.Duration.days(
+                30 if self.removal_policy == cdk.RemovalPolicy.RETAIN else 7
+            ),
         )
 
         access_log_bucket = AccessLogBucket(
             self,
             "AccessLogBucket",
-            removal_policy=removal,
+            removal_policy=self.removal_policy,
             retention_days=storage.buckets.access_log_retention_days,
         )
         self.access_log_bucket: s3.IBucket = access_log_bucket
         self.data_bucket: s3.IBucket = SecureBucket(
             self,
             "DataBucket",
-            removal_policy=removal,
+            removal_policy=self.removal_policy,
             access_log_bucket=access_log_bucket,
             versioned=True,
             lifecycle_rules=[
@@ -68,7 +72,7 @@ class StorageStack(cdk.Stack):
         self.checkpoint_bucket: s3.IBucket = SecureBucket(
             self,
             "CheckpointBucket",
-            removal_policy=removal,
+            removal_policy=self.removal_policy,
             access_log_bucket=access_log_bucket,
             # An overwritten or deleted checkpoint stays recoverable for a while.
             versioned=True,
@@ -86,7 +90,7 @@ class StorageStack(cdk.Stack):
         self.artifact_bucket: s3.IBucket = SecureBucket(
             self,
             "ArtifactBucket",
-            removal_policy=removal,
+            removal_policy=self.removal_policy,
             access_log_bucket=access_log_bucket,
             versioned=True,
         )
@@ -100,7 +104,7 @@ class StorageStack(cdk.Stack):
             security_group=network.efa_security_group,
             kms_key=self.kms_key,
             data_bucket=self.data_bucket,
-            removal_policy=removal,
+            removal_policy=self.removal_policy,
         )
         self.file_system_id: str = self.file_system.file_system_id
         self.dns_name: str = self.file_system.dns_name

@@ -13,35 +13,47 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
 from config.loader import CONFIG_DIR, ConfigError, parse_config
+from config.schema import REQUIRED_ENDPOINTS, NetworkConfig
+from platform_constructs.network import nat_availability_zones
 from tests.conftest import ENVIRONMENTS, SynthResult
 
 REPO = Path(__file__).resolve().parents[2]
 OPEN_IPV4 = "0.0.0.0/0"
 OPEN_IPV6 = "::/0"
 
-# Logical IDs of the VPC, its secondary CIDR association and the cluster subnets. Changing
-# one replaces the resource (a cluster subnet cannot be replaced while nodes use it):
-# update this list only together with a migration plan.
+# Logical IDs of the VPC, its secondary CIDR association, the internet gateway and every
+# subnet (keyed by AZ name, never by list position). Changing one replaces the resource (a
+# subnet cannot be replaced while anything uses it, and its replacement would collide with
+# its own CIDR): update this list only together with a migration plan.
+_US_WEST_2 = {
+    "public:us-west-2a": "NetworkPublicSubnetuswest2aSubnet72400BCD",
+    "public:us-west-2b": "NetworkPublicSubnetuswest2bSubnet4485427F",
+    "public:us-west-2c": "NetworkPublicSubnetuswest2cSubnetED3A6579",
+    "infra:us-west-2a": "NetworkInfraSubnetuswest2aSubnet0A4D2901",
+    "infra:us-west-2b": "NetworkInfraSubnetuswest2bSubnetBBDD9A47",
+    "infra:us-west-2c": "NetworkInfraSubnetuswest2cSubnetCF8BBABD",
+    "cluster:us-west-2a": "NetworkClusterSubnetuswest2aSubnetBC1A81A2",
+    "cluster:us-west-2b": "NetworkClusterSubnetuswest2bSubnetDB2532D6",
+    "cluster:us-west-2c": "NetworkClusterSubnetuswest2cSubnet3DE2424D",
+}
+_COMMON = {"vpc": "NetworkVpc7FB7348F", "igw": "NetworkVpcIGW6BEA7B02"}
 PINNED_LOGICAL_IDS: dict[str, dict[str, str]] = {
-    "dev": {
-        "vpc": "NetworkVpc7FB7348F",
-        "cluster:us-west-2a": "NetworkClusterSubnetuswest2aSubnetBC1A81A2",
-        "cluster:us-west-2b": "NetworkClusterSubnetuswest2bSubnetDB2532D6",
-    },
-    "staging": {
-        "vpc": "NetworkVpc7FB7348F",
+    "dev": _COMMON | {k: v for k, v in _US_WEST_2.items() if not k.endswith("2c")},
+    "staging": _COMMON | {"secondary-cidr": "NetworkClusterCidr94778D2C"} | _US_WEST_2,
+    "prod": _COMMON
+    | {
         "secondary-cidr": "NetworkClusterCidr94778D2C",
-        "cluster:us-west-2a": "NetworkClusterSubnetuswest2aSubnetBC1A81A2",
-        "cluster:us-west-2b": "NetworkClusterSubnetuswest2bSubnetDB2532D6",
-        "cluster:us-west-2c": "NetworkClusterSubnetuswest2cSubnet3DE2424D",
-    },
-    "prod": {
-        "vpc": "NetworkVpc7FB7348F",
-        "secondary-cidr": "NetworkClusterCidr94778D2C",
+        "public:us-east-1a": "NetworkPublicSubnetuseast1aSubnet7D6ED900",
+        "public:us-east-1b": "NetworkPublicSubnetuseast1bSubnet88E237C2",
+        "public:us-east-1c": "NetworkPublicSubnetuseast1cSubnet527AC3FD",
+        "infra:us-east-1a": "NetworkInfraSubnetuseast1aSubnetCDC8D1A0",
+        "infra:us-east-1b": "NetworkInfraSubnetuseast1bSubnetCA25B456",
+        "infra:us-east-1c": "NetworkInfraSubnetuseast1cSubnet56631B8F",
         "cluster:us-east-1a": "NetworkClusterSubnetuseast1aSubnetBC60B358",
         "cluster:us-east-1b": "NetworkClusterSubnetuseast1bSubnet2ABC252B",
         "cluster:us-east-1c": "NetworkClusterSubnetuseast1cSubnet2C5E9783",
@@ -162,6 +174,17 @@ def test_infra_subnets_are_the_planned_private_ones(env):
         assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
 
 
+@pytest.mark.parametrize("group,type_", [("public", "Public"), ("infra", "Private")])
+def test_public_and_infra_subnets_carry_the_subnet_group_tags(env, group, type_):
+    stack = env.stacks["network"]
+    subnets = stack.network.public_subnets if group == "public" else stack.infra_subnets
+    for az, subnet in subnets.items():
+        tags = {t["Key"]: t["Value"] for t in raw(env)["Resources"][logical_id(env, subnet)]["Properties"]["Tags"]}
+        assert tags["aws-cdk:subnet-name"] == group, az
+        assert tags["aws-cdk:subnet-type"] == type_, az
+        assert tags["Name"] == subnet.node.path, az
+
+
 def test_cluster_subnets_are_the_planned_ones(env):
     cluster = env.stacks["network"].cluster_subnets
     assert sorted(cluster) == sorted(layout(env).cluster)
@@ -245,11 +268,28 @@ def test_nat_gateway_count_per_environment(env):
     network(env).resource_count_is("AWS::EC2::InternetGateway", 1)
 
 
-def test_nat_gateways_sit_in_public_subnets_of_the_first_azs(env):
+def test_nat_gateways_sit_in_public_subnets_of_the_lowest_letter_azs(env):
     stack = env.stacks["network"]
     public_ids = {logical_id(env, s): az for az, s in stack.network.public_subnets.items()}
     azs = [public_ids[n["Properties"]["SubnetId"]["Ref"]] for n in resources(env, "AWS::EC2::NatGateway").values()]
-    assert sorted(azs) == sorted(config(env).network.availability_zones[: NAT_GATEWAYS[env.env_name]])
+    expected = sorted(config(env).network.availability_zones)[: NAT_GATEWAYS[env.env_name]]
+    assert sorted(azs) == expected
+    assert sorted(stack.network.nat_gateways) == expected
+    for az, nat in stack.network.nat_gateways.items():
+        resource = raw(env)["Resources"][stack.get_logical_id(nat)]
+        # Created only once its subnet reaches the internet gateway.
+        assert {_public_default_route(env, az), _association(env, stack.network.public_subnets[az])} <= set(
+            resource["DependsOn"]
+        )
+
+
+def _public_default_route(result: SynthResult, az: str) -> str:
+    subnet = result.stacks["network"].network.public_subnets[az]
+    return result.stacks["network"].get_logical_id(subnet.node.find_child("DefaultRoute"))
+
+
+def _association(result: SynthResult, subnet) -> str:
+    return result.stacks["network"].get_logical_id(subnet.node.find_child("RouteTableAssociation"))
 
 
 def _nat_az(result: SynthResult) -> dict[str, str]:
@@ -261,20 +301,51 @@ def _nat_az(result: SynthResult) -> dict[str, str]:
     }
 
 
-def test_cluster_subnets_route_to_their_own_azs_nat_else_the_first(env):
+def _default_routes(result: SynthResult, subnet) -> list[dict]:
+    table = {"Ref": _route_table_logical_id(result, subnet)}
+    return [
+        r["Properties"]
+        for r in resources(result, "AWS::EC2::Route").values()
+        if r["Properties"]["RouteTableId"] == table and r["Properties"]["DestinationCidrBlock"] == OPEN_IPV4
+    ]
+
+
+@pytest.mark.parametrize("kind", ["infra", "cluster"])
+def test_private_subnets_route_to_their_own_azs_nat_else_the_lowest_letter_azs(env, kind):
     nat_az = _nat_az(env)
-    first_nat_az = config(env).network.availability_zones[0]
-    routes = resources(env, "AWS::EC2::Route").values()
-    for az, subnet in env.stacks["network"].cluster_subnets.items():
-        defaults = [
-            r["Properties"]
-            for r in routes
-            if r["Properties"]["RouteTableId"] == {"Ref": _route_table_logical_id(env, subnet)}
-            and r["Properties"]["DestinationCidrBlock"] == OPEN_IPV4
-        ]
-        assert len(defaults) == 1, az
-        expected_az = az if az in nat_az.values() else first_nat_az
-        assert nat_az[defaults[0]["NatGatewayId"]["Ref"]] == expected_az, az
+    lowest = min(nat_az.values())
+    assert lowest == min(config(env).network.availability_zones)
+    stack = env.stacks["network"]
+    subnets = stack.infra_subnets if kind == "infra" else stack.cluster_subnets
+    for az, subnet in subnets.items():
+        (route,) = _default_routes(env, subnet)
+        expected_az = az if az in nat_az.values() else lowest
+        assert nat_az[route["NatGatewayId"]["Ref"]] == expected_az, az
+
+
+def test_public_subnets_route_to_the_internet_gateway(env):
+    igw = PINNED_LOGICAL_IDS[env.env_name]["igw"]
+    attachment = network(env).find_resources("AWS::EC2::VPCGatewayAttachment")
+    assert [a["Properties"] for a in attachment.values()] == [
+        {"InternetGatewayId": {"Ref": igw}, "VpcId": {"Ref": PINNED_LOGICAL_IDS[env.env_name]["vpc"]}}
+    ]
+    for az, subnet in env.stacks["network"].network.public_subnets.items():
+        (route,) = _default_routes(env, subnet)
+        assert route["GatewayId"] == {"Ref": igw}, az
+        assert "NatGatewayId" not in route, az
+        resource = raw(env)["Resources"][_public_default_route(env, az)]
+        assert resource["DependsOn"] == list(attachment), az
+
+
+def test_nat_placement_depends_on_az_letters_not_list_order():
+    assert nat_availability_zones(["us-east-1c", "us-east-1a", "us-east-1b"], 2) == ["us-east-1a", "us-east-1b"]
+    # A higher-letter AZ added later takes no NAT gateway from the others.
+    assert nat_availability_zones(["us-east-1c", "us-east-1d", "us-east-1a", "us-east-1b"], 3) == [
+        "us-east-1a", "us-east-1b", "us-east-1c",
+    ]
+    for count in (0, 4):
+        with pytest.raises(ValueError):
+            nat_availability_zones(["us-east-1a", "us-east-1b", "us-east-1c"], count)
 
 
 def _route_table_logical_id(result: SynthResult, subnet) -> str:
@@ -464,7 +535,7 @@ def test_s3_gateway_endpoint_serves_every_private_route_table(env):
 def test_interface_endpoints_have_private_dns_in_infra_subnets(env):
     stack = env.stacks["network"]
     region = stack.region
-    infra = [{"Ref": logical_id(env, stack.infra_subnets[az])} for az in config(env).network.availability_zones]
+    infra = [{"Ref": logical_id(env, stack.infra_subnets[az])} for az in sorted(config(env).network.availability_zones)]
     services = config(env).network.interface_endpoints
     assert services, "the default endpoint list is not empty"
     for service in services:
@@ -482,9 +553,27 @@ def test_interface_endpoints_have_private_dns_in_infra_subnets(env):
 
 
 def test_nodes_have_the_endpoints_they_need_without_internet_egress(env):
-    # Image pulls, IAM for pods, node registration and SSM sessions.
+    # Image pulls, IAM for pods, node registration, SSM sessions, and the Lambda API (the
+    # kubectl handler in the infra subnets invokes functions).
     services = set(config(env).network.interface_endpoints)
-    assert {"ecr.api", "ecr.dkr", "sts", "eks", "eks-auth", "ssm", "ssmmessages", "ec2messages"} <= services
+    assert {
+        "ecr.api", "ecr.dkr", "sts", "eks", "eks-auth", "ssm", "ssmmessages", "ec2messages", "lambda",
+    } <= services
+    assert set(REQUIRED_ENDPOINTS) <= services
+
+
+def test_lambda_endpoint_is_a_default_and_a_required_endpoint(env):
+    assert "lambda" in REQUIRED_ENDPOINTS
+    assert "lambda" in NetworkConfig.model_fields["interface_endpoints"].default_factory()
+    stack = env.stacks["network"]
+    network(env).has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {
+            "ServiceName": f"com.amazonaws.{stack.region}.lambda",
+            "VpcEndpointType": "Interface",
+            "PrivateDnsEnabled": True,
+        },
+    )
 
 
 # --------------------------------------------------------------------------- flow logs
@@ -527,6 +616,9 @@ def test_log_groups_are_encrypted_with_the_rotating_log_key(env):
 
 def test_log_groups_and_key_are_retained_where_the_environment_retains_state(env):
     policy = "Retain" if RETAINED[env.env_name] else "Delete"
+    assert env.stacks["network"].removal_policy == (
+        RemovalPolicy.RETAIN if RETAINED[env.env_name] else RemovalPolicy.DESTROY
+    )
     for type_ in ("AWS::KMS::Key", "AWS::Logs::LogGroup"):
         for logical, resource in resources(env, type_).items():
             assert resource["DeletionPolicy"] == policy, logical
@@ -539,14 +631,22 @@ def test_log_groups_and_key_are_retained_where_the_environment_retains_state(env
 def test_stateful_logical_ids_are_pinned(env):
     stack = env.stacks["network"]
     pinned = PINNED_LOGICAL_IDS[env.env_name]
-    actual = {"vpc": logical_id(env, stack.vpc)}
-    actual |= {f"cluster:{az}": logical_id(env, s) for az, s in stack.cluster_subnets.items()}
+    actual = {"vpc": logical_id(env, stack.vpc), "igw": stack.get_logical_id(stack.network.internet_gateway)}
+    for kind, subnets in (
+        ("public", stack.network.public_subnets),
+        ("infra", stack.infra_subnets),
+        ("cluster", stack.cluster_subnets),
+    ):
+        actual |= {f"{kind}:{az}": logical_id(env, s) for az, s in subnets.items()}
     secondary = stack.network.secondary_cidr
     if secondary is not None:
         actual["secondary-cidr"] = stack.get_logical_id(secondary)
     assert actual == pinned
     for logical in pinned.values():
         assert logical in raw(env)["Resources"]
+    assert {k for k in pinned.values() if raw(env)["Resources"][k]["Type"] == "AWS::EC2::Subnet"} == set(
+        resources(env, "AWS::EC2::Subnet")
+    )
 
 
 def test_stack_interface_for_other_stacks(env):
@@ -558,6 +658,8 @@ def test_stack_interface_for_other_stacks(env):
     assert isinstance(stack.efa_security_group, ec2.SecurityGroup)
     assert isinstance(stack.endpoint_security_group, ec2.SecurityGroup)
     assert all(isinstance(s, ec2.Subnet) for s in [*stack.cluster_subnets.values(), *stack.infra_subnets.values()])
+    # The VPC owns no subnets: every subnet is reached by AZ through the attributes above.
+    assert stack.vpc.public_subnets == [] and stack.vpc.private_subnets == [] and stack.vpc.isolated_subnets == []
     assert stack.availability_zones == config(env).network.availability_zones
 
 
