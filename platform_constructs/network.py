@@ -12,8 +12,8 @@ NAT placement: the NAT gateways sit in the public subnets of the `nat_gateways` 
 lowest letters (sorted AZ names). Each private subnet (infrastructure and cluster) routes to
 its own AZ's NAT gateway, else to the NAT gateway of the lowest-letter AZ. Reordering the AZ
 list, or adding an AZ whose letter is above every NAT AZ, moves no NAT gateway; adding an AZ
-with a lower letter (or raising/lowering `nat_gateways`) moves or adds NAT gateways, and
-with them their Elastic IPs (the egress addresses), but never a subnet.
+with a lower letter, removing a NAT AZ or changing `nat_gateways` adds, moves or removes NAT
+gateways, and with them their Elastic IPs (the egress addresses), but never a subnet.
 """
 
 from __future__ import annotations

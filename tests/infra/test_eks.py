@@ -649,6 +649,10 @@ def test_components_wait_for_the_namespace_and_the_provider_access(env):
 def _groups(data_mutation) -> list:
     data = _dev_data()
     data_mutation(data["hyperpod"]["instance_groups"])
+    # A Trainium group needs the Neuron plugin from an ECR copy (nodes have no internet egress).
+    data["eks"].setdefault("image_overrides", {})["neuron-device-plugin"] = (
+        "111111111111.dkr.ecr.us-west-2.amazonaws.com/neuron/neuron-device-plugin:2.19.16.0"
+    )
     return parse_config(data, "x").hyperpod.instance_groups
 
 

@@ -179,7 +179,8 @@ def test_public_and_infra_subnets_carry_the_subnet_group_tags(env, group, type_)
     stack = env.stacks["network"]
     subnets = stack.network.public_subnets if group == "public" else stack.infra_subnets
     for az, subnet in subnets.items():
-        tags = {t["Key"]: t["Value"] for t in raw(env)["Resources"][logical_id(env, subnet)]["Properties"]["Tags"]}
+        props = raw(env)["Resources"][logical_id(env, subnet)]["Properties"]
+        tags = {t["Key"]: t["Value"] for t in props["Tags"]}
         assert tags["aws-cdk:subnet-name"] == group, az
         assert tags["aws-cdk:subnet-type"] == type_, az
         assert tags["Name"] == subnet.node.path, az
@@ -338,7 +339,9 @@ def test_public_subnets_route_to_the_internet_gateway(env):
 
 
 def test_nat_placement_depends_on_az_letters_not_list_order():
-    assert nat_availability_zones(["us-east-1c", "us-east-1a", "us-east-1b"], 2) == ["us-east-1a", "us-east-1b"]
+    assert nat_availability_zones(["us-east-1c", "us-east-1a", "us-east-1b"], 2) == [
+        "us-east-1a", "us-east-1b",
+    ]
     # A higher-letter AZ added later takes no NAT gateway from the others.
     assert nat_availability_zones(["us-east-1c", "us-east-1d", "us-east-1a", "us-east-1b"], 3) == [
         "us-east-1a", "us-east-1b", "us-east-1c",
@@ -535,7 +538,8 @@ def test_s3_gateway_endpoint_serves_every_private_route_table(env):
 def test_interface_endpoints_have_private_dns_in_infra_subnets(env):
     stack = env.stacks["network"]
     region = stack.region
-    infra = [{"Ref": logical_id(env, stack.infra_subnets[az])} for az in sorted(config(env).network.availability_zones)]
+    azs = sorted(config(env).network.availability_zones)
+    infra = [{"Ref": logical_id(env, stack.infra_subnets[az])} for az in azs]
     services = config(env).network.interface_endpoints
     assert services, "the default endpoint list is not empty"
     for service in services:
@@ -659,7 +663,7 @@ def test_stack_interface_for_other_stacks(env):
     assert isinstance(stack.endpoint_security_group, ec2.SecurityGroup)
     assert all(isinstance(s, ec2.Subnet) for s in [*stack.cluster_subnets.values(), *stack.infra_subnets.values()])
     # The VPC owns no subnets: every subnet is reached by AZ through the attributes above.
-    assert stack.vpc.public_subnets == [] and stack.vpc.private_subnets == [] and stack.vpc.isolated_subnets == []
+    assert stack.vpc.public_subnets == stack.vpc.private_subnets == stack.vpc.isolated_subnets == []
     assert stack.availability_zones == config(env).network.availability_zones
 
 

@@ -2,8 +2,11 @@
 removal policies, pinned logical IDs, replacement-only properties, and the storage config
 rules.
 
-Templates come from the session fixtures (dev, staging, prod). One extra app, built once for
-this module, proves that ordinary config changes replace no stateful resource.
+Templates come from the session fixtures (dev, staging, prod). Two extra apps, each built
+once for this module, prove that config changes replace nothing in the network and storage
+stacks and leave the HyperPod cluster's create-only properties alone: everyday changes
+(counts, a new group, the GPU group's training plan removed, ...) and an AZ list that is
+reordered and grows by one AZ.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import copy
 
 import pytest
 import yaml
+from aws_cdk import RemovalPolicy
 from aws_cdk.assertions import Match, Template
 
 from config.loader import CONFIG_DIR, ConfigError, parse_config
@@ -383,6 +387,9 @@ def test_buckets_log_to_the_access_log_bucket(env, name, prefix):
 
 def test_stateful_resources_are_retained_or_deleted_per_environment(env):
     policy = "Retain" if RETAINED[env.env_name] else "Delete"
+    assert env.stacks["storage"].removal_policy == (
+        RemovalPolicy.RETAIN if RETAINED[env.env_name] else RemovalPolicy.DESTROY
+    )
     found = 0
     for type_ in STATEFUL_TYPES:
         for logical, resource in resources(env, type_).items():
@@ -443,58 +450,180 @@ VARIANT_GROUP = {
 }
 
 
-@pytest.fixture(scope="module")
-def variant(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
-    """prod with everyday changes: FSx throughput and maintenance window, bucket retention,
-    node counts, a new instance group, a deliberate HTTPS egress CIDR."""
+def _synthesize_prod_variant(tmp_path_factory: pytest.TempPathFactory, name: str, mutate) -> SynthResult:
+    """prod.yaml changed by `mutate`, loaded and planned by the same loader as `cdk synth`
+    (parse_config, plan_layout) and synthesized like the session apps."""
     data = yaml.safe_load((CONFIG_DIR / "prod.yaml").read_text())
+    mutate(data)
+    config_dir = tmp_path_factory.mktemp(f"{name}-config")
+    (config_dir / "prod.yaml").write_text(yaml.safe_dump(data))
+    return synthesize("prod", tmp_path_factory.mktemp(f"cdk-{name}"), config_dir=config_dir)
+
+
+def _everyday_changes(data: dict) -> None:
     data["storage"]["fsx"]["throughput_per_tib"] = 1000
     data["storage"]["fsx"]["weekly_maintenance_start"] = "6:05:30"
     data["storage"]["buckets"]["checkpoint_noncurrent_days"] = 30
     groups = data["hyperpod"]["instance_groups"]
     groups[0]["count"] += 2
     groups[1]["count"] += 1
+    # The plan ended: the group now lands in any cluster-level subnet. FSx stays where
+    # storage.fsx.availability_zone puts it.
+    assert groups[0]["name"] == GPU_GROUP
+    del groups[0]["training_plan"]
     groups.append(VARIANT_GROUP)
     data["network"]["https_egress_cidrs"] = ["203.0.113.10/32"]
-    config_dir = tmp_path_factory.mktemp("variant-config")
-    (config_dir / "prod.yaml").write_text(yaml.safe_dump(data))
-    return synthesize("prod", tmp_path_factory.mktemp("cdk-variant"), config_dir=config_dir)
+
+
+# Reordered, with us-east-1d added between existing AZs. The cluster-level AZs (HyperPod's
+# VpcConfig, fixed at creation) are reordered but not extended.
+CHANGED_NETWORK_AZS = ["us-east-1c", "us-east-1a", "us-east-1d", "us-east-1b"]
+CHANGED_HYPERPOD_AZS = ["us-east-1c", "us-east-1a", "us-east-1b"]
+ADDED_AZ = "us-east-1d"
+GPU_GROUP = "gpu-p5"
+
+
+def _az_changes(data: dict) -> None:
+    assert sorted(data["network"]["availability_zones"]) == sorted(CHANGED_HYPERPOD_AZS)
+    data["network"]["availability_zones"] = list(CHANGED_NETWORK_AZS)
+    data["hyperpod"]["availability_zones"] = list(CHANGED_HYPERPOD_AZS)
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
+    """prod with everyday changes: FSx throughput and maintenance window, bucket retention,
+    node counts, the GPU group's training plan removed, a new instance group, a deliberate
+    HTTPS egress CIDR."""
+    return _synthesize_prod_variant(tmp_path_factory, "variant", _everyday_changes)
+
+
+@pytest.fixture(scope="module")
+def az_variant(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
+    """prod with its AZs reordered and one AZ added."""
+    return _synthesize_prod_variant(tmp_path_factory, "az-variant", _az_changes)
+
+
+@pytest.fixture(params=["variant", "az_variant"])
+def changed(request) -> SynthResult:
+    return request.getfixturevalue(request.param)
 
 
 def _create_only_paths(type_: str) -> list[tuple[str, ...]]:
     from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
     schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=type_)
-    return [tuple(p.removeprefix("/properties/").split("/")) for p in schema.schema.get("createOnlyProperties", [])]
+    paths = schema.schema.get("createOnlyProperties") or []
+    return [tuple(p.removeprefix("/properties/").split("/")) for p in paths]
 
 
-def test_config_changes_keep_every_stateful_logical_id(prod, variant):
-    for stack in ("storage", "network"):
-        for type_ in (*STATEFUL_TYPES, "AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::VPCCidrBlock"):
-            before = set(resources(prod, type_, stack))
-            assert before == set(resources(variant, type_, stack)), (stack, type_)
+def _replacement_paths(type_: str) -> list[tuple[str, ...]]:
+    """The provider schema's create-only properties, plus the nested FSx ones it omits."""
+    extra = {
+        "AWS::FSx::FileSystem": FSX_REPLACEMENT_PATHS,
+        "AWS::FSx::DataRepositoryAssociation": DRA_REPLACEMENT_PATHS,
+    }.get(type_, ())
+    return sorted(set(_create_only_paths(type_)) | set(extra))
 
 
-def test_config_changes_leave_replacement_only_properties_unchanged(prod, variant):
-    assert replacement_values(variant) == replacement_values(prod)
-    checks = [
-        ("storage", "AWS::FSx::FileSystem", FSX_REPLACEMENT_PATHS),
-        ("storage", "AWS::FSx::DataRepositoryAssociation", DRA_REPLACEMENT_PATHS),
-    ] + [
-        (stack, type_, _create_only_paths(type_))
-        for stack, type_ in (
-            ("storage", "AWS::S3::Bucket"),
-            ("storage", "AWS::KMS::Key"),
-            ("network", "AWS::EC2::VPC"),
-            ("network", "AWS::EC2::Subnet"),
-            ("network", "AWS::EC2::VPCCidrBlock"),
-        )
-    ]
-    for stack, type_, paths in checks:
-        for logical, resource in resources(prod, type_, stack).items():
-            after = raw(variant, stack)["Resources"][logical]["Properties"]
-            for path in paths:
-                assert dig(after, path) == dig(resource["Properties"], path), (logical, path)
+def test_config_changes_keep_every_network_and_storage_logical_id(prod, changed):
+    # Every resource survives under its logical ID: the VPC, its CIDR association, every
+    # subnet, route table, NAT gateway and EIP, the security groups and endpoints, FSx, the
+    # DRA, the buckets and the keys (a new logical ID is a replacement).
+    for stack in ("network", "storage"):
+        after = raw(changed, stack)["Resources"]
+        for logical, resource in raw(prod, stack)["Resources"].items():
+            assert logical in after, (stack, logical)
+            assert after[logical]["Type"] == resource["Type"], (stack, logical)
+    covered = {r["Type"] for stack in ("network", "storage") for r in raw(prod, stack)["Resources"].values()}
+    assert {*STATEFUL_TYPES, "AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::VPCCidrBlock"} <= covered
+
+
+def test_config_changes_leave_create_only_properties_unchanged(prod, changed):
+    assert replacement_values(changed) == replacement_values(prod)
+    checked: set[str] = set()
+    for stack in ("network", "storage"):
+        for logical, resource in raw(prod, stack)["Resources"].items():
+            after = raw(changed, stack)["Resources"][logical].get("Properties", {})
+            for path in _replacement_paths(resource["Type"]):
+                assert dig(after, path) == dig(resource.get("Properties", {}), path), (logical, path)
+            checked.add(resource["Type"])
+    assert {
+        "AWS::EC2::VPC", "AWS::EC2::VPCCidrBlock", "AWS::EC2::Subnet", "AWS::EC2::NatGateway",
+        "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::S3::Bucket", "AWS::KMS::Key",
+    } <= checked
+
+
+def test_config_changes_leave_the_hyperpod_clusters_create_only_properties_unchanged(prod, changed):
+    before = resources(prod, "AWS::SageMaker::Cluster", "hyperpod")
+    after = resources(changed, "AWS::SageMaker::Cluster", "hyperpod")
+    assert len(before) == 1 and set(after) == set(before)
+    paths = _create_only_paths("AWS::SageMaker::Cluster")
+    assert {("ClusterName",), ("VpcConfig",)} <= set(paths)
+    for logical, resource in before.items():
+        assert dig(resource["Properties"], ("VpcConfig", "Subnets")), logical
+        for path in paths:
+            assert dig(after[logical]["Properties"], path) == dig(resource["Properties"], path), path
+
+
+def test_the_changes_took_effect(variant, az_variant):
+    """The variants differ from prod where intended (else the tests above prove nothing)."""
+    assert az_variant.stacks["network"].availability_zones == CHANGED_NETWORK_AZS
+    assert ADDED_AZ in az_variant.stacks["network"].cluster_subnets
+    (cluster,) = resources(variant, "AWS::SageMaker::Cluster", "hyperpod").values()
+    (gpu,) = [g for g in cluster["Properties"]["InstanceGroups"] if g["InstanceGroupName"] == GPU_GROUP]
+    assert "TrainingPlanArn" not in gpu and "OverrideVpcConfig" not in gpu
+
+
+def test_an_added_az_gets_its_planned_subnets_and_routes_to_the_lowest_letter_nat(prod, az_variant):
+    network = az_variant.stacks["network"]
+    layout = network.network.layout
+    before = prod.stacks["network"].network.layout
+    for kind in ("public", "infra"):
+        assert {az: c for az, c in getattr(layout, kind).items() if az != ADDED_AZ} == getattr(before, kind)
+    assert {az: p.cidr for az, p in layout.cluster.items() if az != ADDED_AZ} == {
+        az: p.cidr for az, p in before.cluster.items()
+    }
+    templates = raw(az_variant, "network")["Resources"]
+    for kind, subnet, cidr in (
+        ("public", network.network.public_subnets[ADDED_AZ], layout.public[ADDED_AZ]),
+        ("infra", network.infra_subnets[ADDED_AZ], layout.infra[ADDED_AZ]),
+        ("cluster", network.cluster_subnets[ADDED_AZ], layout.cluster[ADDED_AZ].cidr),
+    ):
+        props = templates[network_logical_id(az_variant, subnet)]["Properties"]
+        assert (props["AvailabilityZone"], props["CidrBlock"]) == (ADDED_AZ, str(cidr)), kind
+    # nat_gateways is 3: they stay in a, b and c; d's private subnets use a's.
+    assert sorted(network.network.nat_gateways) == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    assert set(resources(az_variant, "AWS::EC2::NatGateway", "network")) == set(
+        resources(prod, "AWS::EC2::NatGateway", "network")
+    )
+    lowest = network.resolve(network.network.nat_gateways["us-east-1a"].ref)
+    for subnet in (network.infra_subnets[ADDED_AZ], network.cluster_subnets[ADDED_AZ]):
+        table = network.resolve(subnet.route_table.route_table_id)
+        (route,) = [
+            r["Properties"]
+            for r in resources(az_variant, "AWS::EC2::Route", "network").values()
+            if r["Properties"]["RouteTableId"] == table
+        ]
+        assert route["NatGatewayId"] == lowest
+
+
+def test_reordering_and_adding_azs_only_extends_the_endpoints_subnet_lists(prod, az_variant):
+    """Every prod resource is unchanged except the endpoints, which also list the new AZ's
+    subnets (interface endpoints) or route tables (S3 gateway endpoint): no route moves
+    to another NAT gateway, and the storage stack does not change at all."""
+    assert raw(az_variant, "storage")["Resources"] == raw(prod, "storage")["Resources"]
+    after = raw(az_variant, "network")["Resources"]
+    changed = {k for k, v in raw(prod, "network")["Resources"].items() if after[k] != v}
+    assert changed == set(resources(prod, "AWS::EC2::VPCEndpoint", "network"))
+    for logical in changed:
+        before_props = raw(prod, "network")["Resources"][logical]["Properties"]
+        after_props = after[logical]["Properties"]
+        key = "SubnetIds" if "SubnetIds" in before_props else "RouteTableIds"
+        assert {k: v for k, v in after_props.items() if k != key} == {
+            k: v for k, v in before_props.items() if k != key
+        }, logical
+        assert len(after_props[key]) == len(before_props[key]) + (1 if key == "SubnetIds" else 2), logical
+        assert all(ref in after_props[key] for ref in before_props[key]), logical
 
 
 def test_config_changes_reach_the_updatable_properties(variant):
