@@ -28,12 +28,16 @@ class InstanceType:
     ipv4_per_eni: int
     # Instance-store NVMe the lifecycle scripts move containerd/kubelet onto.
     has_nvme: bool
-    # EFA-only interfaces (no IP address) need Nitro v4 or newer.
-    supports_efa_only: bool = False
 
     @property
     def supports_efa(self) -> bool:
         return self.efa_interfaces > 0
+
+    @property
+    def supports_efa_only(self) -> bool:
+        # EC2 offers EFA-only interfaces (no IP address) on every EFA-capable type; they are
+        # secondary interfaces, the primary keeps its ENA and address.
+        return self.supports_efa
 
     @property
     def family(self) -> str:
@@ -42,7 +46,7 @@ class InstanceType:
     def supports_interface(self, interface: InterfaceType) -> bool:
         if interface == "efa":
             return self.supports_efa
-        return self.supports_efa and self.supports_efa_only
+        return self.supports_efa_only
 
 
 def _gpu(name: str, **kw: object) -> InstanceType:
@@ -56,17 +60,13 @@ _TABLE: tuple[InstanceType, ...] = (
     _gpu("ml.p4de.24xlarge", vcpus=96, memory_gib=1152, accelerator_count=8,
          network_cards=4, efa_interfaces=4, ipv4_per_eni=50, has_nvme=True),
     _gpu("ml.p5.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True,
-         supports_efa_only=True),
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True),
     _gpu("ml.p5e.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True,
-         supports_efa_only=True),
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, has_nvme=True),
     _gpu("ml.p5en.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=16, efa_interfaces=16, ipv4_per_eni=50, has_nvme=True,
-         supports_efa_only=True),
+         network_cards=16, efa_interfaces=16, ipv4_per_eni=50, has_nvme=True),
     _gpu("ml.p6-b200.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=8, efa_interfaces=8, ipv4_per_eni=50, has_nvme=True,
-         supports_efa_only=True),
+         network_cards=8, efa_interfaces=8, ipv4_per_eni=50, has_nvme=True),
     # NVIDIA development / inference-class instances
     _gpu("ml.g5.8xlarge", vcpus=32, memory_gib=128, accelerator_count=1,
          network_cards=1, efa_interfaces=1, ipv4_per_eni=30, has_nvme=True),
@@ -87,7 +87,7 @@ _TABLE: tuple[InstanceType, ...] = (
                  has_nvme=True),
     InstanceType(name="ml.trn2.48xlarge", vcpus=192, memory_gib=2048, accelerator="neuron",
                  accelerator_count=16, network_cards=16, efa_interfaces=16, ipv4_per_eni=50,
-                 has_nvme=True, supports_efa_only=True),
+                 has_nvme=True),
     # CPU instances for system pods, controllers and data preparation
     InstanceType(name="ml.m5.xlarge", vcpus=4, memory_gib=16, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=15,
