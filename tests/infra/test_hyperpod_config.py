@@ -101,10 +101,8 @@ RULES: list[tuple[str, Mutation, str, str]] = [
     ),
     (
         "interface-supported-by-type",
-        lambda d: d["hyperpod"]["instance_groups"][index_of("gpu-p5")].update(
-            instance_type="ml.p4d.24xlarge", network_interface="efa-only"
-        ),
-        f"{GPU}.network_interface",
+        lambda d: system(d).update(network_interface="efa-only"),
+        f"{SYSTEM}.network_interface",
         "does not support 'efa-only'",
     ),
     (
