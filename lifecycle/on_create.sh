@@ -30,10 +30,14 @@ source "$LIFECYCLE_DIR/steps/kubelet.sh"
 # shellcheck source=steps/lustre.sh
 source "$LIFECYCLE_DIR/steps/lustre.sh"
 
+# EXIT trap, installed before anything can fail (lifecycle_init included):
+# after a failure, start again what the steps stopped, then flush and wait so
+# the log reaches CloudWatch before HyperPod reacts.
 on_exit() {
   local rc=$?
-  begin_step main
   if [[ "$rc" -ne 0 ]]; then
+    restore_services
+    begin_step main
     log ERROR "[stop] on_create.sh failed with exit $rc"
     sync || true
     sleep "${LIFECYCLE_FAILURE_DELAY_SECONDS:-60}" || true
@@ -41,8 +45,8 @@ on_exit() {
 }
 
 main() {
-  lifecycle_init
   trap on_exit EXIT
+  lifecycle_init
   begin_step main
   log_info "[start] on_create.sh"
   load_config "$LIFECYCLE_DIR/lifecycle_config.json"

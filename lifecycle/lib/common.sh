@@ -144,6 +144,52 @@ seed_dir() {
   run mv "$staging" "$dest"
 }
 
+# Units this run stopped and has not started again. If the script fails in
+# between, restore_services (called from the EXIT trap) starts them again, so
+# a failed run never leaves containerd or kubelet down.
+STOPPED_SERVICES=()
+
+# stop_service UNIT: stop a running unit and remember it until start_service.
+# It is remembered before the stop: starting a unit that is still running is
+# harmless, leaving one half-stopped is not.
+stop_service() {
+  STOPPED_SERVICES+=("$1")
+  run systemctl stop "$1"
+}
+
+# start_service UNIT: start a unit stopped by stop_service and forget it.
+start_service() {
+  run systemctl start "$1"
+  local unit
+  local -a left=()
+  for unit in "${STOPPED_SERVICES[@]+"${STOPPED_SERVICES[@]}"}"; do
+    [[ "$unit" == "$1" ]] || left+=("$unit")
+  done
+  STOPPED_SERVICES=("${left[@]+"${left[@]}"}")
+}
+
+# restore_services: after a failure, start every unit this run stopped. Never
+# exits: a unit that does not start is logged and the next one is tried.
+restore_services() {
+  local unit out rc line
+  for unit in "${STOPPED_SERVICES[@]+"${STOPPED_SERVICES[@]}"}"; do
+    log_warn "failure while $unit was stopped: starting $unit again"
+    rc=0
+    out="$(systemctl start "$unit" 2>&1)" || rc=$?
+    if [[ -n "$out" ]]; then
+      while IFS= read -r line; do
+        log_info "  | $line"
+      done <<<"$out"
+    fi
+    if [[ "$rc" -eq 0 ]]; then
+      log_info "started $unit again"
+    else
+      log ERROR "could not start $unit again (exit $rc)"
+    fi
+  done
+  STOPPED_SERVICES=()
+}
+
 # unit_is_active UNIT: true when the systemd unit is running.
 unit_is_active() {
   systemctl is-active --quiet "$1"

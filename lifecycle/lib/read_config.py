@@ -11,6 +11,7 @@ every HyperPod AMI (3.7 on Amazon Linux 2), so nothing is installed at boot.
 """
 
 import json
+import math
 import re
 import shlex
 import sys
@@ -50,9 +51,23 @@ def as_bool(field, value):
 def as_path(field, value):
     if not isinstance(value, str):
         fail(field, "must be a string, got {}".format(type_name(value)))
-    if not ABS_PATH.match(value) or "/../" in value + "/" or "//" in value:
-        fail(field, "must be an absolute path without spaces or '..', got {!r}".format(value))
+    segments = value.split("/")[1:]
+    if not ABS_PATH.match(value) or any(s in ("", ".", "..") for s in segments):
+        fail(field, "must be an absolute path without spaces, empty, '.' or '..' segments, got {!r}".format(value))
     return value
+
+
+def check_finite(field, value):
+    """Reject NaN and infinities (JSON NaN/Infinity, or numbers too large for a
+    float such as 1e999) anywhere inside a field's value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        fail(field, "numbers must be finite, got {}".format(value))
+    if isinstance(value, dict):
+        for item in value.values():
+            check_finite(field, item)
+    elif isinstance(value, list):
+        for item in value:
+            check_finite(field, item)
 
 
 def as_int(low, high):
@@ -141,6 +156,8 @@ def parse(text):
         raise ConfigError("not valid JSON: {}".format(exc))
     if not isinstance(data, dict):
         raise ConfigError("top level must be a JSON object, got {}".format(type_name(data)))
+    for field in sorted(data):
+        check_finite(field, data[field])
     values = {}
     for field, (required, default, check) in SCHEMA.items():
         if field not in data:

@@ -58,7 +58,7 @@ step_containerd() {
   [[ -d "$(sys_path "$data_root")" ]] || changed=true
   if [[ "$changed" == true ]] && unit_is_active containerd; then
     was_active=true
-    run systemctl stop containerd
+    stop_service containerd
   fi
 
   seed_dir "$(sys_path /var/lib/containerd)" "$(sys_path "$data_root")"
@@ -68,7 +68,7 @@ step_containerd() {
   done
   write_containerd_dropin
   if [[ "$was_active" == true ]]; then
-    run systemctl start containerd
+    start_service containerd
   fi
   log_info "containerd root is $data_root"
 }

@@ -30,7 +30,7 @@ step_kubelet() {
     log_info "/var/lib/kubelet is already a mount point"
   elif unit_is_active kubelet; then
     was_active=true
-    run systemctl stop kubelet
+    stop_service kubelet
   fi
 
   local fstab content reload=false
@@ -59,7 +59,7 @@ UNIT
     run mount --bind "$(sys_path "$nvme_dir")" "$target"
   fi
   if [[ "$was_active" == true ]]; then
-    run systemctl start kubelet
+    start_service kubelet
   fi
   log_info "/var/lib/kubelet is bind-mounted from $nvme_dir"
 }

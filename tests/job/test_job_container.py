@@ -6,6 +6,7 @@ instructions are checked directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -134,6 +135,52 @@ def test_efa_user_space_is_installed_for_containers(dockerfile) -> None:
     # The AWS-documented container flags: no kernel module, no ulimit files, no lspci check.
     assert "efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify" in runs
     assert any(arg.startswith("EFA_INSTALLER_VERSION=1.") for arg in _args(dockerfile, "ARG"))
+
+
+def _efa_run_commands() -> list[str]:
+    """The `&&`-separated commands of the RUN that installs EFA, whitespace kept as written."""
+    text = re.sub(r"\\\n\s*", "", DOCKERFILE.read_text())
+    (run,) = [line for line in text.splitlines() if line.startswith("RUN ") and "efa_installer.sh" in line]
+    return [command.strip() for command in run[len("RUN "):].split(" && ")]
+
+
+def _run_in_build_shell(command: str, cwd: Path, **build_args: str) -> subprocess.CompletedProcess:
+    # Build args reach RUN as environment variables; the Dockerfile's SHELL is bash -o pipefail.
+    env = {"PATH": os.environ["PATH"], **build_args}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_efa_installer_checksum_is_required(dockerfile, tmp_path: Path) -> None:
+    args = _args(dockerfile, "ARG")
+    declared = [arg for arg in args if arg.split("=", 1)[0] == "EFA_INSTALLER_SHA256"]
+    assert declared == ["EFA_INSTALLER_SHA256"], "the checksum must have no default"
+    guard = _efa_run_commands()[0]
+    assert "EFA_INSTALLER_SHA256" in guard and "https://" not in guard
+    # The guard comes first, so nothing is downloaded without a checksum.
+    for missing in ({}, {"EFA_INSTALLER_SHA256": ""}):
+        result = _run_in_build_shell(guard, tmp_path, EFA_INSTALLER_VERSION="1.47.0", **missing)
+        assert result.returncode != 0
+        assert "EFA_INSTALLER_SHA256 is required" in result.stderr
+    ok = _run_in_build_shell(guard, tmp_path, EFA_INSTALLER_VERSION="1.47.0", EFA_INSTALLER_SHA256="0" * 64)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_efa_installer_download_is_verified_before_it_runs(tmp_path: Path) -> None:
+    commands = _efa_run_commands()
+    download = next(i for i, c in enumerate(commands) if "efa-installer.amazonaws.com" in c)
+    (verify,) = [i for i, c in enumerate(commands) if "sha256sum -c" in c]
+    unpack = next(i for i, c in enumerate(commands) if c.startswith("tar "))
+    install = next(i for i, c in enumerate(commands) if "efa_installer.sh" in c)
+    assert 0 < download < verify < unpack < install
+    assert "if " not in commands[verify], "the check must not be optional"
+    # The check itself: a matching tarball passes, any other content fails the build.
+    tarball = tmp_path / "efa.tar.gz"
+    tarball.write_bytes(b"installer")
+    digest = hashlib.sha256(b"installer").hexdigest()
+    assert _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode == 0
+    tarball.write_bytes(b"tampered")
+    assert _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode != 0
 
 
 def test_environment_for_log_monitoring_and_efa(dockerfile) -> None:

@@ -5,7 +5,8 @@ Each sandbox has:
   * a fake node file system used as LIFECYCLE_ROOT,
   * a stub bin directory first on PATH: every system command the scripts may
     call (and every network tool they must never call) records its argv in a
-    calls log, and can be told to fail through STUB_FAIL,
+    calls log, and can be told to fail through STUB_FAIL; `cp` is recorded and
+    failable too but otherwise really copies,
   * a small amount of faked state (mount table, active units, LNet nets) so
     that a second run sees what the first one did.
 """
@@ -31,6 +32,9 @@ SYSTEM_TOOLS = (
     "findmnt", "lsblk", "ip", "sleep", "sync", "mkfs", "mkfs.ext4", "mkfs.xfs",
     "mdadm", "blkid",
 )
+# Recorded (and failable through STUB_FAIL) like the stubs, but otherwise run
+# the real command: the scripts' data copies must really happen.
+PASSTHROUGH_TOOLS = ("cp",)
 
 # One bash stub for every command, dispatching on its own name.
 STUB = r"""#!/usr/bin/env bash
@@ -45,6 +49,8 @@ for pattern in "${patterns[@]}"; do
   fi
 done
 case "$name" in
+  cp)
+    command -p cp "$@"; exit ;;
   mountpoint)
     grep -qxF -- "${@: -1}" "$STUB_STATE/mounts" || exit 32 ;;
   mount)
@@ -95,7 +101,7 @@ DEFAULT_ROUTE = "default via 10.1.0.1 dev ens5 proto dhcp src 10.1.0.10 metric 5
 def make_stub_bin(bin_dir: Path) -> Path:
     """Stub executables shared by all sandboxes (their state lives in env vars)."""
     bin_dir.mkdir()
-    for name in NETWORK_TOOLS + SYSTEM_TOOLS:
+    for name in NETWORK_TOOLS + SYSTEM_TOOLS + PASSTHROUGH_TOOLS:
         stub = bin_dir / name
         stub.write_text(STUB)
         stub.chmod(0o755)

@@ -2,10 +2,12 @@
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 
 from pathlib import Path
@@ -268,6 +270,90 @@ def test_failure_waits_for_log_upload(sandbox):
     assert calls[-2:] == ["sync", "sleep 60"]
 
 
+SERVICE_WINDOW_FAILURES = [
+    # (command failing while a unit is stopped, the unit, the command that failed)
+    ("cp -a *", "containerd", "cp -a --one-file-system"),
+    ("systemctl daemon-reload", "containerd", "systemctl daemon-reload"),
+    ("cp -a --one-file-system */var/lib/kubelet *", "kubelet", "cp -a --one-file-system"),
+    ("mount --bind *", "kubelet", "mount --bind"),
+]
+
+
+@pytest.mark.parametrize("pattern,unit,failed", SERVICE_WINDOW_FAILURES, ids=[c[0] for c in SERVICE_WINDOW_FAILURES])
+def test_failure_while_a_service_is_stopped_starts_it_again(sandbox, pattern, unit, failed):
+    result = sandbox.run(STUB_FAIL=pattern, STUB_FAIL_RC=7)
+    assert result.returncode != 0
+    calls = sandbox.call_lines()
+    stop = index_of(calls, f"systemctl stop {unit}")
+    failure = max(i for i, c in enumerate(calls) if c.startswith(failed))
+    assert stop < failure
+    # Started again after the failure, once, and before the wait for the log upload.
+    assert calls[failure + 1:] == [f"systemctl start {unit}", "sync", "sleep 0"], calls
+    log = sandbox.log_text()
+    assert f"failure while {unit} was stopped: starting {unit} again" in log
+    assert f"started {unit} again" in log
+    assert "[stop] on_create.sh failed" in error_lines(sandbox)[-1]
+
+
+def test_service_that_does_not_start_again_is_logged(sandbox):
+    result = sandbox.run(STUB_FAIL="mount --bind *;systemctl start kubelet", STUB_FAIL_RC=7)
+    assert result.returncode != 0
+    assert sandbox.call_lines()[-3:] == ["systemctl start kubelet", "sync", "sleep 0"]
+    errors = error_lines(sandbox)
+    assert any("could not start kubelet again (exit 7)" in line for line in errors), errors
+    assert "[stop] on_create.sh failed" in errors[-1]
+
+
+def test_failure_outside_the_stop_window_starts_nothing(sandbox):
+    result = sandbox.run(STUB_FAIL="modprobe lustre")
+    assert result.returncode != 0
+    calls = sandbox.call_lines()
+    # Each unit was stopped and started exactly once by its own step.
+    assert calls.count("systemctl start containerd") == 1
+    assert calls.count("systemctl start kubelet") == 1
+    assert "starting" not in sandbox.log_text()
+
+
+def test_init_failure_still_waits_for_log_upload(sandbox):
+    # lifecycle_init rejects the sandbox root before the log file exists.
+    result = sandbox.run(LIFECYCLE_ROOT="relative/dir", LIFECYCLE_FAILURE_DELAY_SECONDS=60)
+    assert result.returncode != 0
+    assert sandbox.call_lines() == ["sync", "sleep 60"]
+    assert "[stop] on_create.sh failed with exit 1" in result.stdout.splitlines()[-1]
+
+
+def test_not_running_as_root_still_waits_for_log_upload(tmp_path):
+    """The real root check, with no sandbox root: run as an unprivileged user."""
+    prefix = Path(tempfile.mkdtemp(prefix="lifecycle-nonroot-"))
+    try:
+        prefix.chmod(0o755)
+        shutil.copytree(LIFECYCLE_SRC, prefix / "lifecycle", ignore=shutil.ignore_patterns("__pycache__"))
+        bin_dir = prefix / "bin"
+        bin_dir.mkdir()
+        calls = prefix / "calls.log"
+        calls.touch()
+        calls.chmod(0o666)
+        for name in ("sync", "sleep"):
+            stub = bin_dir / name
+            stub.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"{calls}"\n')
+            stub.chmod(0o755)
+        command = ["bash", str(prefix / "lifecycle/on_create.sh")]
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("running as root and cannot drop privileges")
+            command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8", "LIFECYCLE_FAILURE_DELAY_SECONDS": "60"}
+        result = subprocess.run(command, cwd=prefix, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        lines = result.stdout.splitlines()
+        assert any("[ERROR] [init] must run as root" in line for line in lines), result.stdout + result.stderr
+        assert "[stop] on_create.sh failed with exit 1" in lines[-1]
+        assert calls.read_text().splitlines() == ["sync ", "sleep 60"]
+    finally:
+        shutil.rmtree(prefix)
+
+
 def nvme_missing_but_required(s):
     s.set_nvme_mounted(False)
     s.write_config(require_nvme=True)
@@ -344,6 +430,18 @@ BAD_CONFIGS = [
     ("relative-path", {"nvme_mount_point": "opt/dlami/nvme"}, "'nvme_mount_point': must be an absolute path"),
     ("dotdot-path", {"nvme_mount_point": "/opt/../etc"}, "'nvme_mount_point': must be an absolute path"),
     ("root-path", {"nvme_mount_point": "/"}, "'nvme_mount_point': must be an absolute path"),
+    ("dot-path", {"nvme_mount_point": "/."}, "'nvme_mount_point': must be an absolute path"),
+    ("dot-segment-path", {"log_dir": "/var/./log"}, "'log_dir': must be an absolute path"),
+    ("trailing-dot-path", {"log_dir": "/var/log/."}, "'log_dir': must be an absolute path"),
+    ("trailing-dotdot-path", {"nvme_mount_point": "/opt/dlami/.."}, "'nvme_mount_point': must be an absolute path"),
+    ("double-slash-path", {"nvme_mount_point": "/opt//nvme"}, "'nvme_mount_point': must be an absolute path"),
+    ("nan-tuning", '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+     '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": NaN}}', "'lustre_tuning': numbers must be finite"),
+    ("infinity-tuning", {"lustre_tuning": {"at_max": float("inf")}}, "'lustre_tuning': numbers must be finite"),
+    ("negative-infinity-wait", {"nvme_wait_seconds": float("-inf")}, "'nvme_wait_seconds': numbers must be finite"),
+    ("overflow-tuning", '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+     '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": 1e999}}', "'lustre_tuning': numbers must be finite"),
+    ("nan-unknown-field", {"extra": [1, {"x": float("nan")}]}, "'extra': numbers must be finite"),
     ("space-path", {"log_dir": "/var/log/my logs"}, "'log_dir': must be an absolute path"),
     ("number-path", {"log_dir": 5}, "'log_dir': must be a string"),
     ("negative-wait", {"nvme_wait_seconds": -1}, "'nvme_wait_seconds': must be between 0 and 3600"),
@@ -364,7 +462,8 @@ BAD_CONFIGS = [
      "'fsx_efa_enabled': requires lustre_enabled"),
 ]
 # The end-to-end runs cover one case of each kind; the rest are checked in-process.
-END_TO_END = {"not-json", "missing-containerd_on_nvme", "string-bool", "relative-path", "efa-without-lustre"}
+END_TO_END = {"not-json", "missing-containerd_on_nvme", "string-bool", "relative-path", "efa-without-lustre",
+              "nan-tuning", "dot-path"}
 
 
 def config_text(content):
