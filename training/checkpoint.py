@@ -19,15 +19,18 @@ falls back to older checkpoints if a load still fails.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import re
 import secrets
 import shutil
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +39,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
 from torch.distributed.checkpoint.stateful import Stateful
@@ -166,6 +173,13 @@ def commit_dir(tmp_dir: Path, final_dir: Path, manifest: dict[str, Any]) -> None
     _fsync_dir(final_dir.parent)
 
 
+def _write_bytes_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def remove_checkpoint(path: Path) -> None:
     """Drops the marker first so a half-deleted directory is never taken for a checkpoint."""
     try:
@@ -198,12 +212,29 @@ def clean_stale(root: Path) -> list[str]:
     return removed
 
 
-def validate_checkpoint(path: Path, rank: int, verify_checksums: bool = True) -> tuple[bool, str]:
+def files_read_by(path: Path, state_dict: dict[str, Any]) -> set[str]:
+    """Files a DCP load of `state_dict` from `path` reads, from its load plan and metadata.
+
+    Raises when the metadata does not load or does not cover `state_dict` (the load would
+    fail the same way).
+    """
+    metadata = FileSystemReader(str(path)).read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(state_dict, metadata, is_coordinator=False)
+    plan = planner.create_local_plan()
+    storage = metadata.storage_data
+    return {storage[item.storage_index].relative_path for item in plan.items}
+
+
+def validate_checkpoint(
+    path: Path, rank: int, verify_checksums: bool = True, reads: set[str] | None = None
+) -> tuple[bool, str]:
     """Checks a committed checkpoint from the point of view of one rank.
 
-    Each rank verifies the files it wrote (they are the shards it reads back) plus the DCP
-    metadata, so the work is spread over ranks and also works for node-local tiers where a
-    rank cannot see other nodes' files.
+    Each rank verifies the files it wrote, the DCP metadata and, given `reads` (the files
+    its load plan reads, see files_read_by), every file it will read, which includes
+    replicated state another rank of its node wrote. Other nodes' files are not needed, so
+    this also works for node-local tiers where a rank cannot see them.
     """
     m = _STEP_RE.match(path.name)
     if not m:
@@ -226,6 +257,10 @@ def validate_checkpoint(path: Path, rank: int, verify_checksums: bool = True) ->
         return False, f"rank {rank} did not exist when this checkpoint was written"
     if not any(_SHARD_RE.match(n) for n in mine):
         return False, f"manifest lists no shard written by rank {rank}"
+    for name in sorted(reads or ()):
+        if name not in files:
+            return False, f"{name} (read by rank {rank}) is not in the manifest"
+        mine[name] = files[name]
     for name, entry in mine.items():
         p = path / name
         try:
@@ -241,6 +276,51 @@ def validate_checkpoint(path: Path, rank: int, verify_checksums: bool = True) ->
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not loadable"
         return False, f"DCP metadata does not load: {e}"
     return True, "ok"
+
+
+class NodeLocalSavePlanner(DefaultSavePlanner):
+    """Save planner for a node-local tier: every node keeps its own copy of replicated items.
+
+    The default planner writes an item held by several ranks (the whole train state, HSDP
+    replicas) once, on one rank, which on a node-local tier leaves the other nodes without
+    it. Here items are deduplicated within each node only. The metadata is the usual global
+    one; the commit then points each node's copy of it at that node's files.
+    """
+
+    def __init__(self, node_of_rank: list[int]) -> None:
+        super().__init__()
+        self.node_of_rank = node_of_rank
+
+    def create_global_plan(self, all_plans: list[SavePlan]) -> tuple[list[SavePlan], Metadata]:
+        _, metadata = super().create_global_plan(all_plans)
+        plans = list(all_plans)
+        for node in sorted(set(self.node_of_rank)):
+            ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
+            for r, plan in zip(ranks, dedup_save_plans([all_plans[r] for r in ranks])):
+                plans[r] = plan
+        self.global_plan = plans
+        return plans, metadata
+
+
+class _RecordingWriter(FileSystemWriter):
+    """Keeps this rank's write results (file and offset of each item it wrote)."""
+
+    def write_data(self, plan: Any, planner: Any) -> Future[Any]:
+        fut = super().write_data(plan, planner)
+        try:
+            # The file system writer returns a completed future.
+            self.results = fut.wait()
+        except Exception:  # noqa: BLE001 - DCP reports the failure from the same future
+            self.results = None
+        return fut
+
+
+def node_metadata(metadata: Metadata, results: list[Any]) -> bytes:
+    """DCP metadata for one node: each item read from the copy a rank of that node wrote."""
+    storage = dict(metadata.storage_data)
+    for per_rank in results:
+        storage.update({wr.index: wr.storage_data for wr in per_rank})
+    return pickle.dumps(dataclasses.replace(metadata, storage_data=storage))
 
 
 def candidate_order(per_rank_listed: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
@@ -321,6 +401,29 @@ class CheckpointManager:
                 root.mkdir(parents=True, exist_ok=True)
                 clean_stale(root)
         dist.barrier()
+        # Ranks are numbered node by node (torchrun, hyperpodrun): a node is named by the
+        # rank of its first local rank.
+        self.node = rank - local_rank
+        node_of_rank: list[Any] = [None] * world_size
+        dist.all_gather_object(node_of_rank, self.node)
+        self.node_of_rank: list[int] = node_of_rank
+        self.node_local = self._detect_node_local()
+
+    def _detect_node_local(self) -> dict[str, bool]:
+        """A tier is node-local when some node's first rank cannot see a file rank 0 put there."""
+        probe = f".probe-{self.nonce}"
+        if self.rank == 0:
+            for root in self.roots.values():
+                (root / probe).touch()
+        dist.barrier()
+        seen = {tier: (root / probe).exists() for tier, root in self.roots.items()} if self.local_rank == 0 else None
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, seen)
+        dist.barrier()
+        if self.rank == 0:
+            for root in self.roots.values():
+                (root / probe).unlink(missing_ok=True)
+        return {tier: not all(s[tier] for s in everyone if s is not None) for tier in self.roots}
 
     # ---- schedule -------------------------------------------------------------------------
 
@@ -338,17 +441,22 @@ class CheckpointManager:
     # ---- save -------------------------------------------------------------------------------
 
     def save(self, step: int, tier: str, *, sync: bool = False) -> None:
-        """Starts (or, with sync=True or async_mode=sync, completes) a checkpoint of `step`."""
-        t0 = time.perf_counter()
+        """Starts (or, with sync=True or async_mode=sync, completes) a checkpoint of `step`.
+
+        Blocking time is measured once per call: a wait for the previous checkpoint counts
+        for that one (wait()), the rest of this call for the new one."""
         self.wait()  # one checkpoint in flight at a time: the staging buffers are reused
+        t0 = time.perf_counter()
         sync = sync or self._stager is None
         final = self.roots[tier] / step_dir_name(step)
         tmp = self.roots[tier] / f"{step_dir_name(step)}.tmp-{self.nonce}"
         writer = self._writer(tier, step, tmp)
+        managed = tier == FAST and self.managed is not None
+        planner = NodeLocalSavePlanner(self.node_of_rank) if self.node_local[tier] and not managed else None
         if sync:
             try:
-                dcp.save(self.app_state, storage_writer=writer, process_group=self.pg)
-                self._commit(step, tier, tmp, final)
+                dcp.save(self.app_state, storage_writer=writer, planner=planner, process_group=self.pg)
+                self._commit(step, tier, tmp, final, writer)
                 status = "committed"
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported, training goes on
                 warn(f"checkpoint step {step} tier {tier} failed: {_first_line(e)}")
@@ -364,6 +472,7 @@ class CheckpointManager:
         response = dcp.async_save(
             self.app_state,
             storage_writer=writer,
+            planner=planner,
             process_group=self.pg,
             async_checkpointer_type=AsyncCheckpointerType.THREAD,
             async_stager=self._stager,
@@ -372,7 +481,7 @@ class CheckpointManager:
             staging, upload = response.staging_completion, response.upload_completion
         else:
             staging, upload = None, response
-        done = self._executor.submit(self._finish_async, step, tier, tmp, final, upload)
+        done = self._executor.submit(self._finish_async, step, tier, tmp, final, upload, writer)
         blocking = time.perf_counter() - t0
         inf = _InFlight(step, tier, staging, done, blocking, staged=staging is None, started_at=t0)
         if staging is not None:
@@ -386,7 +495,7 @@ class CheckpointManager:
     def _writer(self, tier: str, step: int, tmp: Path) -> Any:
         if tier == FAST and self.managed is not None:
             return self.managed.writer(step)
-        return FileSystemWriter(str(tmp), sync_files=True)
+        return _RecordingWriter(str(tmp), sync_files=True)
 
     def wait_for_staging(self) -> float:
         """Blocks until the in-flight checkpoint has copied the state; call before the
@@ -395,27 +504,42 @@ class CheckpointManager:
         if inf is None or inf.staged:
             return 0.0
         t0 = time.perf_counter()
+        self._await_staging(inf)
+        waited = time.perf_counter() - t0
+        inf.blocking_s += waited
+        self.blocking_total_s += waited
+        return waited
+
+    @staticmethod
+    def _await_staging(inf: _InFlight) -> None:
+        if inf.staged:
+            return
         try:
             assert inf.staging is not None
             inf.staging.result()
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - the upload reports it too
             warn(f"checkpoint step {inf.step} staging failed: {_first_line(e)}")
         inf.staged = True
-        waited = time.perf_counter() - t0
-        inf.blocking_s += waited
-        self.blocking_total_s += waited
-        return waited
 
     def poll(self) -> None:
         """Reports a finished background checkpoint without waiting for a running one."""
         if self._inflight is not None and self._inflight.done.done():
             self._complete_inflight()
 
-    def wait(self) -> None:
-        """Waits for the in-flight checkpoint (if any) to be committed or to fail."""
-        if self._inflight is not None:
-            self.wait_for_staging()
-            self._complete_inflight()
+    def wait(self) -> float:
+        """Waits for the in-flight checkpoint (if any) to be committed or to fail; the time
+        waited is blocking time of that checkpoint. Returns it."""
+        inf = self._inflight
+        if inf is None:
+            return 0.0
+        t0 = time.perf_counter()
+        self._await_staging(inf)
+        futures_wait([inf.done])
+        waited = time.perf_counter() - t0
+        inf.blocking_s += waited
+        self.blocking_total_s += waited
+        self._complete_inflight()
+        return waited
 
     def _complete_inflight(self) -> None:
         inf = self._inflight
@@ -439,46 +563,64 @@ class CheckpointManager:
         self.last_committed_step[tier] = step
         self.on_committed(step, tier, blocking)
 
-    def _finish_async(self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any]) -> None:
+    def _finish_async(self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any], writer: Any) -> None:
         upload.result()
-        self._commit(step, tier, tmp, final)
+        self._commit(step, tier, tmp, final, writer)
 
-    def _commit(self, step: int, tier: str, tmp: Path, final: Path) -> None:
+    def _commit(self, step: int, tier: str, tmp: Path, final: Path, writer: Any) -> None:
         """Runs on every rank after its shards are written (in the background thread for
         async saves); collectives use the checkpoint group only."""
         self.on_checkpoint_written(step)
         if tier == FAST and self.managed is not None:
             self._commit_managed(step, final)
             return
+        node_local = self.node_local[tier]
+        results = getattr(writer, "results", None) if node_local else None
         try:
             entries: dict[str, Any] = files_written_by(tmp, self.rank)
-        except OSError as e:
+            if node_local and results is None:
+                raise RuntimeError("write results were not recorded")
+        except (OSError, RuntimeError) as e:
             entries = {"__error__": f"rank {self.rank}: {e!r}"}
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(entries, gathered, dst=0, group=self.pg)
+        dist.gather_object((entries, results), gathered, dst=0, group=self.pg)
         # Rank 0 always reaches the broadcast, success or not, so no rank is left waiting.
         payload: list[Any] = [None, None]
         if self.rank == 0:
             assert gathered is not None
             try:
-                errors = [g["__error__"] for g in gathered if "__error__" in g]
+                errors = [g["__error__"] for g, _ in gathered if "__error__" in g]
                 if errors:
                     raise RuntimeError("; ".join(errors))
-                manifest = build_manifest(step, tier, self.world_size, gathered)
-                metadata = (tmp / DCP_METADATA).read_bytes()
+                manifest = build_manifest(step, tier, self.world_size, [g for g, _ in gathered])
+                per_node: dict[int, tuple[dict[str, Any], bytes]] = {}
+                if node_local:
+                    # Node-local tier: each node reads its own copy of replicated items, so
+                    # each node gets metadata (and a manifest entry for it) of its own.
+                    metadata = FileSystemReader(str(tmp)).read_metadata()
+                    for node in sorted(set(self.node_of_rank)):
+                        ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
+                        meta = node_metadata(metadata, [gathered[r][1] for r in ranks])
+                        m = json.loads(json.dumps(manifest))
+                        m["files"][DCP_METADATA] = {
+                            "rank": node, "size": len(meta), "sha256": hashlib.sha256(meta).hexdigest(),
+                        }
+                        per_node[node] = (m, meta)
+                    _write_bytes_durably(tmp / DCP_METADATA, per_node[self.node][1])
+                    manifest = per_node[self.node][0]
                 commit_dir(tmp, final, manifest)
                 prune(self.roots[tier], tier, self.keep[tier])
-                payload = [manifest, metadata]
+                payload = [per_node, None]
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - sent to every rank below
                 payload = [None, f"commit failed on rank 0: {e!r}"]
         dist.broadcast_object_list(payload, src=0, group=self.pg)
         if payload[0] is None:
             raise RuntimeError(payload[1])
-        if self.rank != 0 and self.local_rank == 0 and tmp.is_dir() and not final.exists():
-            # Node-local tier: this node holds its own shards; give it the metadata and
-            # commit its copy too.
-            (tmp / DCP_METADATA).write_bytes(payload[1])
-            commit_dir(tmp, final, payload[0])
+        if node_local and self.rank != 0 and self.local_rank == 0:
+            # This node holds its own shards and copies: commit its copy too.
+            manifest, meta = payload[0][self.node]
+            _write_bytes_durably(tmp / DCP_METADATA, meta)
+            commit_dir(tmp, final, manifest)
             prune(self.roots[tier], tier, self.keep[tier])
         dist.barrier(group=self.pg)
 
@@ -486,7 +628,9 @@ class CheckpointManager:
         # The managed library replicates and persists on its own; a marker directory with
         # a manifest keeps resume selection identical for both backends.
         dist.barrier(group=self.pg)
-        if self.rank == 0:
+        # Every node must see the marker: on a node-local root each node's first rank
+        # writes its own.
+        if self.rank == 0 or (self.node_local[FAST] and self.local_rank == 0):
             tmp = final.with_name(f"{final.name}.tmp-{self.nonce}")
             tmp.mkdir(parents=True, exist_ok=True)
             manifest = build_manifest(step, FAST, self.world_size, [])
@@ -508,9 +652,17 @@ class CheckpointManager:
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, listed)
         validated_but_unloadable: list[str] = []
+        # The state to load (a collective on every rank), for the files each load plan reads.
+        wanted = {
+            key: obj.state_dict() if isinstance(obj, Stateful) else obj for key, obj in self.app_state.items()
+        } if any(everyone) else {}
         for step, tier in candidate_order(everyone):
             path = self.roots[tier] / step_dir_name(step)
-            ok, why = validate_checkpoint(path, self.rank, self.cfg.verify_checksums)
+            try:
+                reads: set[str] | None = files_read_by(path, wanted)
+            except Exception:  # noqa: BLE001 - validation (or the load) reports the cause
+                reads = None
+            ok, why = validate_checkpoint(path, self.rank, self.cfg.verify_checksums, reads)
             if not ok:
                 warn(f"rank {self.rank}: {tier} checkpoint step {step} rejected: {why}")
             verdicts: list[Any] = [None] * self.world_size
@@ -540,7 +692,15 @@ class CheckpointManager:
         return None
 
     def close(self) -> None:
+        """Waits for the in-flight checkpoint and stops the background threads (idempotent)."""
         self.wait()
         self._executor.shutdown(wait=True)
         if self._stager is not None:
             self._stager.close()
+            self._stager = None
+
+    def destroy_group(self) -> None:
+        """Destroys the checkpoint process group; call after close(), on every rank."""
+        if self.pg is not None:
+            dist.destroy_process_group(self.pg)
+            self.pg = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -122,7 +123,31 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
+    def _check_ranges(self) -> None:
+        """Every numeric field finite and in range, before any arithmetic on them."""
+        for section in ("model", "data", "training", "optim", "parallel", "checkpoint", "fault"):
+            for f in dataclasses.fields(getattr(self, section)):
+                v = getattr(getattr(self, section), f.name)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{section}.{f.name} must be a finite number, got {v}")
+        for key, lo, lo_ok, hi, hi_ok in _RANGES:
+            section, name = key.split(".")
+            v = getattr(getattr(self, section), name)
+            if v is None and key in _OPTIONAL:
+                continue
+            bad = v < lo if lo_ok else v <= lo
+            if hi is not None:
+                bad = bad or (v > hi if hi_ok else v >= hi)
+            if bad:
+                low = f"{'>=' if lo_ok else '>'} {lo}"
+                high = f" and {'<=' if hi_ok else '<'} {hi}" if hi is not None else ""
+                raise ConfigError(f"{key} must be {low}{high}, got {v}")
+        p = self.parallel
+        if p.dp_shard != -1 and p.dp_shard < 1:
+            raise ConfigError(f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {p.dp_shard}")
+
     def validate(self) -> None:
+        self._check_ranges()
         m, t, c = self.model, self.training, self.checkpoint
         if m.dim % m.n_heads:
             raise ConfigError("model.dim must be divisible by model.n_heads")
@@ -171,6 +196,44 @@ class JobConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# (field, lower bound, bound allowed, upper bound or None, bound allowed).
+_RANGES: list[tuple[str, float, bool, float | None, bool]] = [
+    ("model.dim", 0, False, None, False),
+    ("model.n_layers", 0, False, None, False),
+    ("model.n_heads", 0, False, None, False),
+    ("model.n_kv_heads", 0, False, None, False),
+    ("model.vocab_size", 1, False, None, False),
+    ("model.ffn_hidden", 0, False, None, False),
+    ("model.multiple_of", 0, False, None, False),
+    ("model.norm_eps", 0, False, None, False),
+    ("model.rope_theta", 0, False, None, False),
+    ("model.init_std", 0, False, None, False),
+    ("data.synthetic_samples", 0, False, None, False),
+    ("data.seed", 0, True, None, False),
+    ("training.steps", 0, False, None, False),
+    ("training.global_batch_size", 0, False, None, False),
+    ("training.seq_len", 2, True, None, False),
+    ("training.seed", 0, True, None, False),
+    ("training.grad_clip", 0, False, None, False),
+    ("training.cpu_threads", 0, True, None, False),
+    ("optim.lr", 0, False, None, False),
+    ("optim.min_lr_ratio", 0, True, 1, True),
+    ("optim.warmup_steps", 0, True, None, False),
+    ("optim.weight_decay", 0, True, None, False),
+    ("optim.beta1", 0, True, 1, False),
+    ("optim.beta2", 0, True, 1, False),
+    ("optim.eps", 0, False, None, False),
+    ("parallel.dp_replicate", 1, True, None, False),
+    ("checkpoint.fast_interval", 0, True, None, False),
+    ("checkpoint.durable_interval", 0, True, None, False),
+    ("checkpoint.fast_keep", 1, True, None, False),
+    ("checkpoint.durable_keep", 1, True, None, False),
+    ("fault.watchdog_s", 0, True, None, False),
+    ("fault.sigterm_grace_s", 0, False, None, False),
+]
+_OPTIONAL = {"model.n_kv_heads", "model.ffn_hidden"}
 
 
 def _tiny() -> JobConfig:

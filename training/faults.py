@@ -44,12 +44,20 @@ class FaultPlan:
 
 
 class FaultInjector:
-    """Calls `record` (to note the fault time in the run ledger) just before acting."""
+    """Calls `record` (to note the fault time in the run ledger) just before acting.
 
-    def __init__(self, plan: FaultPlan, rank: int, record: Callable[[dict[str, Any]], None]) -> None:
+    `settle` is called before a step-exact kill: it waits until the in-flight checkpoint is
+    committed, so which checkpoint a restart finds does not depend on timing.
+    """
+
+    def __init__(
+        self, plan: FaultPlan, rank: int, record: Callable[[dict[str, Any]], None],
+        settle: Callable[[], object] = lambda: None,
+    ) -> None:
         self.plan = plan
         self.rank = rank
         self.record = record
+        self.settle = settle
 
     def _note(self, kind: str, step: int) -> None:
         self.record({"kind": kind, "step": step, "rank": self.rank, "unix": time.time()})
@@ -66,6 +74,7 @@ class FaultInjector:
         """Between backward and the optimizer update: the worst place to lose a process."""
         p = self.plan
         if p.kill_at_step == step and p.kill_rank == self.rank:
+            self.settle()
             self._note("sigkill", step)
             os.kill(os.getpid(), signal.SIGKILL)
         if p.sigterm_at_step == step:

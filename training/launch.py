@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
 import random
 import signal
@@ -45,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 class AttemptResult:
     attempt: int
     exit_codes: list[int | None]
-    outcome: str  # "ok", "failed", "timeout", "terminated"
+    outcome: str  # "ok", "failed", "timeout", "terminated", "bad_input"
     started_unix: float
     ended_unix: float
     checkpoints_after: dict[str, list[str]] = field(default_factory=dict)
@@ -88,26 +89,32 @@ def _list_committed(root: Path, tier: str) -> Any:
     return list_committed(root, tier)
 
 
-def _listing(cfg: JobConfig, out: Path) -> dict[str, list[str]]:
-    roots = _tier_roots(cfg, out)
+def _listing(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, list[str]]:
+    roots = _tier_roots(cfg, out, nodes)
     return {tier: sorted(p.name for p in root.iterdir()) if root.is_dir() else [] for tier, root in roots.items()}
 
 
-def _tier_roots(cfg: JobConfig, out: Path) -> dict[str, Path]:
+def node_fast_dir(cfg: JobConfig, out: Path, node: int) -> Path:
+    """Fast tier of emulated node `node` (--nodes): a directory no other node sees."""
+    base = Path(cfg.checkpoint.fast_dir) if cfg.checkpoint.fast_dir else out / "ckpt" / "fast"
+    return base.with_name(f"{base.name}-node{node}")
+
+
+def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
     c = cfg.checkpoint
     return {
-        "fast": Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
+        "fast": node_fast_dir(cfg, out, 0) if nodes > 1 else Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
         "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
     }
 
 
-def corrupt_newest(cfg: JobConfig, out: Path) -> str | None:
+def corrupt_newest(cfg: JobConfig, out: Path, nodes: int = 1) -> str | None:
     """Flips bytes inside the largest shard of the checkpoint a resume would pick first.
 
     The file keeps its size, so only checksum validation can catch it: this is the silent
     corruption case (bad disk, partial overwrite), not a missing file.
     """
-    refs = [ref for tier, root in _tier_roots(cfg, out).items() for ref in _list_committed(root, tier)]
+    refs = [ref for tier, root in _tier_roots(cfg, out, nodes).items() for ref in _list_committed(root, tier)]
     if not refs:
         return None
     newest = sorted(refs, key=lambda r: (-r.step, 0 if r.tier == "fast" else 1))[0]
@@ -137,9 +144,10 @@ class Launcher:
 
     def _env(self, rank: int, port: int, attempt: int) -> dict[str, str]:
         env = dict(os.environ)
+        per_node = self.args.nproc // self.args.nodes
         env.update(
-            RANK=str(rank), WORLD_SIZE=str(self.args.nproc), LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(self.args.nproc), GROUP_RANK="0", ROLE_RANK=str(rank),
+            RANK=str(rank), WORLD_SIZE=str(self.args.nproc), LOCAL_RANK=str(rank % per_node),
+            LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node), ROLE_RANK=str(rank),
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
             TORCHELASTIC_RESTART_COUNT=str(attempt),
             HPTRAIN_JOB_START_UNIX=repr(self.job_start), PYTHONUNBUFFERED="1",
@@ -176,15 +184,22 @@ class Launcher:
         logs_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
         self.procs, pumps, log_files = [], [], []
-        cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+        per_node = self.args.nproc // self.args.nodes
         for rank in range(self.args.nproc):
             log = open(logs_dir / f"attempt{attempt}_rank{rank}.log", "w")
             log_files.append(log)
+            cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+            if self.args.nodes > 1:
+                # Emulated nodes: each has a fast tier of its own, as /dev/shm per pod.
+                cmd += ["--set", f"checkpoint.fast_dir={node_fast_dir(self.cfg, self.out, rank // per_node)}"]
             p = subprocess.Popen(
                 cmd, env=self._env(rank, port, attempt), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=_die_with_parent,
             )
             self.procs.append(p)
+        if self.terminating:
+            # A SIGTERM that arrived while the ranks were being started reaches them too.
+            self._kill_group(signal.SIGTERM)
         # Output pumps start after every fork: no other thread of ours runs while a child is
         # between fork and exec (preexec_fn).
         for p, log in zip(self.procs, log_files):
@@ -223,11 +238,40 @@ class Launcher:
             t.join(timeout=5)
         for log in log_files:
             log.close()
+        if outcome == "failed" and self._completed_in(started):
+            # The run reached its target and wrote its summary; a rank that then died on
+            # the way out (a crash in teardown) loses nothing, so do not train again.
+            sys.stdout.write(
+                f"HPTRAIN-LAUNCH attempt {attempt} completed (summary written) but exited with codes "
+                f"{[p.returncode for p in self.procs]}; counted as success\n"
+            )
+            sys.stdout.flush()
+            outcome = "ok"
         if self.terminating and outcome == "failed":
             outcome = "terminated"
         return AttemptResult(
             attempt, [p.returncode for p in self.procs], outcome, started, time.time(), chaos_kill=chaos_kill
         )
+
+    def _rank_error(self, attempt: int, rank: int) -> str:
+        try:
+            text = (self.out / "logs" / f"attempt{attempt}_rank{rank}.log").read_text()
+        except OSError:
+            text = ""
+        lines = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+        return lines[-1] if lines else f"error: rank {rank} exited with code {USAGE_EXIT_CODE} (bad input)"
+
+    def _completed_in(self, started: float) -> bool:
+        """True when summary.json was written during this attempt and says the run completed."""
+        path = self.out / "summary.json"
+        try:
+            if path.stat().st_mtime < started:
+                return False
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return s.get("exit_reason") == "completed" and s.get("steps") == self.cfg.training.steps \
+            and s.get("target_steps") == self.cfg.training.steps
 
     def run(self) -> int:
         deadline = self.job_start + self.args.timeout_s
@@ -235,6 +279,12 @@ class Launcher:
         exit_code = 1
         corrupted_once = False
         for attempt in range(self.args.max_restarts + 1):
+            if self.terminating:
+                # SIGTERM arrived between attempts: do not start another one.
+                sys.stdout.write(f"HPTRAIN-LAUNCH terminated before attempt {attempt}; not restarting\n")
+                sys.stdout.flush()
+                exit_code = 1
+                break
             result = self.run_attempt(attempt, deadline)
             attempts.append(result)
             if result.outcome == "ok":
@@ -243,9 +293,17 @@ class Launcher:
             if result.outcome in ("timeout", "terminated"):
                 exit_code = TIMEOUT_EXIT_CODE if result.outcome == "timeout" else 1
                 break
-            result.checkpoints_after = _listing(self.cfg, self.out)
+            if USAGE_EXIT_CODE in result.exit_codes:
+                # Bad input (config, data path, incompatible checkpoints): a restart fails
+                # the same way, so stop with the rank's one-line error.
+                result.outcome = "bad_input"
+                exit_code = USAGE_EXIT_CODE
+                sys.stderr.write(self._rank_error(attempt, result.exit_codes.index(USAGE_EXIT_CODE)) + "\n")
+                sys.stderr.flush()
+                break
+            result.checkpoints_after = _listing(self.cfg, self.out, self.args.nodes)
             if self.args.corrupt_newest and not corrupted_once:
-                result.corrupted = corrupt_newest(self.cfg, self.out)
+                result.corrupted = corrupt_newest(self.cfg, self.out, self.args.nodes)
                 corrupted_once = True
             sys.stdout.write(
                 f"HPTRAIN-LAUNCH attempt {attempt} failed with exit codes {result.exit_codes}; "
@@ -280,6 +338,9 @@ class Launcher:
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobConfig, list[str]]:
     p = _Parser(prog="python -m training.launch", description="local multi-process launcher with restarts and fault injection")
     p.add_argument("--nproc", type=int, default=2, help="number of ranks (processes)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="emulate this many nodes: ranks split evenly, each node with its own LOCAL_RANK "
+                        "numbering and its own fast-tier directory (<fast dir>-node<k>)")
     p.add_argument("--preset", default="tiny", help=f"config preset ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, help="training steps (same as --set training.steps=N)")
     p.add_argument("--out", required=True, help="run directory; summary.json is written there")
@@ -304,10 +365,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
 
     if args.nproc < 1:
         p.error("--nproc must be >= 1")
-    if args.chaos_kill_every_s is not None and args.chaos_kill_every_s <= 0:
-        p.error("--chaos-kill-every-s must be > 0")
-    if args.max_restarts < 0 or args.timeout_s <= 0:
-        p.error("--max-restarts must be >= 0 and --timeout-s > 0")
+    if args.nodes < 1 or args.nproc % args.nodes:
+        p.error("--nodes must be >= 1 and divide --nproc")
+    if args.chaos_kill_every_s is not None and not (math.isfinite(args.chaos_kill_every_s) and args.chaos_kill_every_s > 0):
+        p.error("--chaos-kill-every-s must be a finite number > 0")
+    if args.max_restarts < 0:
+        p.error("--max-restarts must be >= 0")
+    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
+        p.error("--timeout-s must be a finite number > 0")
+    if args.watchdog_s is not None and not (math.isfinite(args.watchdog_s) and args.watchdog_s >= 0):
+        p.error("--watchdog-s must be a finite number >= 0")
     if (args.kill_rank is None) != (args.kill_at_step is None):
         p.error("--kill-rank and --kill-at-step go together")
     if (args.hang_rank is None) != (args.hang_at_step is None):
@@ -330,6 +397,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         cfg.check_world(args.nproc)
     except ConfigError as e:
         p.error(str(e))
+    if args.corrupt_newest and args.kill_rank is None and args.hang_rank is None \
+            and args.chaos_kill_every_s is None and args.kill_during_checkpoint is None:
+        p.error("--corrupt-newest acts before the first restart: give a kill, hang or chaos fault too")
     if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
         p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
     c = cfg.checkpoint

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg, out, info)
         install_signal_handlers(trainer)
         code = trainer.run()
+        trainer.teardown()
     except (ConfigError, FileNotFoundError, IncompatibleCheckpoint) as e:
         # Bad input discovered once the world exists (a missing data path, checkpoints of a
         # different model in the run directory): one line.
@@ -73,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         # teardown, exit so the launcher restarts the group.
         os._exit(1)
     dist.destroy_process_group()
-    return code
+    # Nothing is left to run: exit now rather than through interpreter shutdown, whose
+    # destructors of library threads have aborted the process after a successful run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

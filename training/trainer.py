@@ -141,6 +141,7 @@ class Trainer:
             on_checkpoint_written=self.faults.checkpoint_written,
             on_committed=self._on_committed,
         )
+        self.faults.settle = self.checkpointer.wait
         self.watchdog = Watchdog(cfg.fault.watchdog_s)
         self._stop_requested = False
         self._saved_after_sigterm = False
@@ -273,8 +274,18 @@ class Trainer:
         self.watchdog.beat(self.state.step)
         self.checkpointer.close()
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if not self.info.is_main:
-            return 0
+        if self.info.is_main:
+            self._write_summary(reason, full)
+        return 0
+
+    def teardown(self) -> None:
+        """Orderly end on every rank, after the summary: no rank leaves while a peer still
+        uses a group, and no background thread or group outlives the process group."""
+        dist.barrier()
+        self.checkpointer.close()
+        self.checkpointer.destroy_group()
+
+    def _write_summary(self, reason: str, full: dict[str, Any]) -> None:
         digest = metrics.params_sha256(full)
         export_path = None
         if self.cfg.checkpoint.export_final and reason == "completed":
@@ -316,7 +327,6 @@ class Trainer:
             "export_path": str(export_path) if export_path else None,
         }
         metrics.write_summary(self.out, summary)
-        return 0
 
 
 def install_signal_handlers(trainer: Trainer) -> None:

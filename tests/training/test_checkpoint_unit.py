@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import random
+
+import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from training.checkpoint import (
     COMMITTED,
+    CheckpointManager,
     DCP_METADATA,
     MANIFEST,
     build_manifest,
@@ -23,6 +28,10 @@ from training.checkpoint import (
     step_dir_name,
     validate_checkpoint,
 )
+from training.config import CheckpointConfig, OptimConfig
+from training.data import ResumableLoader, build_source
+from training.optim import build_optimizer
+from training.trainer import TrainState
 
 # Single-process DCP calls here run without a process group on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -135,18 +144,51 @@ def test_candidates_newest_across_tiers() -> None:
     assert candidate_order([[], []]) == []
 
 
-def test_newest_valid_checkpoint_across_tiers_is_chosen(tmp_path: Path) -> None:
+@pytest.fixture
+def world_of_one(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real (gloo, one rank) process group, for code that runs collectives."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _manager(tmp_path: Path, app_state: dict) -> CheckpointManager:  # type: ignore[type-arg]
+    cfg = CheckpointConfig(fast_dir=str(tmp_path / "fast"), durable_dir=str(tmp_path / "durable"), fast_backend="local")
+    return CheckpointManager(cfg, tmp_path, app_state, rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def test_newest_valid_checkpoint_across_tiers_is_chosen(tmp_path: Path, world_of_one: None) -> None:
     fast, durable = tmp_path / "fast", tmp_path / "durable"
     for step in (4, 8, 12):
-        make_checkpoint(fast, step, "fast")
-    make_checkpoint(durable, 10, "durable")
+        make_checkpoint(fast, step, "fast", value=float(step))
+    make_checkpoint(durable, 10, "durable", value=10.0)
     _flip_byte(fast / step_dir_name(12) / "__0_0.distcp")  # newest is corrupt
-    listed = [(r.step, r.tier) for root, tier in ((fast, "fast"), (durable, "durable")) for r in list_committed(root, tier)]
-    chosen = next(
-        (step, tier) for step, tier in candidate_order([listed])
-        if validate_checkpoint((fast if tier == "fast" else durable) / step_dir_name(step), 0)[0]
-    )
-    assert chosen == (10, "durable")
+    state = {"w": torch.zeros(64, 64), "step": 0}
+    manager = _manager(tmp_path, state)
+    try:
+        ref = manager.resume()  # the selection the trainer runs
+    finally:
+        manager.close()
+        manager.destroy_group()
+    assert ref is not None and (ref.step, ref.tier) == (10, "durable")
+    assert state["step"] == 10 and torch.equal(state["w"], torch.full((64, 64), 10.0))
+
+
+def test_rng_state_round_trips_through_train_state(tmp_path: Path, world_of_one: None) -> None:
+    model = torch.nn.Linear(4, 4)
+    opt, sched = build_optimizer(model, OptimConfig(), 10)
+    source = build_source("synthetic", path="", dtype="uint16", seq_len=8, vocab_size=32, seed=1, synthetic_samples=16)
+    loader = ResumableLoader(source, 2, 0, 1, 1, torch.device("cpu"))
+    ts = TrainState(sched, loader, world_size=1)
+    torch.manual_seed(5), np.random.seed(5), random.seed(5)
+    saved = ts.state_dict()
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    torch.manual_seed(99), np.random.seed(99), random.seed(99)
+    restored = TrainState(sched, loader, world_size=1)
+    restored.load_state_dict(saved)
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
 
 
 def test_listing_ignores_foreign_entries(tmp_path: Path) -> None:
@@ -156,3 +198,19 @@ def test_listing_ignores_foreign_entries(tmp_path: Path) -> None:
     (tmp_path / ".trash-step_00000001-ab").mkdir()
     assert [r.step for r in list_committed(tmp_path, "durable")] == [4]
     assert clean_stale(tmp_path) == [".trash-step_00000001-ab"]
+
+
+def test_blocking_time_is_counted_once_per_wait(tmp_path: Path, world_of_one: None) -> None:
+    state = {"w": torch.zeros(256, 256), "step": 0}
+    committed: list[float] = []
+    manager = _manager(tmp_path, state)
+    manager.on_committed = lambda step, tier, blocking: committed.append(blocking)
+    try:
+        manager.save(4, "fast")
+        manager.save(8, "fast")  # waits for step 4 first: that wait is step 4's blocking time
+        manager.wait()  # the final wait counts too
+    finally:
+        manager.close()
+        manager.destroy_group()
+    assert len(committed) == 2
+    assert manager.blocking_total_s == pytest.approx(sum(committed), rel=1e-9, abs=1e-12)

@@ -24,6 +24,23 @@ from tests.training.conftest import REPO
         ["training.launch"],
         ["training.train", "--out", "X", "--set", "optim.lr=fast"],
         ["training.train", "--out", "X", "--preset", "nope"],
+        # Every numeric field is range-checked before any arithmetic on it.
+        ["training.train", "--out", "X", "--set", "model.n_heads=0"],
+        ["training.train", "--out", "X", "--set", "model.multiple_of=0"],
+        ["training.train", "--out", "X", "--set", "data.synthetic_samples=0"],
+        ["training.train", "--out", "X", "--set", "fault.watchdog_s=nan"],
+        ["training.train", "--out", "X", "--set", "parallel.dp_shard=0"],
+        ["training.train", "--out", "X", "--set", "optim.lr=-0.1"],
+        ["training.train", "--out", "X", "--set", "optim.lr=0"],
+        ["training.train", "--out", "X", "--set", "optim.warmup_steps=-1"],
+        ["training.train", "--out", "X", "--set", "optim.beta2=1"],
+        ["training.train", "--out", "X", "--set", "optim.min_lr_ratio=inf"],
+        ["training.train", "--out", "X", "--set", "training.grad_clip=0"],
+        ["training.launch", "--out", "X", "--timeout-s", "nan"],
+        ["training.launch", "--out", "X", "--watchdog-s", "inf"],
+        ["training.launch", "--out", "X", "--nproc", "2", "--nodes", "3"],
+        ["training.launch", "--out", "X", "--set", "model.n_heads=0"],
+        ["training.launch", "--out", "X", "--corrupt-newest"],
     ],
 )
 def test_bad_cli_input(argv: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]

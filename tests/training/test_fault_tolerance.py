@@ -80,14 +80,29 @@ def test_kill_during_checkpoint_never_loads_torn(reference_run: LaunchResult, tm
     assert r.summary["final_params_sha256"] == reference_run.summary["final_params_sha256"]
 
 
+def _committed_steps(listing: dict[str, list[str]]) -> list[tuple[int, str]]:
+    """(step, tier) of the committed checkpoints in a launcher listing, newest first."""
+    found = [(int(n[5:]), tier) for tier, names in listing.items() for n in names if re.fullmatch(r"step_\d{8}", n)]
+    return sorted(found, key=lambda c: (-c[0], c[1] != "fast"))
+
+
 def test_corrupt_newest_falls_back_to_previous(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--kill-rank", "0", "--kill-at-step", "23", "--corrupt-newest")
     _ok(r)
-    corrupted = r.summary["launcher"]["attempts"][0]["corrupted"]
+    attempt0 = r.summary["launcher"]["attempts"][0]
+    corrupted = attempt0["corrupted"]
+    # The kill waits for the in-flight checkpoint, so step 20 (durable) was committed.
     assert corrupted.startswith("durable/step_00000020/")
     assert "checksum mismatch" in r.stderr + r.stdout or "checksum mismatch" in _logs(tmp_path)
-    # Previous good checkpoint: fast step 16.
-    assert _starts(r)[1] == (16, "fast")
+    # Expected: the newest committed checkpoint older than the corrupted one, as the launcher
+    # recorded them after the kill (fast step 16) -- an older checkpoint, not a fresh start.
+    committed = _committed_steps(attempt0["checkpoints_after"])
+    assert committed[0] == (20, "durable")
+    previous = next(c for c in committed if c[0] < 20)
+    assert previous == (16, "fast")
+    assert _starts(r)[1] == previous
+    recovery = r.summary["recoveries"][0]
+    assert (recovery["resumed_step"], recovery["resumed_from"]) == previous
     assert r.summary["final_params_sha256"] == reference_run.summary["final_params_sha256"]
 
 
@@ -146,9 +161,34 @@ def test_hsdp_with_activation_checkpointing_trains(tmp_path: Path) -> None:
 def test_intact_but_incompatible_checkpoints_are_not_discarded(reference_run: LaunchResult, tmp_path: Path) -> None:
     shutil.copytree(reference_run.out / "ckpt", tmp_path / "ckpt")
     before = sorted(p.name for p in (tmp_path / "ckpt" / "durable").iterdir())
-    r = launch(tmp_path, "--max-restarts", "0", overrides=["model.dim=96"])
-    assert r.returncode == 1
+    # Bad input: the launcher stops after the first attempt (no restarts) with exit code 2
+    # and the rank's one-line error.
+    r = launch(tmp_path, overrides=["model.dim=96"])
+    assert r.returncode == 2
+    assert r.summary["launcher"]["restarts"] == 0
+    assert r.summary["launcher"]["attempts"][0]["outcome"] == "bad_input"
+    assert "refusing to start from scratch" in r.stderr and r.stderr.startswith("error: ")
     assert "refusing to start from scratch" in _logs(tmp_path)
     assert "Traceback" not in _logs(tmp_path)
     # Nothing was pruned or overwritten by a run that started over.
     assert sorted(p.name for p in (tmp_path / "ckpt" / "durable").iterdir()) == before
+
+
+def test_node_local_fast_tier_resumes_on_every_node(tmp_path: Path) -> None:
+    # Two emulated nodes of one rank each: each node has its own fast directory and its own
+    # LOCAL_RANK 0, as with /dev/shm per pod. Replicated state (step, schedule, data position,
+    # RNG) must be in every node's copy, so a resume works with the durable tier gone.
+    extra = ["--nodes", "2"]
+    first = launch(tmp_path, *extra, steps=14, overrides=["training.cpu_threads=1"])
+    _ok(first)
+    for node in (0, 1):
+        fast = tmp_path / "ckpt" / f"fast-node{node}"
+        assert [r.step for r in list_committed(fast, "fast")] == [12, 8, 4]
+        ok, why = validate_checkpoint(fast / "step_00000012", node)
+        assert ok, why
+    shutil.rmtree(tmp_path / "ckpt" / "durable")
+    again = launch(tmp_path, *extra, "--max-restarts", "0", steps=20, overrides=["training.cpu_threads=1"])
+    _ok(again)
+    starts = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in START_RE.finditer(again.stdout)]
+    assert sorted(starts) == [(0, 12, "fast"), (1, 12, "fast")]
+    assert again.summary["steps"] == 20 and "refusing" not in _logs(tmp_path)
