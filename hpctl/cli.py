@@ -20,7 +20,6 @@ from config.capacity import (
     MIN_SUBNET_PREFIX,
     CapacityError,
     plan_group,
-    smallest_prefix,
 )
 from config.instance_types import INSTANCE_TYPES, known_instance_types
 from config.loader import ConfigError, load_file
