@@ -99,7 +99,9 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
 Cidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_parse_cidr)]
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
-GroupName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")]
+# HyperPod's instance group name rule (also what `hpctl job render` accepts).
+GROUP_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+GroupName = Annotated[str, StringConstraints(pattern=GROUP_NAME_PATTERN)]
 
 
 class FieldError(ValueError):

@@ -75,12 +75,12 @@ class EksCluster(Construct):
         admin_role_arns: Sequence[str],
         public_access_cidrs: Sequence[str],
         log_retention_days: int,
-        retain: bool,
+        removal_policy: cdk.RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         if len({s.availability_zone for s in control_plane_subnets}) < 2:
             raise ValueError("EKS needs control-plane subnets in at least two Availability Zones")
-        removal = cdk.RemovalPolicy.RETAIN if retain else cdk.RemovalPolicy.DESTROY
+        removal = removal_policy
         self.cluster_name = cluster_name
 
         # Envelope encryption of Kubernetes secrets. Retained with the cluster: losing the
@@ -179,7 +179,7 @@ class EksCluster(Construct):
                     ]
                 )
             ),
-            deletion_protection=retain,
+            deletion_protection=removal_policy == cdk.RemovalPolicy.RETAIN,
         )
         self.resource.apply_removal_policy(removal)
         self.resource.node.add_dependency(self.log_group)

@@ -16,6 +16,7 @@ from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
 from platform_constructs.hyperpod_dependencies import HyperPodDependencies
 from stacks.network_stack import NetworkStack
+from platform_constructs.retention import stateful_removal_policy
 
 # DaemonSet add-ons: they become ACTIVE with zero nodes, so they never hold the stack up.
 NODELESS_ADDONS: tuple[str, ...] = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -56,7 +57,7 @@ class EksStack(cdk.Stack):
             admin_role_arns=settings.admin_role_arns,
             public_access_cidrs=[str(cidr) for cidr in settings.public_access_cidrs],
             log_retention_days=settings.log_retention_days,
-            retain=config.retain_stateful,
+            removal_policy=stateful_removal_policy(config.retain_stateful),
         )
         self.kubectl = KubectlAccess(
             self,

@@ -15,6 +15,7 @@ from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSet
 from stacks.eks_stack import EksStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
+from platform_constructs.retention import stateful_removal_policy
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent.parent / "lifecycle"
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"
@@ -42,7 +43,7 @@ class HyperPodStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         name = cluster_name_for(config.environment)
         subnets_by_az = dict(network.cluster_subnets)
-        retention = cdk.RemovalPolicy.RETAIN if config.retain_stateful else cdk.RemovalPolicy.DESTROY
+        retention = stateful_removal_policy(config.retain_stateful)
 
         node_role = HyperPodExecutionRole(
             self,

@@ -11,6 +11,7 @@ from constructs import Construct
 from config.capacity import NetworkLayout
 from config.schema import EnvironmentConfig
 from platform_constructs.network import ClusterNetwork
+from platform_constructs.retention import stateful_removal_policy
 
 
 class NetworkStack(cdk.Stack):
@@ -34,9 +35,7 @@ class NetworkStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         net = config.network
         # The one place this stack maps `retain_stateful` (the log key and log groups).
-        self.removal_policy = (
-            cdk.RemovalPolicy.RETAIN if config.retain_stateful else cdk.RemovalPolicy.DESTROY
-        )
+        self.removal_policy = stateful_removal_policy(config.retain_stateful)
         self.network = ClusterNetwork(
             self,
             "Network",

@@ -13,6 +13,7 @@ from constructs import Construct
 from config.schema import EnvironmentConfig
 from platform_constructs.storage import AccessLogBucket, FsxLustre, SecureBucket
 from stacks.network_stack import NetworkStack
+from platform_constructs.retention import stateful_removal_policy
 
 
 class StorageStack(cdk.Stack):
@@ -31,9 +32,7 @@ class StorageStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         storage = config.storage
         # The one place this stack maps `retain_stateful`: every resource here takes it.
-        self.removal_policy = (
-            cdk.RemovalPolicy.RETAIN if config.retain_stateful else cdk.RemovalPolicy.DESTROY
-        )
+        self.removal_policy = stateful_removal_policy(config.retain_stateful)
 
         self.kms_key: kms.IKey = kms.Key(
             self,

@@ -20,6 +20,7 @@ falls back to older checkpoints if a load still fails.
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import hashlib
 import json
 import os
@@ -99,14 +100,15 @@ def sha256_file(path: Path) -> str:
 
 
 def _fsync_dir(path: Path) -> None:
+    """Best effort: makes a rename durable where the filesystem supports directory fsync
+    (some, like tmpfs variants and FUSE, refuse it; the commit marker still orders writes)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems (tmpfs variants, FUSE) refuse directory fsync
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -233,7 +233,7 @@ def test_public_endpoint_is_restricted_to_listed_cidrs():
         stack, "Cluster", cluster_name="c", kubernetes_version="1.32", vpc=vpc,
         control_plane_subnets=vpc.isolated_subnets or vpc.public_subnets, security_groups=[],
         admin_role_arns=[], public_access_cidrs=["203.0.113.0/24"], log_retention_days=30,
-        retain=False,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
     )
     Template.from_stack(stack).has_resource_properties(
         "AWS::EKS::Cluster",
@@ -520,7 +520,7 @@ def _admin_entry_ids(admin_role_arns: list[str]) -> dict[str, str]:
         stack, "Cluster", cluster_name="c", kubernetes_version="1.32", vpc=vpc,
         control_plane_subnets=vpc.public_subnets, security_groups=[],
         admin_role_arns=admin_role_arns, public_access_cidrs=[], log_retention_days=30,
-        retain=False,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
     )
     entries = Template.from_stack(stack).find_resources("AWS::EKS::AccessEntry")
     return {e["Properties"]["PrincipalArn"]: logical_id for logical_id, e in entries.items()}
