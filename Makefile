@@ -5,8 +5,10 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export NPM_CONFIG_LOGLEVEL := error
+# One worker per core of the 2-core machines CI runs on; each loadgroup is built once.
+PYTEST := python -m pytest -n 2 --dist loadgroup
 
-.PHONY: setup setup-synth synth synth-all test bench
+.PHONY: setup setup-synth synth synth-all check format test test-fast snapshots bench
 
 setup:
 	@scripts/bootstrap.sh test
@@ -21,8 +23,29 @@ synth: setup-synth
 synth-all: setup-synth
 	@for e in dev staging prod; do $(MAKE) --no-print-directory synth ENV=$$e || exit 1; done
 
-test: setup
-	@python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+# The gate on the Python itself: lint (with import order), format and types.
+check: setup
+	@ruff check --quiet .
+	@ruff format --check --quiet .
+	@mypy
+
+# Apply the linter's safe fixes and the formatter.
+format: setup
+	@ruff check --quiet --fix .
+	@ruff format --quiet .
+
+test: setup check
+	@$(PYTEST) $(PYTEST_ARGS)
+
+# The inner loop: everything but the multi-process training runs.
+test-fast: setup
+	@$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+# Rewrite the committed snapshots from a fresh synth, then show what changed.
+snapshots: setup
+	@UPDATE_SNAPSHOTS=1 $(PYTEST) tests/infra/test_snapshots.py -q
+	@git --no-pager diff --stat -- tests/infra/snapshots
+	@git --no-pager diff -- tests/infra/snapshots
 
 bench: setup
 	@python benchmarks/synth_time.py

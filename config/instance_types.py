@@ -116,11 +116,14 @@ def known_instance_types() -> list[str]:
     return sorted(INSTANCE_TYPES)
 
 
+def unknown_instance_type(name: str) -> str:
+    """The one message for an instance type the table does not know."""
+    return f"unknown instance type {name!r}; known types: {', '.join(known_instance_types())}"
+
+
 def lookup(name: str) -> InstanceType:
-    """Return the figures for `name`; KeyError names the known types."""
+    """Return the figures for `name`; KeyError carries `unknown_instance_type(name)`."""
     try:
         return INSTANCE_TYPES[name]
     except KeyError:
-        raise KeyError(
-            f"unknown instance type {name!r}; known types: {', '.join(known_instance_types())}"
-        ) from None
+        raise KeyError(unknown_instance_type(name)) from None

@@ -1,0 +1,72 @@
+"""Kubernetes and HyperPod names the platform, its jobs and `hpctl` must agree on.
+
+The one home of each: the stacks create what these name, `hpctl job render` writes
+manifests that use them, and tests check one against the other.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+# Node labels HyperPod and Kubernetes set (HyperPod CLI constants, AWS task-governance docs).
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+INSTANCE_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
+NODE_HEALTH_LABEL: Final = "sagemaker.amazonaws.com/node-health-status"
+
+# Kueue labels a job carries so task governance admits it to its team's queue.
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
+
+# Task governance names a team's namespace, local queue and priority classes like this.
+TEAM_NAMESPACE_PREFIX: Final = "hyperpod-ns-"
+LOCAL_QUEUE_SUFFIX: Final = "-localqueue"
+PRIORITY_CLASS_SUFFIX: Final = "-priority"
+
+# The PersistentVolumeClaim bound to the platform's FSx for Lustre file system.
+FSX_CLAIM_NAME: Final = "fsx-claim"
+DEFAULT_NAMESPACE: Final = "default"
+
+# Label key prefixes (the DNS domain before the "/") owned by someone else: HyperPod sets its
+# own node labels and taints (health status, instance group, deep health checks) under
+# sagemaker.amazonaws.com and would fight over them; Kubernetes reserves kubernetes.io and
+# k8s.io for its core components. Subdomains belong to the same owner.
+RESERVED_LABEL_DOMAINS: Final = ("sagemaker.amazonaws.com", "kubernetes.io", "k8s.io")
+
+# SageMaker's ClusterInstanceGroupName pattern (also the HyperPod cluster name rule).
+INSTANCE_GROUP_NAME_PATTERN: Final = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+INSTANCE_GROUP_NAME = re.compile(INSTANCE_GROUP_NAME_PATTERN)
+
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def reserved_label_domain(key: str) -> str | None:
+    """The reserved domain a label or taint `key` is prefixed with, if any."""
+    if "/" not in key:
+        return None
+    prefix = key.split("/", 1)[0].lower()
+    for domain in RESERVED_LABEL_DOMAINS:
+        if prefix == domain or prefix.endswith(f".{domain}"):
+            return domain
+    return None
+
+
+def team_namespace(team: str) -> str:
+    """The namespace task governance creates for `team`."""
+    return f"{TEAM_NAMESPACE_PREFIX}{team}"
+
+
+def local_queue(team: str) -> str:
+    """The Kueue LocalQueue of `team`'s namespace."""
+    return f"{team_namespace(team)}{LOCAL_QUEUE_SUFFIX}"
+
+
+def priority_class(name: str) -> str:
+    """The Kueue WorkloadPriorityClass task governance creates for a priority class `name`."""
+    return f"{name}{PRIORITY_CLASS_SUFFIX}"
