@@ -8,23 +8,19 @@ a non-zero exit, and no templates.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-
-def _use_bundled_node() -> None:
-    # jsii spawns `node`; prefer the pinned Node in the virtualenv over an end-of-life system one.
-    bundled = Path(sys.executable).parent / "node"
-    if bundled.exists():
-        os.environ.setdefault("JSII_NODE", str(bundled))
+from stacks.toolchain import use_bundled_node
 
 
 def main() -> int:
-    _use_bundled_node()
-    from config.loader import ConfigError, load_environment, load_file
-
+    use_bundled_node()
     import aws_cdk as cdk
+
+    from config.errors import ConfigError
+    from config.loader import load_environment, load_file
+    from stacks.platform import build_app
 
     app = cdk.App()
     # `-c config=path/to/file.yaml` synthesizes a file outside config/ (e.g. a PR preview);
@@ -39,10 +35,7 @@ def main() -> int:
         print(str(error), file=sys.stderr)
         return 1
 
-    from stacks.platform import build_platform, register_policy_checks
-
-    register_policy_checks(app)
-    build_platform(app, loaded)
+    build_app(loaded, app=app)
     app.synth()
     return 0
 

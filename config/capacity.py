@@ -24,6 +24,7 @@ AWS_RESERVED_PER_SUBNET = 5
 MIN_SUBNET_PREFIX = 16  # largest subnet AWS allows
 MAX_SUBNET_PREFIX = 28  # smallest subnet AWS allows
 AZ_SLOTS = 8  # fixed subnet slots, one per AZ letter a-h
+MAX_AZ_LETTER = chr(ord("a") + AZ_SLOTS - 1)
 
 
 class CapacityError(ValueError):
@@ -110,8 +111,8 @@ def plan_group(
     availability_zone: str | None = None,
 ) -> GroupPlan:
     instance = lookup(instance_type)
-    if interface is None and instance.supports_efa:
-        interface = "efa"
+    if interface is None:
+        interface = instance.default_interface
     return GroupPlan(
         name=name,
         instance_type=instance_type,
@@ -218,7 +219,8 @@ def plan_network(
     if beyond:
         raise CapacityError(
             "network.availability_zones",
-            f"{beyond[0]}: only AZ letters a-h have subnet slots; use AZs a to h",
+            f"{beyond[0]}: only AZ letters a-{MAX_AZ_LETTER} have subnet slots; "
+            f"use AZs a to {MAX_AZ_LETTER}",
         )
     unpinned_azs = set(cluster_level_azs if cluster_level_azs is not None else azs)
     small_block = vpc_cidr if cluster_cidr is not None else _nth_subnet(

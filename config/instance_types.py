@@ -12,6 +12,7 @@ from typing import Literal
 
 AcceleratorKind = Literal["nvidia", "neuron", "none"]
 InterfaceType = Literal["efa", "efa-only"]
+INTERFACE_TYPES: tuple[InterfaceType, ...] = ("efa", "efa-only")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,15 @@ class InstanceType:
         if interface == "efa":
             return self.supports_efa
         return self.supports_efa_only
+
+    @property
+    def supported_interfaces(self) -> tuple[InterfaceType, ...]:
+        return tuple(i for i in INTERFACE_TYPES if self.supports_interface(i))
+
+    @property
+    def default_interface(self) -> InterfaceType | None:
+        """The interface a group gets when its config names none: efa where the type has it."""
+        return "efa" if self.supports_efa else None
 
 
 def _gpu(name: str, **kw: object) -> InstanceType:

@@ -10,7 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from config.capacity import CapacityError, NetworkLayout, default_headroom, plan_group, plan_network
-from config.schema import EnvironmentConfig, FieldError
+from config.errors import ConfigError, problem_lines
+from config.schema import EnvironmentConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent
 
@@ -31,15 +32,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-class ConfigError(Exception):
-    """Invalid configuration: `lines` holds one self-contained message per problem."""
-
-    def __init__(self, source: str, lines: list[str]) -> None:
-        self.source = source
-        self.lines = lines
-        super().__init__("\n".join(f"{source}: {line}" for line in lines))
-
-
 @dataclass(frozen=True)
 class LoadedEnvironment:
     config: EnvironmentConfig
@@ -58,49 +50,13 @@ _PATTERN_HINTS = {
 }
 
 
-def _loc_to_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
-    return path
-
-
-def _error_lines(error: ValidationError) -> list[str]:
-    lines = []
-    for item in error.errors(include_url=False):
-        loc = tuple(item["loc"])
-        original = (item.get("ctx") or {}).get("error")
-        if isinstance(original, FieldError):
-            base = _loc_to_path(loc)
-            path = f"{base}.{original.path}" if base else original.path
-            message = original.message
-        else:
-            path = _loc_to_path(loc) or "(top level)"
-            message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "string_type" and loc and loc[-1] == "account":
-                message = "write the 12-digit account ID in quotes, e.g. \"123456789012\""
-            elif item["type"] == "string_pattern_mismatch":
-                field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-                hint = _PATTERN_HINTS.get(field, "see the schema for the allowed format")
-                message = f"{item['input']!r} has the wrong format; {hint}"
-            elif item["type"] == "extra_forbidden":
-                message = "unknown field; remove it or fix its spelling"
-            elif item["type"] == "missing":
-                message = "required field is missing; add it"
-        lines.append(f"{path}: {message}")
-    return lines
-
-
 def parse_config(data: object, source: str) -> EnvironmentConfig:
     if not isinstance(data, dict):
         raise ConfigError(source, ["(top level): expected a mapping of settings"])
     try:
         return EnvironmentConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, _error_lines(error)) from None
+        raise ConfigError(source, problem_lines(error, pattern_hints=_PATTERN_HINTS)) from None
 
 
 def _group_plans(config: EnvironmentConfig):

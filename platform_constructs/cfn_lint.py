@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import aws_cdk as cdk
+from constructs import IConstruct
 
 
 def ignore_cfn_lint(resource: cdk.CfnResource, *rules: str) -> None:
@@ -32,3 +33,15 @@ def ignore_cfn_lint(resource: cdk.CfnResource, *rules: str) -> None:
     config["ignore_checks"] = checks
     metadata["config"] = config
     resource.add_metadata("cfn-lint", metadata)
+
+
+def ignore_redundant_role_dependency(handler: IConstruct | None) -> None:
+    """CDK-generated handlers declare DependsOn their role next to a GetAtt of its ARN;
+    cfn-lint flags the redundancy (W3005) in code the project does not own. (Rewriting
+    DependsOn instead would freeze it: a dependency added later, by CDK or by us, would be
+    silently dropped.) `handler` is the function or its construct; None is a no-op."""
+    if handler is None:
+        return
+    resource = handler if isinstance(handler, cdk.CfnResource) else handler.node.default_child
+    if isinstance(resource, cdk.CfnResource):
+        ignore_cfn_lint(resource, "W3005")

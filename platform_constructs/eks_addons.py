@@ -5,38 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import aws_cdk as cdk
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-# vpc-cni settings for HyperPod nodes. A HyperPod node has a single ENI, and the capacity
-# plan (config/capacity.py) sizes the cluster subnets as one address per ENI slot: pods get
-# secondary IPs on that ENI. Prefix delegation would take /28 blocks instead, which breaks
-# the plan's arithmetic and fragments the subnets, so it is pinned off rather than left to
-# a default. Nothing else departs from the add-on defaults, which is what HyperPod expects.
-VPC_CNI_CONFIGURATION: Mapping[str, Any] = {
-    "env": {
-        "ENABLE_PREFIX_DELEGATION": "false",
-    }
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServiceAccountRef:
-    namespace: str
-    name: str
-
-
-# Service accounts per AWS documentation for each add-on.
-FSX_CSI_CONTROLLER = ServiceAccountRef(namespace="kube-system", name="fsx-csi-controller-sa")
-TRAINING_OPERATOR = ServiceAccountRef(
-    namespace="aws-hyperpod", name="hp-training-operator-controller-manager"
-)
-
+from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR, ServiceAccount
 
 class PinnedAddon(Construct):
     """An `AWS::EKS::Addon` at an exact version.
@@ -82,7 +57,7 @@ class PodIdentity(Construct):
         construct_id: str,
         *,
         cluster_name: str,
-        service_account: ServiceAccountRef,
+        service_account: ServiceAccount,
         description: str,
         statements: Sequence[iam.PolicyStatement],
     ) -> None:
@@ -121,7 +96,7 @@ class AddonWithPodIdentity(Construct):
         cluster_name: str,
         addon_name: str,
         version: str,
-        service_account: ServiceAccountRef,
+        service_account: ServiceAccount,
         description: str,
         statements: Sequence[iam.PolicyStatement],
     ) -> None:
@@ -160,9 +135,9 @@ class FsxCsiDriver(AddonWithPodIdentity):
             scope,
             construct_id,
             cluster_name=cluster_name,
-            addon_name="aws-fsx-csi-driver",
+            addon_name=FSX_CSI_DRIVER,
             version=version,
-            service_account=FSX_CSI_CONTROLLER,
+            service_account=_service_account(FSX_CSI_DRIVER),
             description="FSx CSI controller: describe the platform's Lustre file system",
             statements=[
                 iam.PolicyStatement(
@@ -194,9 +169,9 @@ class TrainingOperator(AddonWithPodIdentity):
             scope,
             construct_id,
             cluster_name=cluster_name,
-            addon_name="amazon-sagemaker-hyperpod-training-operator",
+            addon_name=TRAINING_OPERATOR,
             version=version,
-            service_account=TRAINING_OPERATOR,
+            service_account=_service_account(TRAINING_OPERATOR),
             description="HyperPod training operator: describe the HyperPod cluster's nodes",
             statements=[
                 iam.PolicyStatement(
@@ -206,7 +181,8 @@ class TrainingOperator(AddonWithPodIdentity):
         )
 
 
-def file_system_arn(scope: Construct, file_system_id: str) -> str:
-    return cdk.Stack.of(scope).format_arn(
-        service="fsx", resource="file-system", resource_name=file_system_id
-    )
+def _service_account(addon_name: str) -> ServiceAccount:
+    service_account = ADDONS[addon_name].service_account
+    if service_account is None:
+        raise ValueError(f"the add-on table names no service account for {addon_name}")
+    return service_account

@@ -20,8 +20,9 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
+from config.kubernetes import DEFAULT_NAMESPACE, FSX_CLAIM_NAME
+
 CSI_DRIVER = "fsx.csi.aws.com"
-CLAIM_NAME = "fsx-claim"
 # The smallest FSx for Lustre size: never above the PV's capacity, whatever size the file
 # system is or grows to, so the claim binds and never changes (see the module docstring).
 CLAIM_REQUEST_GIB = 1200
@@ -44,7 +45,7 @@ class FsxStaticVolume(Construct):
         dns_name: str,
         mount_name: str,
         capacity_gib: int,
-        namespaces: tuple[str, ...] = ("default",),
+        namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,),
     ) -> None:
         super().__init__(scope, construct_id)
         if capacity_gib < CLAIM_REQUEST_GIB:
@@ -64,7 +65,7 @@ class FsxStaticVolume(Construct):
     def add_namespace(self, namespace: str) -> eks_v2.KubernetesManifest:
         """Give `namespace` (which must already exist) an `fsx-claim` bound to the file system."""
         if namespace in self.claims:
-            raise ValueError(f"namespace {namespace} already has an {CLAIM_NAME}")
+            raise ValueError(f"namespace {namespace} already has an {FSX_CLAIM_NAME}")
         manifest = eks_v2.KubernetesManifest(
             self,
             "Claim" + "".join(part.capitalize() for part in namespace.split("-")),
@@ -89,7 +90,7 @@ class FsxStaticVolume(Construct):
                 "persistentVolumeReclaimPolicy": "Retain",
                 # Empty class: bind only to the claim named below, never to a default class.
                 "storageClassName": "",
-                "claimRef": {"namespace": namespace, "name": CLAIM_NAME},
+                "claimRef": {"namespace": namespace, "name": FSX_CLAIM_NAME},
                 "mountOptions": ["flock"],
                 "csi": {
                     "driver": CSI_DRIVER,
@@ -106,7 +107,7 @@ class FsxStaticVolume(Construct):
         return {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM_NAME, "namespace": namespace},
+            "metadata": {"name": FSX_CLAIM_NAME, "namespace": namespace},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",

@@ -23,25 +23,27 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
 from constructs import Construct
 
-from config.schema import SUPPORTED_KUBERNETES_VERSIONS
-from platform_constructs.cfn_lint import ignore_cfn_lint
+from platform_constructs.cfn_lint import ignore_redundant_role_dependency
 from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.nag import acknowledge
 from platform_constructs.network import HTTPS, InlinePrefixList
 
 # Minor version of the bundled kubectl (the layer package above). kubectl supports API
-# servers one minor version older or newer; config.schema.SUPPORTED_KUBERNETES_VERSIONS is
-# the one list of versions, kept inside that window (a test checks it).
+# servers one minor version older or newer; the config schema's supported versions stay
+# inside that window (a test checks it).
 KUBECTL_MINOR = (1, 32)
+MANAGEABLE_KUBERNETES_VERSIONS: tuple[str, ...] = tuple(
+    f"{KUBECTL_MINOR[0]}.{KUBECTL_MINOR[1] + skew}" for skew in (-1, 0, 1)
+)
 
 
 def check_kubectl_skew(kubernetes_version: str) -> None:
-    """Refuse a cluster version outside the supported list, which the bundled kubectl can
-    manage by construction (config validation normally rejects it first)."""
-    if kubernetes_version not in SUPPORTED_KUBERNETES_VERSIONS:
+    """Refuse a cluster version the bundled kubectl cannot manage (config validation
+    normally rejects it first)."""
+    if kubernetes_version not in MANAGEABLE_KUBERNETES_VERSIONS:
         raise ValueError(
             f"the bundled kubectl {KUBECTL_MINOR[0]}.{KUBECTL_MINOR[1]} manages Kubernetes "
-            f"{', '.join(SUPPORTED_KUBERNETES_VERSIONS)}, not {kubernetes_version}; use one "
+            f"{', '.join(MANAGEABLE_KUBERNETES_VERSIONS)}, not {kubernetes_version}; use one "
             "of those (a new version needs the matching kubectl layer package)"
         )
 
@@ -151,13 +153,7 @@ class KubectlAccess(Construct):
             self.provider.node.find_child("Handler"),
             self.provider.node.find_child("Provider").node.find_child("framework-onEvent"),
         ):
-            # CDK's functions declare DependsOn their role next to a GetAtt of its ARN;
-            # cfn-lint flags the redundancy (W3005) in code the project does not own.
-            # (Rewriting DependsOn instead would freeze it: any dependency added later, by
-            # CDK or by us, would be silently dropped.)
-            resource = function.node.default_child
-            assert isinstance(resource, cdk.CfnResource)
-            ignore_cfn_lint(resource, "W3005")
+            ignore_redundant_role_dependency(function)
 
         self.access_entry = cluster.grant_cluster_admin("KubectlProviderAccess", role.role_arn)
         self.kubernetes = eks_v2.Cluster.from_cluster_attributes(

@@ -8,6 +8,7 @@ changes another group (no perpetual diffs from list positions).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -15,12 +16,56 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from config.schema import HyperPodConfig, InstanceGroupConfig
 from platform_constructs.lifecycle_scripts import LifecycleScripts
 
 # Pinned so that refactoring the construct tree can never make CloudFormation replace (and
 # so delete) the cluster and its nodes.
 CLUSTER_LOGICAL_ID = "HyperPodCluster"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    key: str
+    effect: str
+    value: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingPlan:
+    """Reserved capacity: the group launches in `availability_zone`'s subnet."""
+
+    arn: str
+    availability_zone: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGroupProps:
+    """One instance group. `interface`: efa / efa-only, None for types without EFA."""
+
+    name: str
+    instance_type: str
+    count: int
+    min_count: int | None = None
+    threads_per_core: int = 1
+    ebs_volume_gib: int
+    deep_health_checks: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    interface: str | None = None
+    training_plan: TrainingPlan | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodClusterProps:
+    """`availability_zones`: the cluster-level subnets (groups without a training plan).
+    `tiered_storage_percent`: memory share of the managed checkpoint tier; None: off."""
+
+    availability_zones: tuple[str, ...]
+    node_recovery: str
+    node_provisioning_mode: str | None
+    tiered_storage_percent: int | None
+    autoscaling: bool
+    instance_groups: tuple[InstanceGroupProps, ...]
 
 
 class HyperPodCluster(Construct):
@@ -32,7 +77,7 @@ class HyperPodCluster(Construct):
         construct_id: str,
         *,
         cluster_name: str,
-        config: HyperPodConfig,
+        props: HyperPodClusterProps,
         eks_cluster_arn: str,
         subnets_by_az: Mapping[str, ec2.ISubnet],
         security_group: ec2.ISecurityGroup,
@@ -42,14 +87,14 @@ class HyperPodCluster(Construct):
         autoscaling_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        if config.autoscaling and autoscaling_role is None:
+        if props.autoscaling and autoscaling_role is None:
             raise ValueError("autoscaling is enabled but no autoscaling role was given")
         self._subnets_by_az = dict(subnets_by_az)
         self._security_group_ids = [security_group.security_group_id]
         self._execution_role = execution_role
         self._lifecycle = lifecycle
 
-        tiered = config.tiered_storage
+        tiered_percent = props.tiered_storage_percent
         self.resource = sagemaker.CfnCluster(
             self,
             "Resource",
@@ -64,28 +109,28 @@ class HyperPodCluster(Construct):
             # lists hyperpod.availability_zones (which never grows with network AZs).
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
                 subnets=[
-                    self._subnets_by_az[az].subnet_id for az in sorted(config.availability_zones)
+                    self._subnets_by_az[az].subnet_id for az in sorted(props.availability_zones)
                 ],
                 security_group_ids=self._security_group_ids,
             ),
-            instance_groups=[self._instance_group(g) for g in config.groups_by_name()],
-            node_recovery=config.node_recovery,
-            node_provisioning_mode=config.node_provisioning_mode,
+            instance_groups=[
+                self._instance_group(g) for g in sorted(props.instance_groups, key=_by_name)
+            ],
+            node_recovery=props.node_recovery,
+            node_provisioning_mode=props.node_provisioning_mode,
             # Stated even when off, so turning it off in config turns it off in the cluster.
             tiered_storage_config=sagemaker.CfnCluster.TieredStorageConfigProperty(
-                mode="Enable" if tiered.enabled else "Disable",
-                instance_memory_allocation_percentage=tiered.memory_percent
-                if tiered.enabled
-                else None,
+                mode="Disable" if tiered_percent is None else "Enable",
+                instance_memory_allocation_percentage=tiered_percent,
             ),
             auto_scaling=sagemaker.CfnCluster.ClusterAutoScalingConfigProperty(
                 mode="Enable", auto_scaler_type="Karpenter"
             )
-            if config.autoscaling
+            if props.autoscaling
             else None,
             # Only the autoscaler assumes the cluster role; without autoscaling there is none.
             cluster_role=autoscaling_role.role_arn
-            if config.autoscaling and autoscaling_role is not None
+            if props.autoscaling and autoscaling_role is not None
             else None,
         )
         self.resource.override_logical_id(CLUSTER_LOGICAL_ID)
@@ -96,7 +141,7 @@ class HyperPodCluster(Construct):
         self.cluster_arn = self.resource.attr_cluster_arn
 
     def _instance_group(
-        self, group: InstanceGroupConfig
+        self, group: InstanceGroupProps
     ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         """One group's properties, computed from that group alone."""
         cfn = sagemaker.CfnCluster
@@ -144,3 +189,7 @@ class HyperPodCluster(Construct):
             if plan is not None
             else None,
         )
+
+
+def _by_name(group: InstanceGroupProps) -> str:
+    return group.name

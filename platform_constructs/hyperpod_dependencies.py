@@ -19,17 +19,32 @@ import yaml
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.images import pinned_images
+from config.images import (
+    EFA_DEVICE_PLUGIN,
+    HEALTH_MONITORING_AGENT,
+    NEURON_DEVICE_PLUGIN,
+    NVIDIA_DEVICE_PLUGIN,
+    pinned_images,
+)
 from config.instance_types import INSTANCE_TYPES
-from config.schema import InstanceGroupConfig
+from config.kubernetes import INSTANCE_TYPE_LABEL
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 # Images: `config.images.pinned_images` (pure data, so config validation can check before
 # synth that the nodes can pull every image); eks.image_overrides win over it.
 
 # ------------------------------------------------------------------------ node selection
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeGroup:
+    """What the device plugins need to know of one instance group: its type, whether its
+    nodes get EFA interfaces, and its taints as (key, effect)."""
+
+    instance_type: str
+    efa: bool
+    taints: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,21 +66,21 @@ class DeviceNodes:
     efa: NodeClass = field(default_factory=NodeClass)
 
     @classmethod
-    def from_groups(cls, groups: Iterable[InstanceGroupConfig]) -> DeviceNodes:
-        members: dict[str, list[InstanceGroupConfig]] = {"nvidia": [], "neuron": [], "efa": []}
+    def from_groups(cls, groups: Iterable[NodeGroup]) -> DeviceNodes:
+        members: dict[str, list[NodeGroup]] = {"nvidia": [], "neuron": [], "efa": []}
         for group in groups:
             accelerator = INSTANCE_TYPES[group.instance_type].accelerator
             if accelerator in ("nvidia", "neuron"):
                 members[accelerator].append(group)
-            if group.interface is not None:  # the group's nodes get EFA interfaces
+            if group.efa:
                 members["efa"].append(group)
         return cls(**{kind: _node_class(found) for kind, found in members.items()})
 
 
-def _node_class(groups: Sequence[InstanceGroupConfig]) -> NodeClass:
+def _node_class(groups: Sequence[NodeGroup]) -> NodeClass:
     return NodeClass(
         instance_types=tuple(sorted({g.instance_type for g in groups})),
-        taints=tuple(sorted({(t.key, t.effect) for g in groups for t in g.taints})),
+        taints=tuple(sorted({taint for g in groups for taint in g.taints})),
     )
 
 
@@ -143,20 +158,24 @@ def render_components(
 
     if nodes.nvidia or nodes.neuron:
         hma = load_manifest("health-monitoring-agent.yaml")
-        variants = (("health-monitoring-agent", nodes.nvidia),
-                    ("health-monitoring-agent-non-nvidia", nodes.neuron))
+        # The chart's two DaemonSets of the agent: NVIDIA nodes and all others.
+        variants = (
+            ("health-monitoring-agent", nodes.nvidia),
+            ("health-monitoring-agent-non-nvidia", nodes.neuron),
+        )
         for name, node_class in variants:
             daemonset = _daemonset(hma, name)
             if node_class:
-                pin_daemonset(daemonset, image=image("health-monitoring-agent"), nodes=node_class)
+                pin_daemonset(daemonset, image=image(HEALTH_MONITORING_AGENT), nodes=node_class)
             else:
                 hma.remove(daemonset)  # a DaemonSet with an empty type list is invalid
-        components["health-monitoring-agent"] = hma
-    for component, manifest, daemonset_name, node_class in (
-        ("nvidia-device-plugin", "nvidia-device-plugin.yaml", "nvidia-device-plugin-daemonset", nodes.nvidia),
-        ("aws-efa-k8s-device-plugin", "efa-device-plugin.yaml", "aws-efa-k8s-device-plugin", nodes.efa),
-        ("neuron-device-plugin", "neuron-device-plugin.yaml", "neuron-device-plugin-daemonset", nodes.neuron),
-    ):
+        components[HEALTH_MONITORING_AGENT] = hma
+    device_plugins = (
+        (NVIDIA_DEVICE_PLUGIN, "nvidia-device-plugin.yaml", "nvidia-device-plugin-daemonset", nodes.nvidia),
+        (EFA_DEVICE_PLUGIN, "efa-device-plugin.yaml", "aws-efa-k8s-device-plugin", nodes.efa),
+        (NEURON_DEVICE_PLUGIN, "neuron-device-plugin.yaml", "neuron-device-plugin-daemonset", nodes.neuron),
+    )  # fmt: skip
+    for component, manifest, daemonset_name, node_class in device_plugins:
         if not node_class:
             continue
         docs = load_manifest(manifest)
@@ -177,12 +196,12 @@ class HyperPodDependencies(Construct):
         *,
         cluster: eks_v2.ICluster,
         region: str,
-        instance_groups: Sequence[InstanceGroupConfig],
+        node_groups: Sequence[NodeGroup],
         image_overrides: Mapping[str, str],
     ) -> None:
         super().__init__(scope, construct_id)
         images = {**pinned_images(region), **image_overrides}
-        components = render_components(nodes=DeviceNodes.from_groups(instance_groups), images=images)
+        components = render_components(nodes=DeviceNodes.from_groups(node_groups), images=images)
         self.manifests: dict[str, eks_v2.KubernetesManifest] = {}
         for name, objects in components.items():
             self.manifests[name] = eks_v2.KubernetesManifest(

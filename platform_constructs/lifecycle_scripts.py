@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct, IConstruct
 
-from platform_constructs.cfn_lint import ignore_cfn_lint
+from platform_constructs.cfn_lint import ignore_redundant_role_dependency
 from platform_constructs.nag import acknowledge, acknowledge_resource
 
 ON_CREATE = "on_create.sh"
@@ -182,11 +182,7 @@ class LifecycleScripts(Construct):
                 "The runtime of CDK's BucketDeployment handler is pinned by aws-cdk-lib and "
                 "moves with CDK upgrades; the project cannot choose it.",
             )
-            function = handler.node.default_child
-            if isinstance(function, cdk.CfnResource):
-                # CDK adds an explicit DependsOn on the handler's role next to the GetAtt of
-                # its ARN; cfn-lint flags the redundancy (W3005) in code we do not own.
-                ignore_cfn_lint(function, "W3005")
+            ignore_redundant_role_dependency(handler)
 
     def _handler_function(self) -> IConstruct | None:
         # BucketDeployment creates one singleton function per stack, directly under the

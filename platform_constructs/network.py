@@ -31,7 +31,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from config.capacity import NetworkLayout
-from platform_constructs.cfn_lint import ignore_cfn_lint
+from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
 from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
@@ -44,16 +44,6 @@ LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 AWS_CUSTOM_RESOURCE_HANDLER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 # CDK's provider behind `restrict_default_security_group` (directly under the stack).
 RESTRICT_DEFAULT_SG_PROVIDER_ID = "Custom::VpcRestrictDefaultSGCustomResourceProvider"
-
-
-def ignore_redundant_role_dependency(handler: IConstruct | None) -> None:
-    """CDK-generated handlers declare DependsOn their role next to a GetAtt of its ARN;
-    cfn-lint flags the redundancy (W3005) in code the project does not own."""
-    if handler is None:
-        return
-    resource = handler if isinstance(handler, cdk.CfnResource) else handler.node.default_child
-    if isinstance(resource, cdk.CfnResource):
-        ignore_cfn_lint(resource, "W3005")
 
 
 def endpoint_construct_id(service: str) -> str:

@@ -15,6 +15,7 @@ The customer key (rotation on) encrypts the file system, where the working data 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -24,7 +25,6 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config.schema import DataRepositoryConfig, FsxConfig
 from platform_constructs.nag import acknowledge
 
 # Lustre 2.15: required for EFA and metadata configuration; pinned so a service default
@@ -32,6 +32,58 @@ from platform_constructs.nag import acknowledge
 LUSTRE_VERSION = "2.15"
 # Abandoned multipart uploads (an interrupted checkpoint upload) are invisible but billed.
 ABORT_INCOMPLETE_UPLOADS_DAYS = 7
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataRepositoryProps:
+    """Where the data bucket appears in the file system and which changes flow each way
+    (NEW, CHANGED, DELETED; an empty tuple leaves that direction off)."""
+
+    file_system_path: str
+    bucket_prefix: str
+    auto_import: tuple[str, ...]
+    auto_export: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsxProps:
+    """A PERSISTENT_2 file system. `metadata_iops` None: AUTOMATIC metadata mode."""
+
+    storage_capacity_gib: int
+    throughput_per_tib: int
+    data_compression: str
+    weekly_maintenance_start: str
+    efa_enabled: bool
+    metadata_iops: int | None
+    data_repository: DataRepositoryProps
+
+
+class StorageKey(kms.Key):
+    """The customer key of the file system: rotated yearly; after deletion, recoverable for
+    30 days where the environment retains state, 7 where nothing is retained."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, removal_policy: cdk.RemovalPolicy
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description="Encrypts the FSx for Lustre file system of "
+            f"{cdk.Stack.of(scope).stack_name}",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+            pending_window=cdk.Duration.days(
+                30 if removal_policy == cdk.RemovalPolicy.RETAIN else 7
+            ),
+        )
+
+
+def expire_noncurrent_versions(purpose: str, days: int) -> s3.LifecycleRule:
+    """Delete overwritten or deleted versions of a versioned bucket's objects after `days`."""
+    return s3.LifecycleRule(
+        id=f"expire-noncurrent-{purpose}",
+        noncurrent_version_expiration=cdk.Duration.days(days),
+    )
 
 
 class SecureBucket(s3.Bucket):
@@ -130,40 +182,40 @@ class AccessLogBucket(SecureBucket):
         )
 
 
-def lustre_configuration(config: FsxConfig) -> fsx.CfnFileSystem.LustreConfigurationProperty:
-    """The LustreConfiguration of a PERSISTENT_2 file system for `config`."""
-    if config.metadata_iops is None:
+def lustre_configuration(props: FsxProps) -> fsx.CfnFileSystem.LustreConfigurationProperty:
+    """The LustreConfiguration of a PERSISTENT_2 file system for `props`."""
+    if props.metadata_iops is None:
         metadata = fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC")
     else:
         metadata = fsx.CfnFileSystem.MetadataConfigurationProperty(
-            mode="USER_PROVISIONED", iops=config.metadata_iops
+            mode="USER_PROVISIONED", iops=props.metadata_iops
         )
     return fsx.CfnFileSystem.LustreConfigurationProperty(
         deployment_type="PERSISTENT_2",
-        per_unit_storage_throughput=config.throughput_per_tib,
-        data_compression_type=config.data_compression,
-        weekly_maintenance_start_time=config.weekly_maintenance_start,
+        per_unit_storage_throughput=props.throughput_per_tib,
+        data_compression_type=props.data_compression,
+        weekly_maintenance_start_time=props.weekly_maintenance_start,
         # EFA (and GPUDirect Storage) needs PERSISTENT_2, a metadata configuration and a
         # security group with all traffic to and from itself. It is fixed at creation.
-        efa_enabled=config.efa_enabled,
+        efa_enabled=props.efa_enabled,
         metadata_configuration=metadata,
     )
 
 
 def data_repository_s3(
-    config: DataRepositoryConfig,
+    props: DataRepositoryProps,
 ) -> fsx.CfnDataRepositoryAssociation.S3Property:
     """Auto import/export policies; an empty event list leaves that direction off."""
     return fsx.CfnDataRepositoryAssociation.S3Property(
         auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
-            events=list(config.auto_import)
+            events=list(props.auto_import)
         )
-        if config.auto_import
+        if props.auto_import
         else None,
         auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(
-            events=list(config.auto_export)
+            events=list(props.auto_export)
         )
-        if config.auto_export
+        if props.auto_export
         else None,
     )
 
@@ -181,7 +233,7 @@ class FsxLustre(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        config: FsxConfig,
+        props: FsxProps,
         subnet: ec2.ISubnet,
         security_group: ec2.ISecurityGroup,
         kms_key: kms.IKey,
@@ -195,15 +247,15 @@ class FsxLustre(Construct):
             file_system_type="LUSTRE",
             file_system_type_version=LUSTRE_VERSION,
             storage_type="SSD",
-            storage_capacity=config.storage_capacity_gib,
+            storage_capacity=props.storage_capacity_gib,
             subnet_ids=[subnet.subnet_id],
             security_group_ids=[security_group.security_group_id],
             kms_key_id=kms_key.key_arn,
-            lustre_configuration=lustre_configuration(config),
+            lustre_configuration=lustre_configuration(props),
         )
         self.resource.apply_removal_policy(removal_policy)
 
-        repository = config.data_repository
+        repository = props.data_repository
         self.data_repository = fsx.CfnDataRepositoryAssociation(
             self,
             "DataRepository",

@@ -1,25 +1,26 @@
-"""Add-ons that need running nodes: coredns, cert-manager, the FSx CSI driver with the static
-FSx volume, and the HyperPod training operator. Deployed after the HyperPod stack, so their
-CloudFormation resources (which wait for the add-on to become ACTIVE) find nodes to run on."""
+"""Add-ons that need running nodes (the `needs_nodes` rows of config/addons.py), the FSx CSI
+driver's static FSx volume, and the HyperPod training operator. Deployed after the HyperPod
+stack, so their CloudFormation resources (which wait for the add-on to become ACTIVE) find
+nodes to run on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.schema import EnvironmentConfig
+from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR
+from config.schema import EksConfig
 from platform_constructs.eks_addons import (
+    AddonWithPodIdentity,
     FsxCsiDriver,
     PinnedAddon,
     TrainingOperator,
-    file_system_arn,
 )
 from platform_constructs.eks_fsx_volume import FsxStaticVolume
-from stacks.eks_stack import EksStack
-from stacks.hyperpod_stack import HyperPodStack
-from stacks.storage_stack import StorageStack
 
 
 class ClusterAddonsStack(cdk.Stack):
@@ -28,52 +29,67 @@ class ClusterAddonsStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvironmentConfig,
-        storage: StorageStack,
-        eks: EksStack,
-        hyperpod: HyperPodStack,
+        eks: EksConfig,
+        cluster_name: str,
+        kubernetes: eks_v2.ICluster,
+        hyperpod_cluster_arn: str,
+        file_system_id: str,
+        file_system_arn: str,
+        file_system_dns_name: str,
+        file_system_mount_name: str,
+        file_system_capacity_gib: int,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        versions = config.eks.addons
-        cluster_name = eks.cluster_name
+        # Add-ons whose controller calls AWS APIs: their construct grants exactly that.
+        with_identity: dict[str, Callable[[str], AddonWithPodIdentity]] = {
+            FSX_CSI_DRIVER: lambda version: FsxCsiDriver(
+                self,
+                "FsxCsiDriver",
+                cluster_name=cluster_name,
+                version=version,
+                file_system_arn=file_system_arn,
+            ),
+            TRAINING_OPERATOR: lambda version: TrainingOperator(
+                self,
+                "TrainingOperator",
+                cluster_name=cluster_name,
+                version=version,
+                hyperpod_cluster_arn=hyperpod_cluster_arn,
+            ),
+        }
+        self.addons: dict[str, PinnedAddon] = {}
+        self.identities: dict[str, AddonWithPodIdentity] = {}
+        for addon in ADDONS.values():
+            if not addon.needs_nodes:
+                continue
+            version = eks.addon_version(addon.name)
+            build = with_identity.get(addon.name)
+            if build is None:
+                self.addons[addon.name] = PinnedAddon(
+                    self,
+                    f"Addon-{addon.name}",
+                    cluster_name=cluster_name,
+                    addon_name=addon.name,
+                    version=version,
+                    configuration=addon.configuration,
+                )
+            else:
+                self.identities[addon.name] = build(version)
+                self.addons[addon.name] = self.identities[addon.name].addon
+        for name, resource in self.addons.items():
+            for earlier in ADDONS[name].after:
+                resource.node.add_dependency(self.addons[earlier])
 
-        self.coredns = PinnedAddon(
-            self, "Addon-coredns", cluster_name=cluster_name, addon_name="coredns",
-            version=versions["coredns"],
-        )
-        self.cert_manager = PinnedAddon(
-            self, "Addon-cert-manager", cluster_name=cluster_name, addon_name="cert-manager",
-            version=versions["cert-manager"],
-        )
-
-        file_system = storage.file_system
-        self.fsx_csi = FsxCsiDriver(
-            self,
-            "FsxCsiDriver",
-            cluster_name=cluster_name,
-            version=versions["aws-fsx-csi-driver"],
-            file_system_arn=file_system_arn(self, file_system.file_system_id),
-        )
         self.fsx_volume = FsxStaticVolume(
             self,
             "FsxVolume",
-            cluster=eks.kubernetes,
-            file_system_id=file_system.file_system_id,
-            dns_name=file_system.dns_name,
-            mount_name=file_system.mount_name,
-            capacity_gib=config.storage.fsx.storage_capacity_gib,
+            cluster=kubernetes,
+            file_system_id=file_system_id,
+            dns_name=file_system_dns_name,
+            mount_name=file_system_mount_name,
+            capacity_gib=file_system_capacity_gib,
         )
         # The PV names the CSI driver; registering the driver first avoids a window where
         # pods referencing the claim fail to mount.
-        self.fsx_volume.node.add_dependency(self.fsx_csi)
-
-        self.training_operator = TrainingOperator(
-            self,
-            "TrainingOperator",
-            cluster_name=cluster_name,
-            version=versions["amazon-sagemaker-hyperpod-training-operator"],
-            hyperpod_cluster_arn=hyperpod.cluster_arn,
-        )
-        # The operator's webhooks take their certificates from cert-manager.
-        self.training_operator.addon.node.add_dependency(self.cert_manager)
+        self.fsx_volume.node.add_dependency(self.identities[FSX_CSI_DRIVER])

@@ -4,26 +4,35 @@ cluster is created). Add-ons that need running nodes are in the cluster add-ons 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.schema import EnvironmentConfig
-from platform_constructs.eks_addons import VPC_CNI_CONFIGURATION, PinnedAddon
+from config.addons import ADDONS
+from config.schema import EksConfig, InstanceGroupConfig
+from platform_constructs.eks_addons import PinnedAddon
 from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
-from platform_constructs.hyperpod_dependencies import HyperPodDependencies
-from stacks.network_stack import NetworkStack
-from platform_constructs.retention import stateful_removal_policy
+from platform_constructs.hyperpod_dependencies import HyperPodDependencies, NodeGroup
 
-# DaemonSet add-ons: they become ACTIVE with zero nodes, so they never hold the stack up.
-NODELESS_ADDONS: tuple[str, ...] = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+
+def node_groups(groups: list[InstanceGroupConfig]) -> list[NodeGroup]:
+    return [
+        NodeGroup(
+            instance_type=group.instance_type,
+            efa=group.interface is not None,
+            taints=tuple((taint.key, taint.effect) for taint in group.taints),
+        )
+        for group in groups
+    ]
 
 
 class EksStack(cdk.Stack):
-    """Exposes `cluster_name`, `cluster_arn`, `cluster_security_group_id` and `kubernetes`
+    """Exports `cluster_name`, `cluster_arn`, `cluster_security_group_id` and `kubernetes`
     (pass it as `cluster=` to `aws_eks_v2.KubernetesManifest` / `HelmChart`).
 
     Storage is not an input: the FSx volume is bound in the cluster add-ons stack, once
@@ -34,61 +43,69 @@ class EksStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvironmentConfig,
-        network: NetworkStack,
+        eks: EksConfig,
+        cluster_name: str,
+        instance_groups: list[InstanceGroupConfig],
+        vpc: ec2.IVpc,
+        infra_subnets: Mapping[str, ec2.ISubnet],
+        node_security_group: ec2.ISecurityGroup,
+        endpoint_security_group: ec2.ISecurityGroup,
+        s3_prefix_list_id: str,
+        removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        settings = config.eks
         # Control-plane ENIs go in the small infrastructure subnets: the cluster subnets are
         # sized address-for-address by the capacity plan for nodes and pods.
-        control_plane_subnets = [network.infra_subnets[az] for az in sorted(network.infra_subnets)]
+        control_plane_subnets = [infra_subnets[az] for az in sorted(infra_subnets)]
 
         self.cluster = EksCluster(
             self,
             "Cluster",
-            cluster_name=f"hyperpod-{config.environment}-eks",
-            kubernetes_version=settings.kubernetes_version,
-            vpc=network.vpc,
+            cluster_name=cluster_name,
+            kubernetes_version=eks.kubernetes_version,
+            vpc=vpc,
             control_plane_subnets=control_plane_subnets,
             # Nodes use this self-referencing group; on the control plane too it lets the API
             # server and kubelets reach each other without any rule open to the VPC.
-            security_groups=[network.efa_security_group],
-            admin_role_arns=settings.admin_role_arns,
-            public_access_cidrs=[str(cidr) for cidr in settings.public_access_cidrs],
-            log_retention_days=settings.log_retention_days,
-            removal_policy=stateful_removal_policy(config.retain_stateful),
+            security_groups=[node_security_group],
+            admin_role_arns=eks.admin_role_arns,
+            public_access_cidrs=[str(cidr) for cidr in eks.public_access_cidrs],
+            log_retention_days=eks.log_retention_days,
+            removal_policy=removal_policy,
         )
         self.kubectl = KubectlAccess(
             self,
             "Kubectl",
             cluster=self.cluster,
-            kubernetes_version=settings.kubernetes_version,
-            vpc=network.vpc,
+            kubernetes_version=eks.kubernetes_version,
+            vpc=vpc,
             subnets=control_plane_subnets,
-            endpoint_security_group=network.endpoint_security_group,
-            # The network construct reads the Region's S3 prefix list at deploy time.
-            s3_prefix_list_id=network.network.s3_prefix_list_id,
+            endpoint_security_group=endpoint_security_group,
+            s3_prefix_list_id=s3_prefix_list_id,
         )
 
-        self.addons: dict[str, PinnedAddon] = {}
-        for name in NODELESS_ADDONS:
-            self.addons[name] = PinnedAddon(
+        # DaemonSet add-ons: they become ACTIVE with zero nodes, so they never hold the stack up.
+        self.addons: dict[str, PinnedAddon] = {
+            addon.name: PinnedAddon(
                 self,
-                f"Addon-{name}",
+                f"Addon-{addon.name}",
                 cluster_name=self.cluster.resource.ref,
-                addon_name=name,
-                version=settings.addons[name],
-                configuration=VPC_CNI_CONFIGURATION if name == "vpc-cni" else None,
+                addon_name=addon.name,
+                version=eks.addon_version(addon.name),
+                configuration=addon.configuration,
             )
+            for addon in ADDONS.values()
+            if not addon.needs_nodes
+        }
 
         self.hyperpod_dependencies = HyperPodDependencies(
             self,
             "HyperPodDependencies",
             cluster=self.kubectl.kubernetes,
-            region=config.region,
-            instance_groups=config.hyperpod.groups_by_name(),
-            image_overrides=settings.image_overrides,
+            region=self.region,
+            node_groups=node_groups(instance_groups),
+            image_overrides=eks.image_overrides,
         )
         for manifest in self.hyperpod_dependencies.manifests.values():
             self.kubectl.depend_on_access(manifest)

@@ -2,89 +2,124 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config.schema import EnvironmentConfig
-from platform_constructs.hyperpod_cluster import HyperPodCluster
+from config.schema import HyperPodConfig, InstanceGroupConfig
+from platform_constructs.hyperpod_cluster import (
+    HyperPodCluster,
+    HyperPodClusterProps,
+    InstanceGroupProps,
+    Taint,
+    TrainingPlan,
+)
 from platform_constructs.hyperpod_role import HyperPodAutoscalingRole, HyperPodExecutionRole
 from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSettings
-from stacks.eks_stack import EksStack
-from stacks.network_stack import NetworkStack
-from stacks.storage_stack import StorageStack
-from platform_constructs.retention import stateful_removal_policy
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent.parent / "lifecycle"
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"
 
 
-def cluster_name_for(environment: str) -> str:
-    """The HyperPod cluster name. Set explicitly (not generated) because HyperPod names the
-    cluster's log group after it, which lets the node role be scoped to that log group, and
-    operators and `hpctl` address the cluster by it."""
-    return f"hyperpod-{environment}"
+def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
+    plan = group.training_plan
+    return InstanceGroupProps(
+        name=group.name,
+        instance_type=group.instance_type,
+        count=group.count,
+        min_count=group.min_count,
+        threads_per_core=group.threads_per_core,
+        ebs_volume_gib=group.ebs_volume_gib,
+        deep_health_checks=tuple(group.deep_health_checks),
+        labels=dict(group.labels),
+        taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value) for t in group.taints),
+        interface=group.interface,
+        training_plan=TrainingPlan(arn=plan.arn, availability_zone=plan.availability_zone)
+        if plan is not None
+        else None,
+    )
+
+
+def cluster_props(hyperpod: HyperPodConfig) -> HyperPodClusterProps:
+    tiered = hyperpod.tiered_storage
+    return HyperPodClusterProps(
+        availability_zones=tuple(hyperpod.availability_zones),
+        node_recovery=hyperpod.node_recovery,
+        node_provisioning_mode=hyperpod.node_provisioning_mode,
+        tiered_storage_percent=tiered.memory_percent if tiered.enabled else None,
+        autoscaling=hyperpod.autoscaling,
+        instance_groups=tuple(instance_group_props(g) for g in hyperpod.instance_groups),
+    )
 
 
 class HyperPodStack(cdk.Stack):
+    """Exports `cluster_name`, `cluster_arn` and `execution_role`."""
+
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvironmentConfig,
-        network: NetworkStack,
-        storage: StorageStack,
-        eks: EksStack,
+        hyperpod: HyperPodConfig,
+        cluster_name: str,
+        fsx_efa_enabled: bool,
+        eks_cluster_arn: str,
+        vpc: ec2.IVpc,
+        cluster_subnets: Mapping[str, ec2.ISubnet],
+        node_security_group: ec2.ISecurityGroup,
+        checkpoint_bucket: s3.IBucket,
+        artifact_bucket: s3.IBucket,
+        removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        name = cluster_name_for(config.environment)
-        subnets_by_az = dict(network.cluster_subnets)
-        retention = stateful_removal_policy(config.retain_stateful)
+        subnets_by_az = dict(cluster_subnets)
 
         node_role = HyperPodExecutionRole(
             self,
             "ExecutionRole",
-            cluster_name=name,
-            vpc=network.vpc,
+            cluster_name=cluster_name,
+            vpc=vpc,
             subnets=[subnets_by_az[az] for az in sorted(subnets_by_az)],
-            security_group=network.efa_security_group,
-            eks_cluster_arn=eks.cluster_arn,
-            checkpoint_bucket=storage.checkpoint_bucket,
-            removal_policy=retention,
+            security_group=node_security_group,
+            eks_cluster_arn=eks_cluster_arn,
+            checkpoint_bucket=checkpoint_bucket,
+            removal_policy=removal_policy,
         )
         lifecycle = LifecycleScripts(
             self,
             "LifecycleScripts",
             source_dir=LIFECYCLE_DIR,
-            bucket=storage.artifact_bucket,
+            bucket=artifact_bucket,
             prefix=LIFECYCLE_PREFIX,
-            settings=LifecycleSettings(fsx_efa_enabled=config.storage.fsx.efa_enabled),
+            settings=LifecycleSettings(fsx_efa_enabled=fsx_efa_enabled),
         )
         lifecycle.grant_read(node_role.role)
         autoscaling_role = (
-            HyperPodAutoscalingRole(self, "AutoscalingRole", cluster_name=name).role
-            if config.hyperpod.autoscaling
+            HyperPodAutoscalingRole(self, "AutoscalingRole", cluster_name=cluster_name).role
+            if hyperpod.autoscaling
             else None
         )
         self.cluster = HyperPodCluster(
             self,
             "Cluster",
-            cluster_name=name,
-            config=config.hyperpod,
-            eks_cluster_arn=eks.cluster_arn,
+            cluster_name=cluster_name,
+            props=cluster_props(hyperpod),
+            eks_cluster_arn=eks_cluster_arn,
             subnets_by_az=subnets_by_az,
-            security_group=network.efa_security_group,
+            security_group=node_security_group,
             execution_role=node_role.role,
             lifecycle=lifecycle,
-            removal_policy=retention,
+            removal_policy=removal_policy,
             autoscaling_role=autoscaling_role,
         )
-        self.cluster_name = name
+        self.cluster_name = cluster_name
         self.cluster_arn = self.cluster.cluster_arn
         self.execution_role = node_role.role
-        cdk.CfnOutput(self, "ClusterName", value=name)
+        cdk.CfnOutput(self, "ClusterName", value=cluster_name)
         cdk.CfnOutput(self, "ClusterArn", value=self.cluster_arn)

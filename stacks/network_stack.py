@@ -9,16 +9,16 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config.capacity import NetworkLayout
-from config.schema import EnvironmentConfig
+from config.schema import NetworkConfig
 from platform_constructs.network import ClusterNetwork
-from platform_constructs.retention import stateful_removal_policy
 
 
 class NetworkStack(cdk.Stack):
     """Owns the VPC, its subnets, NAT, endpoints, flow logs and the EFA security group.
 
     Other stacks use `vpc` (its ID and CIDR; it owns no subnets), `cluster_subnets` /
-    `infra_subnets` (by AZ), `efa_security_group` and `endpoint_security_group`.
+    `infra_subnets` (by AZ), `efa_security_group`, `endpoint_security_group` and
+    `s3_prefix_list_id` (the Region's S3 prefix list, routed by the gateway endpoint).
     """
 
     def __init__(
@@ -26,31 +26,32 @@ class NetworkStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvironmentConfig,
+        network: NetworkConfig,
         layout: NetworkLayout,
+        removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
+        """`removal_policy` applies to the flow-log key and log group."""
         # Set before anything reads `availability_zones` (ec2.Vpc does).
-        self._availability_zones = list(config.network.availability_zones)
+        self._availability_zones = list(network.availability_zones)
         super().__init__(scope, construct_id, **kwargs)
-        net = config.network
-        # The one place this stack maps `retain_stateful` (the log key and log groups).
-        self.removal_policy = stateful_removal_policy(config.retain_stateful)
-        self.network = ClusterNetwork(
+
+        cluster_network = ClusterNetwork(
             self,
             "Network",
             layout=layout,
-            nat_gateways=net.nat_gateways,
-            interface_endpoints=net.interface_endpoints,
-            https_egress_cidrs=net.https_egress_cidrs,
-            flow_log_retention_days=net.flow_log_retention_days,
-            removal_policy=self.removal_policy,
+            nat_gateways=network.nat_gateways,
+            interface_endpoints=network.interface_endpoints,
+            https_egress_cidrs=network.https_egress_cidrs,
+            flow_log_retention_days=network.flow_log_retention_days,
+            removal_policy=removal_policy,
         )
-        self.vpc: ec2.IVpc = self.network.vpc
-        self.cluster_subnets: dict[str, ec2.ISubnet] = self.network.cluster_subnets
-        self.infra_subnets: dict[str, ec2.ISubnet] = self.network.infra_subnets
-        self.efa_security_group: ec2.ISecurityGroup = self.network.efa_security_group
-        self.endpoint_security_group: ec2.ISecurityGroup = self.network.endpoint_security_group
+        self.vpc: ec2.IVpc = cluster_network.vpc
+        self.cluster_subnets: dict[str, ec2.ISubnet] = cluster_network.cluster_subnets
+        self.infra_subnets: dict[str, ec2.ISubnet] = cluster_network.infra_subnets
+        self.efa_security_group: ec2.ISecurityGroup = cluster_network.efa_security_group
+        self.endpoint_security_group: ec2.ISecurityGroup = cluster_network.endpoint_security_group
+        self.s3_prefix_list_id: str = cluster_network.s3_prefix_list_id
 
         # For operators and scripts (`aws cloudformation describe-stacks`); other stacks use
         # the attributes above.

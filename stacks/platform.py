@@ -1,19 +1,30 @@
-"""Compose one environment's stacks. app.py and the tests both call `build_platform`."""
+"""Build one environment's platform: the one place stacks are composed.
+
+`build_app` makes the whole CDK app (`app.py`, the tests and the synth benchmark all call
+it); `build_platform` fills any scope with the stacks, so a pipeline Stage builds exactly
+what `cdk deploy` does.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from config.loader import LoadedEnvironment
+from platform_constructs.retention import stateful_removal_policy
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
 from stacks.hyperpod_stack import HyperPodStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
 
 @dataclass(frozen=True)
@@ -24,33 +35,105 @@ class PlatformStacks:
     hyperpod: HyperPodStack
     cluster_addons: ClusterAddonsStack
 
+    def by_name(self) -> dict[str, cdk.Stack]:
+        """Short name ("network", "cluster_addons", ...) -> stack."""
+        return {
+            "network": self.network,
+            "storage": self.storage,
+            "eks": self.eks,
+            "hyperpod": self.hyperpod,
+            "cluster_addons": self.cluster_addons,
+        }
 
-def register_policy_checks(scope: Construct) -> None:
-    """cdk-nag runs as a validation plugin of the App/Stage that holds the stacks: plugins
-    do not cross a Stage boundary, so a pipeline Stage must call this itself."""
-    cdk.Validations.of(scope).add_plugins(AwsSolutionsChecks(scope))
+
+def cdk_json_context() -> dict[str, Any]:
+    """The context `cdk synth` passes to app.py (feature flags included)."""
+    context: dict[str, Any] = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
+    return context
+
+
+def build_app(
+    loaded: LoadedEnvironment, *, app: cdk.App | None = None, outdir: str | None = None
+) -> tuple[cdk.App, PlatformStacks]:
+    """The whole app of one environment. `app`: the App the CDK CLI gave app.py; default, a
+    new App in `outdir` with the context the CLI would pass (tests, benchmarks)."""
+    if app is None:
+        context = {**cdk_json_context(), "env": loaded.config.environment}
+        app = cdk.App(outdir=outdir, context=context)
+    return app, build_platform(app, loaded)
 
 
 def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStacks:
+    """The stacks of one environment in `scope` (an App or a pipeline Stage), with cdk-nag
+    registered on `scope`: validation plugins do not cross a Stage boundary."""
+    cdk.Validations.of(scope).add_plugins(AwsSolutionsChecks(scope))
     config = loaded.config
+    names = config.names
     env = cdk.Environment(account=config.account, region=config.region)
-    prefix = f"hyperpod-{config.environment}"
+    # The one mapping of `retain_stateful`: every stateful resource takes this policy.
+    removal_policy = stateful_removal_policy(config.retain_stateful)
 
     network = NetworkStack(
-        scope, f"{prefix}-network", env=env, config=config, layout=loaded.layout
+        scope,
+        names.stack("network"),
+        env=env,
+        network=config.network,
+        layout=loaded.layout,
+        removal_policy=removal_policy,
     )
     storage = StorageStack(
-        scope, f"{prefix}-storage", env=env, config=config, network=network
+        scope,
+        names.stack("storage"),
+        env=env,
+        storage=config.storage,
+        subnet=network.cluster_subnets[config.training_availability_zone],
+        security_group=network.efa_security_group,
+        removal_policy=removal_policy,
     )
-    eks = EksStack(scope, f"{prefix}-eks", env=env, config=config, network=network)
+    eks = EksStack(
+        scope,
+        names.stack("eks"),
+        env=env,
+        eks=config.eks,
+        cluster_name=names.eks_cluster,
+        instance_groups=config.hyperpod.groups_by_name(),
+        vpc=network.vpc,
+        infra_subnets=network.infra_subnets,
+        node_security_group=network.efa_security_group,
+        endpoint_security_group=network.endpoint_security_group,
+        s3_prefix_list_id=network.s3_prefix_list_id,
+        removal_policy=removal_policy,
+    )
     hyperpod = HyperPodStack(
-        scope, f"{prefix}-hyperpod", env=env, config=config, network=network, storage=storage, eks=eks
+        scope,
+        names.stack("hyperpod"),
+        env=env,
+        hyperpod=config.hyperpod,
+        cluster_name=names.hyperpod_cluster,
+        fsx_efa_enabled=config.storage.fsx.efa_enabled,
+        eks_cluster_arn=eks.cluster_arn,
+        vpc=network.vpc,
+        cluster_subnets=network.cluster_subnets,
+        node_security_group=network.efa_security_group,
+        checkpoint_bucket=storage.checkpoint_bucket,
+        artifact_bucket=storage.artifact_bucket,
+        removal_policy=removal_policy,
     )
-    # Add-ons that need running nodes (coredns, cert-manager, FSx CSI, training operator)
-    # deploy after the HyperPod cluster so they never wait on nodes that do not exist yet.
+    # Add-ons that need running nodes (the table's `needs_nodes` rows) deploy after the
+    # HyperPod cluster so they never wait on nodes that do not exist yet.
     cluster_addons = ClusterAddonsStack(
-        scope, f"{prefix}-cluster-addons", env=env, config=config, storage=storage, eks=eks,
-        hyperpod=hyperpod,
+        scope,
+        names.stack("cluster-addons"),
+        env=env,
+        eks=config.eks,
+        cluster_name=eks.cluster_name,
+        kubernetes=eks.kubernetes,
+        hyperpod_cluster_arn=hyperpod.cluster_arn,
+        file_system_id=storage.file_system_id,
+        file_system_arn=storage.file_system_arn,
+        file_system_dns_name=storage.dns_name,
+        file_system_mount_name=storage.mount_name,
+        file_system_capacity_gib=config.storage.fsx.storage_capacity_gib,
     )
     cluster_addons.add_stack_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
     for key, value in sorted(config.tags.items()):

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from stacks.toolchain import use_bundled_node
+
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ("dev", "staging", "prod")
 
-# jsii spawns `node`: use the pinned Node next to the interpreter, as app.py does.
-_bundled_node = Path(sys.executable).parent / "node"
-if _bundled_node.exists():
-    os.environ.setdefault("JSII_NODE", str(_bundled_node))
+use_bundled_node()
 
 
 @dataclass
@@ -36,27 +33,15 @@ class SynthResult:
         return self.outdir / f"{self.stacks[short_name].stack_name}.template.json"
 
 
-def cdk_json_context() -> dict:
-    """The feature flags and context `cdk synth` passes to app.py, so tests synthesize the
-    same templates the CLI does."""
-    return json.loads((REPO / "cdk.json").read_text())["context"]
-
-
 def synthesize(env_name: str, outdir: Path, *, config_dir: Path | None = None) -> SynthResult:
     """Build and synthesize one environment exactly as app.py does (nag plugin included)."""
-    import aws_cdk as cdk
-
     from config.loader import CONFIG_DIR, load_environment
-    from stacks.platform import build_platform, register_policy_checks
+    from stacks.platform import build_app
 
     loaded = load_environment(env_name, config_dir or CONFIG_DIR)
-    app = cdk.App(outdir=str(outdir), context={**cdk_json_context(), "env": env_name})
-    register_policy_checks(app)
-    platform = build_platform(app, loaded)
+    app, platform = build_app(loaded, outdir=str(outdir))
     app.synth()
-    stacks = {
-        name: getattr(platform, name) for name in ("network", "storage", "eks", "hyperpod", "cluster_addons")
-    }
+    stacks = platform.by_name()
     templates = {
         name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
         for name, stack in stacks.items()

@@ -1,0 +1,109 @@
+"""The EKS add-ons the platform installs: the one table of their names, pinned versions,
+placement and settings.
+
+Both EKS stacks iterate over it: add-ons that run without nodes go with the EKS cluster,
+the others after the HyperPod cluster. An environment may override a pin
+(`eks.addon_versions`), e.g. to try an upgrade in dev first; the schema checks overrides
+against the minimum here. Adding an add-on is a row here plus, where it calls AWS APIs, its
+construct (its pod identity and permissions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
+VERSION_FORMAT = "vMAJOR.MINOR.PATCH-eksbuild.N"
+
+Version = tuple[int, int, int]
+
+
+def parse_version(version: str) -> Version | None:
+    """(major, minor, patch) of an EKS add-on version, or None if it is not one."""
+    match = _VERSION.match(version)
+    if not match:
+        return None
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceAccount:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Addon:
+    """One EKS add-on.
+
+    `needs_nodes`: the add-on only becomes ACTIVE once pods run (Deployments), so it is
+    created after the HyperPod cluster; DaemonSet add-ons are ACTIVE with zero nodes.
+    `service_account`: the controller's, for an add-on that calls AWS APIs through EKS Pod
+    Identity. `after`: add-ons that must be ACTIVE first.
+    """
+
+    name: str
+    version: str
+    minimum: Version
+    needs_nodes: bool
+    configuration: Mapping[str, Any] | None = None
+    service_account: ServiceAccount | None = None
+    after: tuple[str, ...] = field(default=())
+
+
+# vpc-cni settings for HyperPod nodes. A HyperPod node has a single ENI, and the capacity
+# plan (config/capacity.py) sizes the cluster subnets as one address per ENI slot: pods get
+# secondary IPs on that ENI. Prefix delegation would take /28 blocks instead, which breaks
+# the plan's arithmetic and fragments the subnets, so it is pinned off rather than left to
+# a default. Nothing else departs from the add-on defaults, which is what HyperPod expects.
+VPC_CNI_CONFIGURATION: Mapping[str, Any] = {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
+
+# Minimums: vpc-cni 1.18.3 is the documented HyperPod minimum; the others are the oldest
+# versions this project tested. Service accounts are the ones AWS documents per add-on.
+_TABLE = (
+    Addon(
+        name="vpc-cni",
+        version="v1.20.4-eksbuild.1",
+        minimum=(1, 18, 3),
+        needs_nodes=False,
+        configuration=VPC_CNI_CONFIGURATION,
+    ),
+    Addon(name="kube-proxy", version="v1.32.6-eksbuild.2", minimum=(1, 31, 0), needs_nodes=False),
+    Addon(
+        name="eks-pod-identity-agent",
+        version="v1.3.8-eksbuild.2",
+        minimum=(1, 3, 0),
+        needs_nodes=False,
+    ),
+    Addon(name="coredns", version="v1.11.4-eksbuild.14", minimum=(1, 11, 1), needs_nodes=True),
+    Addon(name="cert-manager", version="v1.18.2-eksbuild.1", minimum=(1, 16, 0), needs_nodes=True),
+    Addon(
+        name="aws-fsx-csi-driver",
+        version="v1.6.0-eksbuild.1",
+        minimum=(1, 2, 0),
+        needs_nodes=True,
+        service_account=ServiceAccount(namespace="kube-system", name="fsx-csi-controller-sa"),
+    ),
+    Addon(
+        name="amazon-sagemaker-hyperpod-training-operator",
+        version="v1.1.0-eksbuild.1",
+        minimum=(1, 0, 0),
+        needs_nodes=True,
+        service_account=ServiceAccount(
+            namespace="aws-hyperpod", name="hp-training-operator-controller-manager"
+        ),
+        # The operator's webhooks take their certificates from cert-manager.
+        after=("cert-manager",),
+    ),
+)
+
+ADDONS: Mapping[str, Addon] = MappingProxyType({addon.name: addon for addon in _TABLE})
+
+# Add-ons other code refers to by name (kube-proxy's build must match the cluster's minor).
+KUBE_PROXY = "kube-proxy"
+FSX_CSI_DRIVER = "aws-fsx-csi-driver"
+TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"

@@ -1,0 +1,70 @@
+"""What every section of the schema shares: the strict base model, field types and the
+small rules several sections apply."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS: tuple[int, ...] = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+)  # fmt: skip
+
+PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
+
+# Private ranges a VPC's primary CIDR must come from.
+RFC1918 = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are errors (typos must not pass)."""
+
+    # strict: no silent coercion ("16" or true for a count, 24000.0 for a size).
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, strict=True)
+
+
+def _parse_cidr(value: object) -> ipaddress.IPv4Network:
+    """CIDR syntax with a message that says what to write instead."""
+    if isinstance(value, ipaddress.IPv4Network):
+        return value
+    text = str(value).strip()
+    if "/" not in text:
+        raise ValueError(f"{text!r} is not a CIDR block; write it as a.b.c.d/prefix")
+    try:
+        return ipaddress.IPv4Network(text)
+    except ipaddress.NetmaskValueError:
+        raise ValueError(f"{text!r} has an invalid prefix length; use /0 to /32") from None
+    except ValueError as error:
+        if "host bits set" in str(error):
+            network = ipaddress.IPv4Network(text, strict=False)
+            raise ValueError(f"{text} has host bits set; use {network}") from None
+        raise ValueError(f"{text!r} is not a valid IPv4 CIDR block") from None
+
+
+Cidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_parse_cidr)]
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
+
+
+def unique(values: Sequence[object], what: str) -> None:
+    """Reject repeats; `what` names one item ("AZ", "endpoint")."""
+    duplicates = sorted({str(v) for v in values if values.count(v) > 1})
+    if duplicates:
+        raise ValueError(f"listed more than once: {', '.join(duplicates)}; list each {what} once")
+
+
+def log_retention(value: int) -> int:
+    if value not in LOG_RETENTION_DAYS:
+        raise ValueError(
+            f"{value} is not a CloudWatch Logs retention period; use one of "
+            f"{', '.join(map(str, LOG_RETENTION_DAYS))}"
+        )
+    return value

@@ -1,0 +1,134 @@
+"""The whole environment file: the sections and the rules that span them."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from config.capacity import MAX_AZ_LETTER
+from config.errors import FieldError
+from config.images import image_problems
+from config.instance_types import INSTANCE_TYPES
+from config.names import PlatformNames
+from config.schema.base import Name, Strict
+from config.schema.eks import EksConfig
+from config.schema.hyperpod import HyperPodConfig
+from config.schema.network import NetworkConfig
+from config.schema.storage import StorageConfig
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+
+class EnvironmentConfig(Strict):
+    environment: Name
+    account: Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
+    region: str
+    retain_stateful: bool = Field(
+        description="Keep FSx, buckets and the cluster when the stack is deleted. Required in prod."
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+    network: NetworkConfig
+    storage: StorageConfig
+    eks: EksConfig
+    hyperpod: HyperPodConfig
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 40:
+            raise ValueError(f"{len(value)} tags; keep at most 40 (AWS allows 50 and CDK adds its own)")
+        for key, tag in value.items():
+            if key.lower().startswith("aws:"):
+                raise ValueError(f"{key!r}: the aws: prefix is reserved for AWS; drop it")
+            if not 1 <= len(key) <= 128 or len(tag) > 256:
+                raise ValueError(f"{key!r}: keys take 1-128 characters and values at most 256")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not _REGION.match(value):
+            raise ValueError(f"{value!r} is not an AWS region name (e.g. us-east-1)")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> EnvironmentConfig:
+        network_azs = self.network.availability_zones
+        for index, az in enumerate(network_azs):
+            if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", az):
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az!r} is not an AZ of region "
+                    f"{self.region} (expected {self.region}a, {self.region}b, ...)"
+                )
+            if az[-1] > MAX_AZ_LETTER:
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az}: AZ letters a-{MAX_AZ_LETTER} own the fixed subnet slots; use an AZ "
+                    f"from {self.region}a to {self.region}{MAX_AZ_LETTER}",
+                )
+        for index, az in enumerate(self.hyperpod.availability_zones):
+            if az not in network_azs:
+                raise FieldError(
+                    f"hyperpod.availability_zones[{index}]",
+                    f"{az} has no cluster subnet; add it to network.availability_zones "
+                    f"({', '.join(network_azs)}) or remove it",
+                )
+        fsx_az = self.storage.fsx.availability_zone
+        if fsx_az not in network_azs:
+            raise FieldError(
+                "storage.fsx.availability_zone",
+                f"{fsx_az} has no cluster subnet; use one of {', '.join(network_azs)}",
+            )
+        if self.environment == "prod" and not self.retain_stateful:
+            raise FieldError(
+                "retain_stateful",
+                "prod must retain FSx, buckets and the cluster; set it to true"
+            )
+        for index, group in enumerate(self.hyperpod.instance_groups):
+            where = f"hyperpod.instance_groups[{index}]"
+            plan = group.training_plan
+            if plan is None:
+                continue
+            if plan.availability_zone not in network_azs:
+                raise FieldError(
+                    f"{where}.training_plan.availability_zone",
+                    f"{plan.availability_zone} (group {group.name}) has no "
+                    f"cluster subnet; add it to network.availability_zones "
+                    f"({', '.join(network_azs)})"
+                )
+            if plan.region != self.region or plan.account != self.account:
+                raise FieldError(
+                    f"{where}.training_plan.arn",
+                    f"plan is in {plan.account}/{plan.region}, the "
+                    f"environment in {self.account}/{self.region}; use a plan of this account and region"
+                )
+            # FSx for Lustre lives in one AZ and EFA does not cross AZs: capacity bought
+            # elsewhere would read its data cross-AZ and could not join the other groups' jobs.
+            if plan.availability_zone != fsx_az:
+                raise FieldError(
+                    f"{where}.training_plan.availability_zone",
+                    f"{plan.availability_zone} (group {group.name}) differs from "
+                    f"storage.fsx.availability_zone {fsx_az} (FSx and EFA stay in one AZ); "
+                    f"buy the plan in {fsx_az}",
+                )
+        for path, message in image_problems(
+            region=self.region,
+            accelerators={INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups},
+            efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
+            overrides=dict(self.eks.image_overrides),
+            https_egress=bool(self.network.https_egress_cidrs),
+        ):
+            raise FieldError(path, message)
+        return self
+
+    @property
+    def training_availability_zone(self) -> str:
+        """Where FSx and all training-plan capacity live (storage.fsx.availability_zone)."""
+        return self.storage.fsx.availability_zone
+
+    @property
+    def names(self) -> PlatformNames:
+        """Stack and cluster names of this environment."""
+        return PlatformNames(self.environment)

@@ -1,0 +1,270 @@
+"""The `hyperpod` section: the cluster, its instance groups and their training plans."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from config.errors import FieldError
+from config.instance_types import INSTANCE_TYPES, InterfaceType, unknown_instance_type
+from config.kubernetes import (
+    INSTANCE_GROUP_NAME_PATTERN,
+    LABEL_KEY,
+    LABEL_VALUE,
+    reserved_label_domain,
+)
+from config.schema.base import PARTITION, Strict, unique
+
+_TRAINING_PLAN_ARN = re.compile(
+    rf"^arn:{PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
+    r"training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
+GroupName = Annotated[str, StringConstraints(pattern=INSTANCE_GROUP_NAME_PATTERN)]
+# HyperPod's KubernetesConfig accepts at most 50 taints per group.
+_MAX_TAINTS = 50
+
+
+def _reserved_key(key: str, example: str) -> None:
+    domain = reserved_label_domain(key)
+    if domain is not None:
+        raise ValueError(
+            f"{key!r} uses the reserved prefix {domain}/ (set by HyperPod or "
+            f"Kubernetes itself); use a key under your own domain, e.g. {example}"
+        )
+
+class TrainingPlanConfig(Strict):
+    arn: str
+    availability_zone: str
+
+    @field_validator("arn")
+    @classmethod
+    def _arn(cls, value: str) -> str:
+        if not _TRAINING_PLAN_ARN.match(value):
+            raise ValueError(
+                f"{value!r} is not a training plan ARN "
+                "(arn:aws:sagemaker:<region>:<account>:training-plan/<name>)"
+            )
+        return value
+
+    @property
+    def region(self) -> str:
+        match = _TRAINING_PLAN_ARN.match(self.arn)
+        assert match is not None  # validated above
+        return match["region"]
+
+    @property
+    def account(self) -> str:
+        match = _TRAINING_PLAN_ARN.match(self.arn)
+        assert match is not None
+        return match["account"]
+
+
+class TaintConfig(Strict):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not LABEL_KEY.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint key")
+        _reserved_key(value, "example.com/dedicated")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("an empty taint value is not allowed; leave value out instead")
+        if value is not None and not LABEL_VALUE.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint value")
+        return value
+
+
+class InstanceGroupConfig(Strict):
+    name: GroupName
+    instance_type: str
+    count: int = Field(ge=0, le=6758)
+    min_count: int | None = Field(default=None, ge=0)
+    threads_per_core: Literal[1, 2] = 1
+    ebs_volume_gib: int = Field(default=500, ge=1, le=16384)
+    deep_health_checks: list[Literal["InstanceStress", "InstanceConnectivity"]] = Field(
+        default_factory=list
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintConfig] = Field(default_factory=list)
+    training_plan: TrainingPlanConfig | None = None
+    network_interface: InterfaceType | None = Field(
+        default=None, description="efa or efa-only; default efa where the type has EFA."
+    )
+    headroom_nodes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Spare addresses for replacements and rolling updates, in nodes; default "
+        "network.default_headroom_percent of count (at least 1).",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in INSTANCE_TYPES:
+            raise ValueError(unknown_instance_type(value))
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if not LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid Kubernetes label key")
+            if not LABEL_VALUE.match(label):
+                raise ValueError(f"{key}: {label!r} is not a valid Kubernetes label value")
+            _reserved_key(key, "example.com/team")
+        return value
+
+    @field_validator("taints", mode="before")
+    @classmethod
+    def _taint_count(cls, value: object) -> object:
+        if isinstance(value, list) and len(value) > _MAX_TAINTS:
+            raise ValueError(
+                f"{len(value)} taints; HyperPod accepts at most {_MAX_TAINTS} per group"
+            )
+        return value
+
+    @field_validator("taints")
+    @classmethod
+    def _unique_taints(cls, value: list[TaintConfig]) -> list[TaintConfig]:
+        # Kubernetes rejects a node whose taints repeat a key with the same effect.
+        seen: set[tuple[str, str]] = set()
+        for taint in value:
+            if (taint.key, taint.effect) in seen:
+                raise ValueError(
+                    f"{taint.key} with effect {taint.effect} appears more than once; "
+                    "list each key/effect pair once"
+                )
+            seen.add((taint.key, taint.effect))
+        return value
+
+    @field_validator("deep_health_checks")
+    @classmethod
+    def _unique_checks(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a check more than once; list each check once")
+        return value
+
+    @model_validator(mode="after")
+    def _group_rules(self) -> InstanceGroupConfig:
+        instance = INSTANCE_TYPES[self.instance_type]
+        if self.min_count is not None and self.min_count > self.count:
+            raise FieldError(
+                "min_count",
+                f"{self.min_count} is more than count {self.count}; "
+                "lower min_count or raise count"
+            )
+        if self.network_interface is not None and not instance.supports_interface(
+            self.network_interface
+        ):
+            supported = instance.supported_interfaces
+            fix = f"use {' or '.join(supported)}" if supported else "remove network_interface"
+            raise FieldError(
+                "network_interface",
+                f"{self.instance_type} does not support "
+                f"{self.network_interface!r}; {fix}"
+            )
+        if self.taints and self.deep_health_checks:
+            raise FieldError(
+                "taints",
+                "custom taints cannot be combined with deep_health_checks (HyperPod "
+                "taints nodes while it checks them); remove the taints or the checks"
+            )
+        if self.deep_health_checks and instance.accelerator == "none":
+            raise FieldError(
+                "deep_health_checks",
+                f"{self.instance_type} has no accelerators to check; "
+                "remove deep_health_checks"
+            )
+        return self
+
+    @property
+    def interface(self) -> InterfaceType | None:
+        """The EFA interface type in effect (None for types without EFA)."""
+        if self.network_interface is not None:
+            return self.network_interface
+        return INSTANCE_TYPES[self.instance_type].default_interface
+
+    @property
+    def availability_zone(self) -> str | None:
+        return self.training_plan.availability_zone if self.training_plan else None
+
+
+class TieredStorageConfig(Strict):
+    enabled: bool = False
+    # The API type accepts 0-100, but HyperPod's managed tiered checkpointing setup guide
+    # gives 20-100 as the range for the in-memory tier: fail here, not mid-deploy.
+    memory_percent: int = Field(
+        default=20,
+        ge=20,
+        le=100,
+        description="Share of each node's memory given to the in-memory checkpoint tier (20-100).",
+    )
+
+    @field_validator("memory_percent", mode="before")
+    @classmethod
+    def _memory_percent(cls, value: object) -> object:
+        # Before the bounds above, so the message gives the range and the default.
+        if isinstance(value, int) and not isinstance(value, bool) and not 20 <= value <= 100:
+            raise ValueError(
+                f"{value} is outside 20-100, the range managed tiered checkpointing accepts; "
+                "use 20 (the default) or more"
+            )
+        return value
+
+
+class HyperPodConfig(Strict):
+    availability_zones: list[str] = Field(
+        min_length=1,
+        description="AZs of the cluster-level subnets, where groups without a training plan "
+        "run. Fixed when the cluster is created (its VpcConfig cannot change); groups reach "
+        "other AZs through their training plan's subnet.",
+    )
+    orchestrator: Literal["eks"] = "eks"
+    node_recovery: Literal["Automatic", "None"] = "Automatic"
+    node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
+    tiered_storage: TieredStorageConfig = Field(default_factory=TieredStorageConfig)
+    autoscaling: bool = False
+    instance_groups: list[InstanceGroupConfig] = Field(min_length=1, max_length=100)
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _unique_azs(cls, value: list[str]) -> list[str]:
+        unique(value, "AZ")
+        return value
+
+    @field_validator("instance_groups")
+    @classmethod
+    def _unique_names(cls, value: list[InstanceGroupConfig]) -> list[InstanceGroupConfig]:
+        names = [g.name for g in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(
+                f"group names must be unique; {', '.join(duplicates)} appears more than once"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_continuous(self) -> HyperPodConfig:
+        # HyperPod's managed Karpenter autoscaling is built on continuous provisioning (its
+        # setup guide creates the cluster with NodeProvisioningMode Continuous).
+        if self.autoscaling and self.node_provisioning_mode != "Continuous":
+            raise FieldError(
+                "autoscaling",
+                "needs node_provisioning_mode: Continuous; set it or turn autoscaling off",
+            )
+        return self
+
+    def groups_by_name(self) -> list[InstanceGroupConfig]:
+        """Groups sorted by name: the order never depends on the order in the file."""
+        return sorted(self.instance_groups, key=lambda g: g.name)

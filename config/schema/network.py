@@ -1,0 +1,150 @@
+"""The `network` section: VPC ranges, AZs, NAT, endpoints and egress."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from config.capacity import MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX
+from config.errors import FieldError
+from config.schema.base import RFC1918, Cidr, Strict, log_retention, unique
+
+# Interface endpoints nodes and the kubectl handler cannot work without (no internet egress).
+REQUIRED_ENDPOINTS: tuple[str, ...] = (
+    "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "lambda", "logs", "sts",
+)  # fmt: skip
+
+# Interface endpoint service names as written after "com.amazonaws.<region>." (ecr.api).
+_ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
+# https_egress_cidrs is for narrow, deliberate exceptions; anything wider than a /8 (and
+# 0.0.0.0/0 above all) would be blanket egress under another name.
+_MIN_EGRESS_PREFIX = 8
+VPC_MIN_PREFIX, VPC_MAX_PREFIX = 16, 28
+
+class NetworkConfig(Strict):
+    vpc_cidr: Cidr = Field(
+        description="Primary VPC CIDR: public subnets (NAT) and small infrastructure subnets."
+    )
+    cluster_cidr: Cidr | None = Field(
+        default=None,
+        description="Secondary CIDR carved into the large private cluster subnets, one per AZ. "
+        "Without it the cluster subnets come from the upper half of vpc_cidr.",
+    )
+    availability_zones: list[str] = Field(min_length=2, max_length=6)
+    nat_gateways: int = Field(ge=1, le=6)
+    public_subnet_prefix: int = Field(default=24, ge=MIN_SUBNET_PREFIX, le=MAX_SUBNET_PREFIX)
+    infra_subnet_prefix: int = Field(default=24, ge=MIN_SUBNET_PREFIX, le=MAX_SUBNET_PREFIX)
+    cluster_subnet_prefix: int | None = Field(
+        default=None,
+        ge=MIN_SUBNET_PREFIX,
+        le=MAX_SUBNET_PREFIX,
+        description="Fixed prefix for cluster subnets; default: the largest equal split of the "
+        "cluster CIDR (subnets cannot grow later, so give them all the room).",
+    )
+    default_headroom_percent: int = Field(default=25, ge=0, le=200)
+    interface_endpoints: list[str] = Field(
+        default_factory=lambda: [
+            "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "elasticloadbalancing", "lambda",
+            "logs", "monitoring", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "sts",
+            "aps-workspaces", "fsx",
+        ],
+        description="Interface endpoints nodes use instead of internet egress.",
+    )
+    https_egress_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Deliberate, narrow TCP 443 egress for nodes (e.g. a proxy or mirror).",
+    )
+    flow_log_retention_days: int = 365
+
+    @field_validator("vpc_cidr", "cluster_cidr")
+    @classmethod
+    def _vpc_block_size(cls, value: ipaddress.IPv4Network | None) -> ipaddress.IPv4Network | None:
+        # AWS allows VPC CIDR blocks (primary and secondary) from /16 to /28.
+        if value is not None and not VPC_MIN_PREFIX <= value.prefixlen <= VPC_MAX_PREFIX:
+            raise ValueError(
+                f"{value} has prefix /{value.prefixlen}; a VPC CIDR must be "
+                f"/{VPC_MIN_PREFIX} to /{VPC_MAX_PREFIX}"
+            )
+        return value
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr_private(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not any(value.subnet_of(block) for block in RFC1918):
+            raise ValueError(f"{value} is not in a private range (10/8, 172.16/12, 192.168/16)")
+        return value
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _unique_azs(cls, value: list[str]) -> list[str]:
+        unique(value, "AZ")
+        return value
+
+    @field_validator("interface_endpoints")
+    @classmethod
+    def _endpoint_services(cls, value: list[str]) -> list[str]:
+        for service in value:
+            if not _ENDPOINT_SERVICE.match(service) or service.startswith("com.amazonaws."):
+                raise ValueError(
+                    f"{service!r} is not an endpoint service name; write the part after "
+                    "com.amazonaws.<region>. (e.g. ecr.api)"
+                )
+        if "s3" in value:
+            raise ValueError(
+                "'s3' is served by the S3 gateway endpoint the network always creates; "
+                "remove it from interface_endpoints"
+            )
+        unique(value, "endpoint")
+        missing = [s for s in REQUIRED_ENDPOINTS if s not in value]
+        if missing:
+            raise ValueError(
+                f"missing {', '.join(missing)}; nodes have no internet egress and need these "
+                "endpoints to pull images, join the cluster and log"
+            )
+        return value
+
+    @field_validator("https_egress_cidrs")
+    @classmethod
+    def _narrow_egress(cls, value: list[ipaddress.IPv4Network]) -> list[ipaddress.IPv4Network]:
+        for cidr in value:
+            if cidr.prefixlen < _MIN_EGRESS_PREFIX:
+                raise ValueError(
+                    f"{cidr} is not a narrow rule (shorter than /{_MIN_EGRESS_PREFIX}); nodes "
+                    "have no blanket egress on purpose: list the proxy or mirror ranges"
+                )
+        unique(value, "CIDR")
+        return value
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        return log_retention(value)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> NetworkConfig:
+        if self.nat_gateways > len(self.availability_zones):
+            raise FieldError(
+                "nat_gateways",
+                f"{self.nat_gateways} NAT gateways for "
+                f"{len(self.availability_zones)} AZs; use at most one per AZ"
+            )
+        if self.cluster_cidr is not None:
+            if self.cluster_cidr.overlaps(self.vpc_cidr):
+                raise FieldError(
+                    "cluster_cidr",
+                    f"{self.cluster_cidr} overlaps vpc_cidr {self.vpc_cidr}; "
+                    "choose a disjoint secondary range"
+                )
+            primary_block = next(b for b in RFC1918 if self.vpc_cidr.subnet_of(b))
+            allowed = [primary_block, ipaddress.IPv4Network("100.64.0.0/10")]
+            if not any(self.cluster_cidr.subnet_of(block) for block in allowed):
+                raise FieldError(
+                    "cluster_cidr",
+                    f"{self.cluster_cidr} cannot be added to a VPC whose primary "
+                    f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10"
+                )
+        return self
+
+

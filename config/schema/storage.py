@@ -1,0 +1,99 @@
+"""The `storage` section: FSx for Lustre and the S3 buckets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from config.schema.base import Strict, unique
+
+# FSx for Lustre metadata IOPS (SSD): 1500, 3000, 6000, then multiples of 12000 to 192000.
+_METADATA_IOPS = (1500, 3000, 6000, *range(12000, 192001, 12000))
+
+class DataRepositoryConfig(Strict):
+    file_system_path: str = Field(default="/data", pattern=r"^/[A-Za-z0-9_./-]*$")
+    bucket_prefix: str = Field(default="", pattern=r"^([A-Za-z0-9_.-]+/)*$")
+    auto_import: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
+        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
+    )
+    auto_export: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
+        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
+    )
+
+    @field_validator("file_system_path")
+    @classmethod
+    def _normalized_path(cls, value: str) -> str:
+        if "//" in value or "/../" in f"{value}/" or "/./" in f"{value}/":
+            raise ValueError(
+                f"{value!r} is not a normalized path; write it without '//', '.' or '..' "
+                "(e.g. /data)"
+            )
+        return value
+
+    @field_validator("auto_import", "auto_export")
+    @classmethod
+    def _unique_events(cls, value: list[str]) -> list[str]:
+        unique(value, "event")
+        return value
+
+
+class FsxConfig(Strict):
+    availability_zone: str = Field(
+        description="The AZ of the file system: fixed at creation (moving it replaces the file "
+        "system). Training plans must be in this AZ so training I/O and EFA stay in one AZ."
+    )
+    storage_capacity_gib: int = Field(ge=1200, le=2_000_000)
+    throughput_per_tib: Literal[125, 250, 500, 1000]
+    data_compression: Literal["LZ4", "NONE"] = "LZ4"
+    weekly_maintenance_start: str = Field(
+        default="7:03:00",
+        pattern=r"^[1-7]:([01]\d|2[0-3]):[0-5]\d$",
+        description="d:HH:MM in UTC, 1 = Monday.",
+    )
+    efa_enabled: bool = Field(
+        default=False,
+        description="EFA and GPUDirect Storage. Fixed at creation (changing it replaces the "
+        "file system) and, once on, throughput_per_tib can no longer change.",
+    )
+    metadata_iops: int | None = Field(
+        default=None,
+        description="Provisioned metadata IOPS; default: AUTOMATIC mode (scales with capacity).",
+    )
+    data_repository: DataRepositoryConfig = Field(default_factory=DataRepositoryConfig)
+
+    @field_validator("metadata_iops")
+    @classmethod
+    def _metadata_iops(cls, value: int | None) -> int | None:
+        if value is not None and value not in _METADATA_IOPS:
+            raise ValueError(
+                f"{value} is not an FSx for Lustre metadata IOPS value; use 1500, 3000, 6000 "
+                "or a multiple of 12000 up to 192000 (or leave it out for AUTOMATIC)"
+            )
+        return value
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _persistent2_capacity(cls, value: int) -> int:
+        if value != 1200 and value % 2400 != 0:
+            raise ValueError(
+                f"{value} GiB is not a PERSISTENT_2 size; use 1200 or a multiple of 2400"
+            )
+        return value
+
+
+class BucketsConfig(Strict):
+    checkpoint_noncurrent_days: int = Field(default=7, ge=1, le=365)
+    data_noncurrent_days: int = Field(
+        default=30,
+        ge=1,
+        le=3653,
+        description="Days an overwritten or deleted data object (e.g. re-exported by FSx) "
+        "stays recoverable.",
+    )
+    access_log_retention_days: int = Field(default=365, ge=1, le=3653)
+
+
+class StorageConfig(Strict):
+    fsx: FsxConfig
+    buckets: BucketsConfig = Field(default_factory=BucketsConfig)
