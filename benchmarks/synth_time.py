@@ -21,39 +21,48 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-_node = Path(sys.executable).parent / "node"
-if _node.exists():
-    os.environ.setdefault("JSII_NODE", str(_node))
 
+from stacks.toolchain import use_bundled_node  # noqa: E402 - needs the repository on sys.path
 
-CDK_CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]
+use_bundled_node()
 
 
 def synth_once(env_name: str) -> float:
-    import aws_cdk as cdk
-
     from config.loader import load_environment
-    from stacks.platform import build_platform, register_policy_checks
+    from stacks.platform import build_app
 
     with tempfile.TemporaryDirectory() as outdir:
         start = time.perf_counter()
-        loaded = load_environment(env_name)
-        app = cdk.App(outdir=outdir, context={**CDK_CONTEXT, "env": env_name})
-        register_policy_checks(app)
-        build_platform(app, loaded)
+        app, _ = build_app(load_environment(env_name), outdir=outdir)
         app.synth()
         return time.perf_counter() - start
 
 
 def cli_synth_once(env_name: str) -> float:
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-           "CDK_DISABLE_VERSION_CHECK": "1", "NPM_CONFIG_LOGLEVEL": "error"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "NPM_CONFIG_LOGLEVEL": "error",
+    }
     with tempfile.TemporaryDirectory() as outdir:
         start = time.perf_counter()
         subprocess.run(
-            [str(bin_dir / "npx"), "cdk", "synth", "-c", f"env={env_name}", "--quiet", "-o", outdir],
-            cwd=REPO, env=env, check=True, capture_output=True,
+            [
+                str(bin_dir / "npx"),
+                "cdk",
+                "synth",
+                "-c",
+                f"env={env_name}",
+                "--quiet",
+                "-o",
+                outdir,
+            ],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
         )
         return time.perf_counter() - start
 

@@ -223,18 +223,22 @@ def plan_network(
             f"use AZs a to {MAX_AZ_LETTER}",
         )
     unpinned_azs = set(cluster_level_azs if cluster_level_azs is not None else azs)
-    small_block = vpc_cidr if cluster_cidr is not None else _nth_subnet(
-        vpc_cidr, vpc_cidr.prefixlen + 1, 0
+    small_block = (
+        vpc_cidr if cluster_cidr is not None else _nth_subnet(vpc_cidr, vpc_cidr.prefixlen + 1, 0)
     )
-    big_block = cluster_cidr if cluster_cidr is not None else _nth_subnet(
-        vpc_cidr, vpc_cidr.prefixlen + 1, 1
+    big_block = (
+        cluster_cidr
+        if cluster_cidr is not None
+        else _nth_subnet(vpc_cidr, vpc_cidr.prefixlen + 1, 1)
     )
     field_big = "network.cluster_cidr" if cluster_cidr is not None else "network.vpc_cidr"
 
     public_size = 1 << (32 - public_prefix)
     infra_size = 1 << (32 - infra_prefix)
     # Infrastructure slots start after all public slots, aligned to their own size.
-    infra_base = -(-(int(small_block.network_address) + slots * public_size) // infra_size) * infra_size
+    infra_base = (
+        -(-(int(small_block.network_address) + slots * public_size) // infra_size) * infra_size
+    )
     small_end = infra_base + slots * infra_size - 1
     if (
         public_prefix < small_block.prefixlen
@@ -249,8 +253,7 @@ def plan_network(
         )
     public = {az: _nth_subnet(small_block, public_prefix, slot[az]) for az in azs}
     infra = {
-        az: ipaddress.IPv4Network((infra_base + slot[az] * infra_size, infra_prefix))
-        for az in azs
+        az: ipaddress.IPv4Network((infra_base + slot[az] * infra_size, infra_prefix)) for az in azs
     }
 
     largest_split = big_block.prefixlen + int(math.log2(slots))
@@ -273,7 +276,8 @@ def plan_network(
     cluster: dict[str, SubnetPlan] = {}
     for az in azs:
         members = tuple(
-            g for g in groups
+            g
+            for g in groups
             if g.availability_zone == az or (g.availability_zone is None and az in unpinned_azs)
         )
         cluster[az] = SubnetPlan(

@@ -8,6 +8,7 @@ names the option (`--nodes`). Both go through `problem_lines`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -79,15 +80,14 @@ def problem_lines(
 
 
 def _message(
-    item: Mapping[str, object],
+    item: Mapping[str, Any],
     loc: Location,
     place: str,
     pattern_hints: Mapping[str, str],
     missing: str,
 ) -> str:
     kind = item["type"]
-    ctx = item.get("ctx") or {}
-    assert isinstance(ctx, dict)
+    ctx: Mapping[str, Any] = item.get("ctx") or {}
     if kind == "missing":
         return missing.format(where=place)
     if kind == "extra_forbidden":

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from config.capacity import CapacityError, NetworkLayout, default_headroom, plan_group, plan_network
+from config.capacity import (
+    CapacityError,
+    GroupPlan,
+    NetworkLayout,
+    default_headroom,
+    plan_group,
+    plan_network,
+)
 from config.errors import ConfigError, problem_lines
 from config.schema import EnvironmentConfig
 
@@ -20,7 +28,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """safe_load that refuses a key given twice in one mapping (plain YAML keeps the last,
     silently dropping the first)."""
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -59,7 +67,7 @@ def parse_config(data: object, source: str) -> EnvironmentConfig:
         raise ConfigError(source, problem_lines(error, pattern_hints=_PATTERN_HINTS)) from None
 
 
-def _group_plans(config: EnvironmentConfig):
+def _group_plans(config: EnvironmentConfig) -> list[GroupPlan]:
     percent = config.network.default_headroom_percent
     return [
         plan_group(
@@ -116,7 +124,9 @@ def load_file(path: Path) -> LoadedEnvironment:
     if path.resolve().parent == CONFIG_DIR and path.stem != config.environment:
         raise ConfigError(
             source,
-            [f"environment: is {config.environment!r} but the file is {path.name}; make them match"],
+            [
+                f"environment: is {config.environment!r} but the file is {path.name}; make them match"
+            ],
         )
     return LoadedEnvironment(config=config, layout=layout, source=path)
 
@@ -132,6 +142,8 @@ def load_environment(name: str, config_dir: Path = CONFIG_DIR) -> LoadedEnvironm
     if loaded.config.environment != name:
         raise ConfigError(
             str(loaded.source),
-            [f"environment: is {loaded.config.environment!r} but the file is {name}.yaml; make them match"],
+            [
+                f"environment: is {loaded.config.environment!r} but the file is {name}.yaml; make them match"
+            ],
         )
     return loaded

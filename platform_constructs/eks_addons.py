@@ -13,6 +13,7 @@ from constructs import Construct
 
 from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR, ServiceAccount
 
+
 class PinnedAddon(Construct):
     """An `AWS::EKS::Addon` at an exact version.
 
@@ -38,7 +39,9 @@ class PinnedAddon(Construct):
             addon_name=addon_name,
             addon_version=version,
             resolve_conflicts="OVERWRITE",
-            configuration_values=json.dumps(configuration, sort_keys=True) if configuration else None,
+            configuration_values=json.dumps(configuration, sort_keys=True)
+            if configuration
+            else None,
         )
 
 

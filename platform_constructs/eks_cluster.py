@@ -108,7 +108,9 @@ class EksCluster(Construct):
             "ClusterRole",
             assumed_by=iam.ServicePrincipal("eks.amazonaws.com"),
             description=f"EKS control plane of {cluster_name}",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSClusterPolicy")],
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSClusterPolicy")
+            ],
         )
         acknowledge(
             self.role,

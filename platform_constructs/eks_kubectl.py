@@ -25,6 +25,7 @@ from constructs import Construct
 
 from platform_constructs.cfn_lint import ignore_redundant_role_dependency
 from platform_constructs.eks_cluster import EksCluster
+from platform_constructs.l1 import default_resource
 from platform_constructs.nag import acknowledge
 from platform_constructs.network import HTTPS, InlinePrefixList
 
@@ -188,6 +189,7 @@ class KubectlAccess(Construct):
             finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
         )
         handler = self.provider.node.find_child("Handler")
+        handler_function = default_resource(handler, cdk.CfnResource)
         acknowledge(
             handler,
             "L1",
@@ -200,7 +202,7 @@ class KubectlAccess(Construct):
             "IAM5",
             "The provider framework may invoke any version of the kubectl handler function "
             "(the ':*' suffix is the function's versions, not other functions)",
-            finding=f"Resource::<{cdk.Stack.of(self).get_logical_id(handler.node.default_child)}.Arn>:*",
+            finding=f"Resource::<{cdk.Stack.of(self).get_logical_id(handler_function)}.Arn>:*",
         )
 
     def _remove_unused_ecr_public_condition(self) -> None:
@@ -208,6 +210,7 @@ class KubectlAccess(Construct):
         attaches to its own role; with our immutable role nothing uses it, and an unused
         condition is a template lint warning."""
         for construct in self.node.find_all():
-            if isinstance(construct, cdk.CfnCondition) and construct.node.id == "HasEcrPublic":
-                construct.node.scope.node.try_remove_child(construct.node.id)
-
+            scope = construct.node.scope
+            unused = isinstance(construct, cdk.CfnCondition) and construct.node.id == "HasEcrPublic"
+            if unused and scope is not None:
+                scope.node.try_remove_child(construct.node.id)

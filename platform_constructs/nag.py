@@ -15,7 +15,9 @@ from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct, IValidation
 
 
-def acknowledge(construct: IConstruct, rule: str, reason: str, *, finding: str | None = None) -> None:
+def acknowledge(
+    construct: IConstruct, rule: str, reason: str, *, finding: str | None = None
+) -> None:
     """Acknowledge AwsSolutions `rule` (e.g. "IAM5") on `construct` only.
 
     `finding` is the bracketed detail cdk-nag prints for rules with several findings
@@ -44,7 +46,7 @@ def nag_resource_string(value: Any) -> str:
         [(key, arg)] = value.items()
         if key == "Fn::Join":
             separator, parts = arg
-            return separator.join(nag_resource_string(p) for p in parts)
+            return str(separator).join(nag_resource_string(p) for p in parts)
         if key == "Ref":
             return f"<{arg}>"
         if key == "Fn::GetAtt":

@@ -28,10 +28,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
-from constructs import Construct, IConstruct
+from constructs import Construct
 
 from config.capacity import NetworkLayout
 from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
+from platform_constructs.l1 import default_resource
 from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
@@ -101,11 +102,11 @@ class InlinePrefixList:
     def connections(self) -> ec2.Connections:
         return ec2.Connections(peer=self)
 
-    def to_ingress_rule_config(self) -> object:
-        return {"sourcePrefixListId": self._prefix_list_id}
+    def to_ingress_rule_config(self) -> ec2.IngressRuleConfig:
+        return ec2.IngressRuleConfig(source_prefix_list_id=self._prefix_list_id)
 
-    def to_egress_rule_config(self) -> object:
-        return {"destinationPrefixListId": self._prefix_list_id}
+    def to_egress_rule_config(self) -> ec2.EgressRuleConfig:
+        return ec2.EgressRuleConfig(destination_prefix_list_id=self._prefix_list_id)
 
 
 class ClusterNetwork(Construct):
@@ -245,14 +246,19 @@ class ClusterNetwork(Construct):
                 sid="AllowCloudWatchLogsForThisAccountsLogGroups",
                 principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
                 actions=[
-                    "kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*",
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
                     "kms:Describe*",
                 ],
                 resources=["*"],
                 conditions={
                     "ArnLike": {
                         "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                            service="logs", resource="log-group", resource_name="*",
+                            service="logs",
+                            resource="log-group",
+                            resource_name="*",
                             arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
                         )
                     }
@@ -287,8 +293,7 @@ class ClusterNetwork(Construct):
         )
         # RetentionDays is a named enum; the schema already limits the value to the periods
         # CloudWatch Logs accepts, so the number is set directly.
-        resource = group.node.default_child
-        assert isinstance(resource, logs.CfnLogGroup)
+        resource = default_resource(group, logs.CfnLogGroup)
         resource.retention_in_days = retention_days
         return group
 
@@ -338,8 +343,7 @@ class ClusterNetwork(Construct):
         if self.secondary_cidr is not None:
             # The subnet's range exists only once the secondary block is associated (and
             # must be deleted before the block is disassociated).
-            subnet_resource = subnet.node.default_child
-            assert isinstance(subnet_resource, ec2.CfnSubnet)
+            subnet_resource = default_resource(subnet, ec2.CfnSubnet)
             subnet_resource.add_resource_dependency(self.secondary_cidr)
         return subnet
 
@@ -451,8 +455,7 @@ def _pin_availability_zone(subnet: ec2.ISubnet) -> None:
     """Subnets name their AZ on purpose: training plans reserve capacity in a named AZ and
     the capacity plan sizes each AZ's subnet. cfn-lint's W3010 (prefer Fn::GetAZs) does
     not apply."""
-    resource = subnet.node.default_child
-    assert isinstance(resource, ec2.CfnSubnet)
+    resource = default_resource(subnet, ec2.CfnSubnet)
     ignore_cfn_lint(resource, "W3010")
     # The same check, run by CDK's built-in template validation during synth.
     cdk.Validations.of(resource).acknowledge(

@@ -25,6 +25,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from platform_constructs.l1 import default_resource
 from platform_constructs.nag import acknowledge
 
 # Lustre 2.15: required for EFA and metadata configuration; pinned so a service default
@@ -131,8 +132,7 @@ class SecureBucket(s3.Bucket):
         policy (its ACLs are disabled). Written out rather than left to the
         `server_access_logs_bucket` prop, whose grant (ACL or policy) depends on a feature
         flag: the template is the same however the app is built."""
-        resource = self.node.default_child
-        assert isinstance(resource, s3.CfnBucket)
+        resource = default_resource(self, s3.CfnBucket)
         resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
             destination_bucket_name=target.bucket_name, log_file_prefix=prefix
         )

@@ -9,9 +9,17 @@ from pathlib import Path
 
 # Resource types worth naming in the summary line of a stack.
 HIGHLIGHTS = (
-    "AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::NatGateway", "AWS::EC2::VPCEndpoint",
-    "AWS::FSx::FileSystem", "AWS::S3::Bucket", "AWS::EKS::Cluster", "AWS::EKS::Addon",
-    "AWS::SageMaker::Cluster", "AWS::IAM::Role", "AWS::KMS::Key",
+    "AWS::EC2::VPC",
+    "AWS::EC2::Subnet",
+    "AWS::EC2::NatGateway",
+    "AWS::EC2::VPCEndpoint",
+    "AWS::FSx::FileSystem",
+    "AWS::S3::Bucket",
+    "AWS::EKS::Cluster",
+    "AWS::EKS::Addon",
+    "AWS::SageMaker::Cluster",
+    "AWS::IAM::Role",
+    "AWS::KMS::Key",
 )
 
 
@@ -24,13 +32,11 @@ def main(outdir: str) -> int:
         if artifact["type"] == "aws:cloudformation:stack"
     ]
     print(f"Templates in {root.resolve()}:")
-    for name, artifact in sorted(stacks):
+    for _, artifact in sorted(stacks):
         path = root / artifact["properties"]["templateFile"]
         resources = json.loads(path.read_text()).get("Resources", {})
         counts = Counter(r["Type"] for r in resources.values())
-        shown = ", ".join(
-            f"{counts[t]} {t.split('::')[-1]}" for t in HIGHLIGHTS if counts.get(t)
-        )
+        shown = ", ".join(f"{counts[t]} {t.split('::')[-1]}" for t in HIGHLIGHTS if counts.get(t))
         print(f"  {path.name}: {len(resources)} resources ({artifact['environment']})")
         if shown:
             print(f"      {shown}")

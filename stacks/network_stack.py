@@ -76,4 +76,3 @@ class NetworkStack(cdk.Stack):
         the VPC never asks the account for them: synth stays offline and deterministic.
         cdk.context.json lists the same zones for tools that read context."""
         return self._availability_zones
-

@@ -4,7 +4,6 @@ small rules several sections apply."""
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -19,9 +18,7 @@ LOG_RETENTION_DAYS: tuple[int, ...] = (
 PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
 
 # Private ranges a VPC's primary CIDR must come from.
-RFC1918 = tuple(
-    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-)
+RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
 class Strict(BaseModel):

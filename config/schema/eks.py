@@ -20,6 +20,7 @@ SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33")
 _ROLE_ARN = re.compile(rf"^arn:{PARTITION}:iam::\d{{12}}:role/[\w+=,.@/-]{{1,512}}$")
 _MIN_PUBLIC_ENDPOINT_PREFIX = 16
 
+
 class EksConfig(Strict):
     kubernetes_version: str
     admin_role_arns: list[str] = Field(min_length=1)
@@ -65,9 +66,7 @@ class EksConfig(Strict):
 
     @field_validator("public_access_cidrs")
     @classmethod
-    def _no_open_endpoint(
-        cls, value: list[ipaddress.IPv4Network]
-    ) -> list[ipaddress.IPv4Network]:
+    def _no_open_endpoint(cls, value: list[ipaddress.IPv4Network]) -> list[ipaddress.IPv4Network]:
         for cidr in value:
             if cidr.prefixlen < _MIN_PUBLIC_ENDPOINT_PREFIX:
                 raise ValueError(

@@ -20,6 +20,7 @@ from config.schema.storage import StorageConfig
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 
+
 class EnvironmentConfig(Strict):
     environment: Name
     account: Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
@@ -37,7 +38,9 @@ class EnvironmentConfig(Strict):
     @classmethod
     def _tags(cls, value: dict[str, str]) -> dict[str, str]:
         if len(value) > 40:
-            raise ValueError(f"{len(value)} tags; keep at most 40 (AWS allows 50 and CDK adds its own)")
+            raise ValueError(
+                f"{len(value)} tags; keep at most 40 (AWS allows 50 and CDK adds its own)"
+            )
         for key, tag in value.items():
             if key.lower().startswith("aws:"):
                 raise ValueError(f"{key!r}: the aws: prefix is reserved for AWS; drop it")
@@ -60,7 +63,7 @@ class EnvironmentConfig(Strict):
                 raise FieldError(
                     f"network.availability_zones[{index}]",
                     f"{az!r} is not an AZ of region "
-                    f"{self.region} (expected {self.region}a, {self.region}b, ...)"
+                    f"{self.region} (expected {self.region}a, {self.region}b, ...)",
                 )
             if az[-1] > MAX_AZ_LETTER:
                 raise FieldError(
@@ -83,8 +86,7 @@ class EnvironmentConfig(Strict):
             )
         if self.environment == "prod" and not self.retain_stateful:
             raise FieldError(
-                "retain_stateful",
-                "prod must retain FSx, buckets and the cluster; set it to true"
+                "retain_stateful", "prod must retain FSx, buckets and the cluster; set it to true"
             )
         for index, group in enumerate(self.hyperpod.instance_groups):
             where = f"hyperpod.instance_groups[{index}]"
@@ -96,13 +98,13 @@ class EnvironmentConfig(Strict):
                     f"{where}.training_plan.availability_zone",
                     f"{plan.availability_zone} (group {group.name}) has no "
                     f"cluster subnet; add it to network.availability_zones "
-                    f"({', '.join(network_azs)})"
+                    f"({', '.join(network_azs)})",
                 )
             if plan.region != self.region or plan.account != self.account:
                 raise FieldError(
                     f"{where}.training_plan.arn",
                     f"plan is in {plan.account}/{plan.region}, the "
-                    f"environment in {self.account}/{self.region}; use a plan of this account and region"
+                    f"environment in {self.account}/{self.region}; use a plan of this account and region",
                 )
             # FSx for Lustre lives in one AZ and EFA does not cross AZs: capacity bought
             # elsewhere would read its data cross-AZ and could not join the other groups' jobs.
@@ -115,7 +117,9 @@ class EnvironmentConfig(Strict):
                 )
         for path, message in image_problems(
             region=self.region,
-            accelerators={INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups},
+            accelerators={
+                INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups
+            },
             efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
             overrides=dict(self.eks.image_overrides),
             https_egress=bool(self.network.https_egress_cidrs),

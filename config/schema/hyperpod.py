@@ -34,6 +34,7 @@ def _reserved_key(key: str, example: str) -> None:
             f"Kubernetes itself); use a key under your own domain, e.g. {example}"
         )
 
+
 class TrainingPlanConfig(Strict):
     arn: str
     availability_zone: str
@@ -50,15 +51,17 @@ class TrainingPlanConfig(Strict):
 
     @property
     def region(self) -> str:
-        match = _TRAINING_PLAN_ARN.match(self.arn)
-        assert match is not None  # validated above
-        return match["region"]
+        return self._arn_part("region")
 
     @property
     def account(self) -> str:
+        return self._arn_part("account")
+
+    def _arn_part(self, name: str) -> str:
         match = _TRAINING_PLAN_ARN.match(self.arn)
-        assert match is not None
-        return match["account"]
+        if match is None:  # the field validator rejects such an ARN first
+            raise ValueError(f"{self.arn!r} is not a training plan ARN")
+        return match[name]
 
 
 class TaintConfig(Strict):
@@ -161,8 +164,7 @@ class InstanceGroupConfig(Strict):
         if self.min_count is not None and self.min_count > self.count:
             raise FieldError(
                 "min_count",
-                f"{self.min_count} is more than count {self.count}; "
-                "lower min_count or raise count"
+                f"{self.min_count} is more than count {self.count}; lower min_count or raise count",
             )
         if self.network_interface is not None and not instance.supports_interface(
             self.network_interface
@@ -171,20 +173,18 @@ class InstanceGroupConfig(Strict):
             fix = f"use {' or '.join(supported)}" if supported else "remove network_interface"
             raise FieldError(
                 "network_interface",
-                f"{self.instance_type} does not support "
-                f"{self.network_interface!r}; {fix}"
+                f"{self.instance_type} does not support {self.network_interface!r}; {fix}",
             )
         if self.taints and self.deep_health_checks:
             raise FieldError(
                 "taints",
                 "custom taints cannot be combined with deep_health_checks (HyperPod "
-                "taints nodes while it checks them); remove the taints or the checks"
+                "taints nodes while it checks them); remove the taints or the checks",
             )
         if self.deep_health_checks and instance.accelerator == "none":
             raise FieldError(
                 "deep_health_checks",
-                f"{self.instance_type} has no accelerators to check; "
-                "remove deep_health_checks"
+                f"{self.instance_type} has no accelerators to check; remove deep_health_checks",
             )
         return self
 

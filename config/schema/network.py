@@ -23,6 +23,7 @@ _ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
 _MIN_EGRESS_PREFIX = 8
 VPC_MIN_PREFIX, VPC_MAX_PREFIX = 16, 28
 
+
 class NetworkConfig(Strict):
     vpc_cidr: Cidr = Field(
         description="Primary VPC CIDR: public subnets (NAT) and small infrastructure subnets."
@@ -46,9 +47,22 @@ class NetworkConfig(Strict):
     default_headroom_percent: int = Field(default=25, ge=0, le=200)
     interface_endpoints: list[str] = Field(
         default_factory=lambda: [
-            "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "elasticloadbalancing", "lambda",
-            "logs", "monitoring", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "sts",
-            "aps-workspaces", "fsx",
+            "ec2",
+            "ecr.api",
+            "ecr.dkr",
+            "eks",
+            "eks-auth",
+            "elasticloadbalancing",
+            "lambda",
+            "logs",
+            "monitoring",
+            "sagemaker.api",
+            "ssm",
+            "ssmmessages",
+            "ec2messages",
+            "sts",
+            "aps-workspaces",
+            "fsx",
         ],
         description="Interface endpoints nodes use instead of internet egress.",
     )
@@ -128,14 +142,14 @@ class NetworkConfig(Strict):
             raise FieldError(
                 "nat_gateways",
                 f"{self.nat_gateways} NAT gateways for "
-                f"{len(self.availability_zones)} AZs; use at most one per AZ"
+                f"{len(self.availability_zones)} AZs; use at most one per AZ",
             )
         if self.cluster_cidr is not None:
             if self.cluster_cidr.overlaps(self.vpc_cidr):
                 raise FieldError(
                     "cluster_cidr",
                     f"{self.cluster_cidr} overlaps vpc_cidr {self.vpc_cidr}; "
-                    "choose a disjoint secondary range"
+                    "choose a disjoint secondary range",
                 )
             primary_block = next(b for b in RFC1918 if self.vpc_cidr.subnet_of(b))
             allowed = [primary_block, ipaddress.IPv4Network("100.64.0.0/10")]
@@ -143,8 +157,6 @@ class NetworkConfig(Strict):
                 raise FieldError(
                     "cluster_cidr",
                     f"{self.cluster_cidr} cannot be added to a VPC whose primary "
-                    f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10"
+                    f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10",
                 )
         return self
-
-

@@ -8,18 +8,17 @@ from pydantic import Field, field_validator
 
 from config.schema.base import Strict, unique
 
+RepositoryEvent = Literal["NEW", "CHANGED", "DELETED"]
+_ALL_EVENTS: tuple[RepositoryEvent, ...] = ("NEW", "CHANGED", "DELETED")
 # FSx for Lustre metadata IOPS (SSD): 1500, 3000, 6000, then multiples of 12000 to 192000.
 _METADATA_IOPS = (1500, 3000, 6000, *range(12000, 192001, 12000))
+
 
 class DataRepositoryConfig(Strict):
     file_system_path: str = Field(default="/data", pattern=r"^/[A-Za-z0-9_./-]*$")
     bucket_prefix: str = Field(default="", pattern=r"^([A-Za-z0-9_.-]+/)*$")
-    auto_import: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
-        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
-    )
-    auto_export: list[Literal["NEW", "CHANGED", "DELETED"]] = Field(
-        default_factory=lambda: ["NEW", "CHANGED", "DELETED"]
-    )
+    auto_import: list[RepositoryEvent] = Field(default_factory=lambda: list(_ALL_EVENTS))
+    auto_export: list[RepositoryEvent] = Field(default_factory=lambda: list(_ALL_EVENTS))
 
     @field_validator("file_system_path")
     @classmethod
