@@ -1,17 +1,14 @@
 """What the operations commands (`hpctl plans ...`, `hpctl cluster ...`) share.
 
 One way to build AWS clients, one way to turn any AWS failure into a single stderr line
-(`hpctl <command>: <Code>: <message>`, exit 1) instead of a traceback, and one way to print
-tables of ids people copy. Input problems found before any call use the same prefix and
-exit 2, like the rest of the CLI's usage errors.
+(`hpctl <command>: <Code>: <message>`, exit 1, through `hpctl.errors`) instead of a
+traceback, and one way to print tables of ids people copy.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
 
 import boto3
 import typer
@@ -22,8 +19,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-USAGE_EXIT_CODE = 2
-AWS_EXIT_CODE = 1
+from hpctl.errors import ExitCode, fail, one_line
 
 # Standard retry mode backs off on throttling and transient errors. The attempt count is
 # left unset so AWS_MAX_ATTEMPTS / the profile's max_attempts still apply.
@@ -46,29 +42,6 @@ def client(service: str, region: str | None = None) -> BaseClient:
     return session(region).client(service, config=_CLIENT_CONFIG)
 
 
-def command_name(ctx: typer.Context) -> str:
-    """`hpctl plans search`, whatever the program was invoked as: the root context's name
-    depends on argv[0] (a console script, `python -m`, a test runner)."""
-    names: list[str] = []
-    current: Any = ctx
-    while current is not None and current.parent is not None:
-        names.append(current.info_name or "")
-        current = current.parent
-    return " ".join(["hpctl", *reversed(names)])
-
-
-def one_line(text: str) -> str:
-    """Fold a multi-line message (botocore's parameter validation report) into one line."""
-    parts = [line.strip() for line in text.splitlines() if line.strip()]
-    joined = ""
-    for part in parts:
-        if joined:
-            # A heading that ends in ":" introduces the next line; anything else is a list.
-            joined += " " if joined.endswith(":") else "; "
-        joined += part
-    return re.sub(r"\s+", " ", joined)
-
-
 def error_line(error: ClientError | BotoCoreError) -> tuple[str, str]:
     """(code, message) for an AWS failure: the service's error code for ClientError, the
     exception class for local botocore failures (no credentials, no endpoint, bad params)."""
@@ -78,12 +51,6 @@ def error_line(error: ClientError | BotoCoreError) -> tuple[str, str]:
         message = details.get("Message") or str(error)
         return code, one_line(message)
     return type(error).__name__, one_line(str(error))
-
-
-def fail(ctx: typer.Context, message: str, code: int = USAGE_EXIT_CODE) -> NoReturn:
-    """Print `hpctl <command>: <message>` on stderr and exit with `code`."""
-    typer.echo(f"{command_name(ctx)}: {one_line(message)}", err=True)
-    raise typer.Exit(code)
 
 
 @contextmanager
@@ -96,8 +63,8 @@ def reported_errors(ctx: typer.Context) -> Iterator[None]:
     try:
         yield
     except (ClientError, BotoCoreError) as error:
-        code, message = error_line(error)
-        fail(ctx, f"{code}: {message}", AWS_EXIT_CODE)
+        error_code, message = error_line(error)
+        fail(ctx, f"{error_code}: {message}", code=ExitCode.FAILED)
 
 
 def print_table(console: Console, table: Table) -> None:

@@ -1,15 +1,16 @@
 """`hpctl`: offline planning and validation for the platform's environment configs.
 
-Every failure is one line per problem on stderr and a non-zero exit; no tracebacks.
+Every failure is one line per problem on stderr (`hpctl <command>: <problem>`) and an exit
+code from `hpctl.errors.ExitCode`; no tracebacks.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,9 +22,18 @@ from config.capacity import (
     CapacityError,
     plan_group,
 )
-from config.instance_types import INSTANCE_TYPES, known_instance_types
-from config.loader import ConfigError, load_file
+from config.errors import ConfigError
+from config.instance_types import (
+    INSTANCE_TYPES,
+    INTERFACE_TYPES,
+    InterfaceType,
+    known_instance_types,
+    lookup,
+)
+from config.loader import load_file
+from hpctl import errors
 from hpctl.cluster import app as cluster_app
+from hpctl.errors import ExitCode, fail
 from hpctl.job_cmd import app as job_app
 from hpctl.plans import app as plans_app
 
@@ -34,38 +44,39 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-class OrchestratorChoice(str, Enum):
+class OrchestratorChoice(StrEnum):
     eks = "eks"
     slurm = "slurm"
 
 
-class InterfaceChoice(str, Enum):
+class InterfaceChoice(StrEnum):
     efa = "efa"
     efa_only = "efa-only"
 
 
-def fail(lines: list[str], code: int = 1) -> typer.Exit:
-    for line in lines:
-        stderr.print(line, markup=False)
-    return typer.Exit(code)
+def _interface_type(choice: InterfaceChoice | None) -> InterfaceType | None:
+    return next((t for t in INTERFACE_TYPES if choice is not None and t == choice.value), None)
+
+
+def config_problems(error: ConfigError) -> list[str]:
+    """One line per problem of an invalid environment file, each naming the file."""
+    return [f"{error.source}: {line}" for line in error.lines]
 
 
 @app.command()
 def validate(
+    ctx: typer.Context,
     files: Annotated[list[Path], typer.Argument(help="Environment files, e.g. config/prod.yaml")],
 ) -> None:
     """Run the same validation and capacity checks as `cdk synth`."""
-    failed = False
+    problems: list[str] = []
     for path in files:
         try:
             loaded = load_file(path)
         except ConfigError as error:
-            failed = True
-            for line in error.lines:
-                stderr.print(f"{error.source}: {line}", markup=False)
+            problems += config_problems(error)
             continue
         groups = len(loaded.config.hyperpod.instance_groups)
         stdout.print(
@@ -73,37 +84,37 @@ def validate(
             f"{groups} instance group{'s' if groups != 1 else ''})",
             markup=False,
         )
-    if failed:
-        raise typer.Exit(1)
+    if problems:
+        fail(ctx, *problems, code=ExitCode.FAILED)
 
 
 def _single_group(
+    ctx: typer.Context,
     instance_type: str,
     count: int,
     orchestrator: OrchestratorChoice,
-    interface: Optional[InterfaceChoice],
+    interface: InterfaceChoice | None,
     headroom: int,
 ) -> dict[str, object]:
-    if instance_type not in INSTANCE_TYPES:
-        raise fail(
-            [
-                f"--instance-type: unknown instance type {instance_type!r}; known types: "
-                f"{', '.join(known_instance_types())}"
-            ],
-            2,
-        )
-    figures = INSTANCE_TYPES[instance_type]
-    chosen = interface.value if interface else None
-    if chosen and not figures.supports_interface(chosen):  # type: ignore[arg-type]
-        supported = [i for i in ("efa", "efa-only") if figures.supports_interface(i)]  # type: ignore[arg-type]
+    try:
+        figures = lookup(instance_type)
+    except KeyError as error:
+        fail(ctx, f"--instance-type: {error.args[0]}", code=ExitCode.USAGE)
+    chosen = _interface_type(interface)
+    if chosen and not figures.supports_interface(chosen):
+        supported = figures.supported_interfaces
         fix = f"use --interface {' or '.join(supported)}" if supported else "omit --interface"
-        raise fail([f"--interface: {instance_type} does not support {chosen!r}; {fix}"], 2)
+        fail(
+            ctx,
+            f"--interface: {instance_type} does not support {chosen!r}; {fix}",
+            code=ExitCode.USAGE,
+        )
     plan = plan_group(
         name=instance_type,
         instance_type=instance_type,
         count=count,
-        orchestrator=orchestrator.value,  # type: ignore[arg-type]
-        interface=chosen,  # type: ignore[arg-type]
+        orchestrator=orchestrator.value,
+        interface=chosen,
         headroom_nodes=headroom,
     )
     result = plan.as_dict()
@@ -113,8 +124,8 @@ def _single_group(
     size = 1 << (32 - max(prefix, 0))
     result["subnet_size"] = size
     result["growth_nodes_in_subnet"] = (
-        (size - AWS_RESERVED_PER_SUBNET - plan.ips_total) // plan.ips_per_node
-    )
+        size - AWS_RESERVED_PER_SUBNET - plan.ips_total
+    ) // plan.ips_per_node
     return result
 
 
@@ -127,10 +138,12 @@ def _print_group(result: dict[str, object]) -> None:
     stdout.print(table)
 
 
-def _print_plan(source: Path, layout_dict: dict) -> None:
+def _print_plan(source: Path, layout_dict: dict[str, Any]) -> None:
     groups = Table(title=f"Cluster subnets for {source}")
     for column in ("AZ", "CIDR", "usable", "required", "free", "groups", "room to grow"):
-        groups.add_column(column, justify="right" if column in ("usable", "required", "free") else "left")
+        groups.add_column(
+            column, justify="right" if column in ("usable", "required", "free") else "left"
+        )
     for az, subnet in layout_dict["cluster_subnets"].items():
         growth = ", ".join(f"up to {n} more {g}" for g, n in subnet["growth_nodes"].items())
         groups.add_row(
@@ -144,7 +157,16 @@ def _print_plan(source: Path, layout_dict: dict) -> None:
         )
     stdout.print(groups)
     per_group = Table(title="Instance groups")
-    for column in ("group", "type", "interface", "nodes", "headroom", "IPs/node", "IPs total", "min subnet"):
+    for column in (
+        "group",
+        "type",
+        "interface",
+        "nodes",
+        "headroom",
+        "IPs/node",
+        "IPs total",
+        "min subnet",
+    ):
         per_group.add_column(column)
     for group in layout_dict["groups"]:
         per_group.add_row(
@@ -162,33 +184,39 @@ def _print_plan(source: Path, layout_dict: dict) -> None:
 
 @app.command()
 def capacity(
+    ctx: typer.Context,
     instance_type: Annotated[
-        Optional[str], typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")
+        str | None, typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")
     ] = None,
-    count: Annotated[Optional[int], typer.Option("--count", min=1, help="Nodes in the group")] = None,
+    count: Annotated[int | None, typer.Option("--count", min=1, help="Nodes in the group")] = None,
     orchestrator: Annotated[
         OrchestratorChoice, typer.Option("--orchestrator", case_sensitive=False)
     ] = OrchestratorChoice.eks,
     interface: Annotated[
-        Optional[InterfaceChoice],
+        InterfaceChoice | None,
         typer.Option("--interface", help="efa (an address per card) or efa-only (none)"),
     ] = None,
     headroom: Annotated[
-        int, typer.Option("--headroom", min=0, help="Spare nodes for replacements and rolling updates")
+        int,
+        typer.Option("--headroom", min=0, help="Spare nodes for replacements and rolling updates"),
     ] = 0,
     config: Annotated[
-        Optional[Path], typer.Option("--config", help="Plan a whole environment file instead")
+        Path | None, typer.Option("--config", help="Plan a whole environment file instead")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Addresses per node, per group and per subnet, with the smallest subnet that holds them."""
     if config is not None:
         if instance_type or count:
-            raise fail(["--config: use either --config or --instance-type/--count, not both"], 2)
+            fail(
+                ctx,
+                "--config: use either --config or --instance-type/--count, not both",
+                code=ExitCode.USAGE,
+            )
         try:
             loaded = load_file(config)
         except ConfigError as error:
-            raise fail([f"{error.source}: {line}" for line in error.lines]) from None
+            fail(ctx, *config_problems(error), code=ExitCode.FAILED)
         layout = loaded.layout.as_dict()
         groups = {g.name: g for s in loaded.layout.cluster.values() for g in s.groups}
         layout["groups"] = [groups[name].as_dict() for name in sorted(groups)]
@@ -199,13 +227,15 @@ def capacity(
             _print_plan(config, layout)
         return
     if instance_type is None or count is None:
-        raise fail(
-            ["--instance-type/--count: both are required (or pass --config FILE)"], 2
+        fail(
+            ctx,
+            "--instance-type/--count: both are required (or pass --config FILE)",
+            code=ExitCode.USAGE,
         )
     try:
-        result = _single_group(instance_type, count, orchestrator, interface, headroom)
+        result = _single_group(ctx, instance_type, count, orchestrator, interface, headroom)
     except CapacityError as error:
-        raise fail([str(error)], 2) from None
+        fail(ctx, str(error), code=ExitCode.USAGE)
     if as_json:
         print(json.dumps(result))
     else:
@@ -252,17 +282,22 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         result = app(args=argv, standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as error:
+        # A group called without a command: its help is the message (typer's rich help has
+        # already printed itself and leaves the message empty).
+        if error.format_message():
+            typer.echo(error.format_message(), err=True)
+        sys.exit(ExitCode.USAGE)
     except click_exceptions.UsageError as error:
-        where = f"{error.ctx.command_path}: " if error.ctx else ""
-        stderr.print(f"{where}{error.format_message()}", markup=False)
-        sys.exit(2)
+        errors.report(error.ctx, error.format_message())
+        sys.exit(ExitCode.USAGE)
     except click_exceptions.ClickException as error:
-        stderr.print(error.format_message(), markup=False)
+        errors.report(None, error.format_message())
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        stderr.print("aborted")
-        sys.exit(130)
-    sys.exit(result if isinstance(result, int) else 0)
+        errors.report(None, "aborted")
+        sys.exit(ExitCode.INTERRUPTED)
+    sys.exit(result if isinstance(result, int) else ExitCode.OK)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
-from typing import Annotated, Any, Optional
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from config.kubernetes import INSTANCE_GROUP_NAME
 from hpctl import aws
+from hpctl.errors import ExitCode, fail
 
 app = typer.Typer(
     help="Inspect a HyperPod cluster and reboot or replace its nodes.",
@@ -31,17 +33,14 @@ HEALTHY_NODE_STATUS = "Running"
 MAX_NODES_PER_CALL = 25
 # ListClusterNodes returns at most 100 nodes a page: fewest round trips on large clusters.
 PAGE_SIZE = 100
-# Patterns from the SageMaker API model (ClusterNameOrArn, ClusterInstanceGroupName, ClusterNodeId).
-_CLUSTER = re.compile(
-    r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:cluster/[a-z0-9]{12}"
-    r"|[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
-)
-_GROUP = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+# Patterns from the SageMaker API model (ClusterNameOrArn, ClusterNodeId). A cluster name
+# follows the instance group name rule (config.kubernetes.INSTANCE_GROUP_NAME).
+_CLUSTER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:cluster/[a-z0-9]{12}")
 _NODE_ID = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
 
 NameOption = Annotated[str, typer.Option("--name", help="Cluster name or ARN")]
 RegionOption = Annotated[
-    Optional[str], typer.Option("--region", help="AWS Region (default: the configured one)")
+    str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON")]
 NodeIdOption = Annotated[
@@ -54,16 +53,24 @@ YesOption = Annotated[bool, typer.Option("--yes", help="Confirm the disruptive a
 
 
 def check_cluster(ctx: typer.Context, value: str) -> str:
-    if not _CLUSTER.fullmatch(value):
-        aws.fail(ctx, f"--name: {value!r} is not a cluster name (letters, digits and '-', "
-                 "at most 63) or cluster ARN")
+    if not (INSTANCE_GROUP_NAME.fullmatch(value) or _CLUSTER_ARN.fullmatch(value)):
+        fail(
+            ctx,
+            f"--name: {value!r} is not a cluster name (letters, digits and '-', at most 63) "
+            "or cluster ARN",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
 def check_group(ctx: typer.Context, value: str) -> str:
-    if not _GROUP.fullmatch(value):
-        aws.fail(ctx, f"--group: {value!r} is not an instance group name (letters, digits "
-                 "and '-', at most 63)")
+    if not INSTANCE_GROUP_NAME.fullmatch(value):
+        fail(
+            ctx,
+            f"--group: {value!r} is not an instance group name (letters, digits and '-', "
+            "at most 63)",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
@@ -72,12 +79,20 @@ def check_node_ids(ctx: typer.Context, values: list[str]) -> list[str]:
     refused rather than split: disrupting more than 25 nodes deserves a deliberate step."""
     bad = [v for v in values if not _NODE_ID.fullmatch(v)]
     if bad:
-        aws.fail(ctx, f"--node-id: {', '.join(map(repr, bad))} is not an instance id "
-                 "(i- and 8 or 17 hex digits)")
+        fail(
+            ctx,
+            f"--node-id: {', '.join(map(repr, bad))} is not an instance id "
+            "(i- and 8 or 17 hex digits)",
+            code=ExitCode.USAGE,
+        )
     unique = list(dict.fromkeys(values))
     if len(unique) > MAX_NODES_PER_CALL:
-        aws.fail(ctx, f"--node-id: {len(unique)} nodes given; at most {MAX_NODES_PER_CALL} "
-                 "per call, run it in batches")
+        fail(
+            ctx,
+            f"--node-id: {len(unique)} nodes given; at most {MAX_NODES_PER_CALL} per call, "
+            "run it in batches",
+            code=ExitCode.USAGE,
+        )
     return unique
 
 
@@ -85,7 +100,7 @@ def check_node_ids(ctx: typer.Context, values: list[str]) -> list[str]:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(timezone.utc).isoformat() if value else None
+    return value.astimezone(UTC).isoformat() if value else None
 
 
 def list_nodes(sagemaker: Any, cluster: str, group: str | None = None) -> list[dict[str, Any]]:
@@ -184,7 +199,8 @@ def print_report(report: dict[str, Any]) -> None:
     unhealthy = report["unhealthy_nodes"]
     if unhealthy:
         print_nodes_table(
-            unhealthy, f"{len(unhealthy)} of {report['nodes_total']} nodes not {HEALTHY_NODE_STATUS}"
+            unhealthy,
+            f"{len(unhealthy)} of {report['nodes_total']} nodes not {HEALTHY_NODE_STATUS}",
         )
     else:
         typer.echo(f"All {report['nodes_total']} nodes {HEALTHY_NODE_STATUS}.")
@@ -215,7 +231,7 @@ def nodes(
     ctx: typer.Context,
     name: NameOption,
     group: Annotated[
-        Optional[str], typer.Option("--group", help="Only this instance group (exact name)")
+        str | None, typer.Option("--group", help="Only this instance group (exact name)")
     ] = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
@@ -239,13 +255,16 @@ def nodes(
 # ------------------------------------------------------------------ reboot / replace
 
 
-def batch_outcome(requested: list[str], response: dict[str, Any]) -> dict[str, tuple[str, str] | None]:
+def batch_outcome(
+    requested: list[str], response: dict[str, Any]
+) -> dict[str, tuple[str, str] | None]:
     """Per requested node: None when accepted, else (error code, message). A node the
     response does not mention counts as failed: silence is not a confirmation."""
     accepted = set(response.get("Successful", []))
     failed = {f["NodeId"]: (f["ErrorCode"], f["Message"]) for f in response.get("Failed", [])}
     return {
-        node: None if node in accepted and node not in failed
+        node: None
+        if node in accepted and node not in failed
         else failed.get(node, ("NotInResponse", "the service reported no result for this node"))
         for node in requested
     }
@@ -264,25 +283,30 @@ def _run_batch(
     check_cluster(ctx, name)
     node_ids = check_node_ids(ctx, node_ids)
     if not yes:
-        aws.fail(ctx, f"refusing to {verb} {len(node_ids)} node(s) of {name} without --yes: "
-                 f"{why}; re-run with --yes", aws.AWS_EXIT_CODE)
+        fail(
+            ctx,
+            f"refusing to {verb} {len(node_ids)} node(s) of {name} without --yes: {why}; "
+            "re-run with --yes",
+            code=ExitCode.FAILED,
+        )
     operation = f"batch_{verb}_cluster_nodes"
     with aws.reported_errors(ctx):
         response = getattr(aws.client("sagemaker", region), operation)(
             ClusterName=name, NodeIds=node_ids
         )
-    outcome = batch_outcome(node_ids, response)
-    for node, error in outcome.items():
+    failures = []
+    for node, error in batch_outcome(node_ids, response).items():
         if error is None:
             typer.echo(f"{node}: {verb} requested")
         else:
-            typer.echo(f"{aws.command_name(ctx)}: {node}: {error[0]}: {aws.one_line(error[1])}",
-                       err=True)
-    failures = sum(1 for error in outcome.values() if error is not None)
+            failures.append(f"{node}: {error[0]}: {error[1]}")
     if failures:
-        typer.echo(f"{aws.command_name(ctx)}: {failures} of {len(node_ids)} node(s) failed",
-                   err=True)
-        raise typer.Exit(aws.AWS_EXIT_CODE)
+        fail(
+            ctx,
+            *failures,
+            f"{len(failures)} of {len(node_ids)} node(s) failed",
+            code=ExitCode.FAILED,
+        )
 
 
 @app.command()
@@ -294,8 +318,15 @@ def reboot(
     region: RegionOption = None,
 ) -> None:
     """Reboot nodes in place (interrupts their jobs; requires --yes)."""
-    _run_batch(ctx, verb="reboot", why="rebooting interrupts every job running on them",
-               name=name, node_ids=node_id, yes=yes, region=region)
+    _run_batch(
+        ctx,
+        verb="reboot",
+        why="rebooting interrupts every job running on them",
+        name=name,
+        node_ids=node_id,
+        yes=yes,
+        region=region,
+    )
 
 
 @app.command()
@@ -307,7 +338,13 @@ def replace(
     region: RegionOption = None,
 ) -> None:
     """Replace nodes with new instances (interrupts jobs, destroys their volumes; requires --yes)."""
-    _run_batch(ctx, verb="replace",
-               why="replacing terminates the instances and destroys all their volumes (root and "
-               "secondary) with the data on them",
-               name=name, node_ids=node_id, yes=yes, region=region)
+    _run_batch(
+        ctx,
+        verb="replace",
+        why="replacing terminates the instances and destroys all their volumes (root and "
+        "secondary) with the data on them",
+        name=name,
+        node_ids=node_id,
+        yes=yes,
+        region=region,
+    )

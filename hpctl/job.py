@@ -3,6 +3,9 @@
 `JobSpec` holds what a user chooses; everything the hardware dictates (accelerators, EFA
 interfaces, CPU and memory) comes from `config.instance_types`. `render_job` is pure: the same
 spec always gives the same manifest, so it can be diffed, reviewed and tested without a cluster.
+Kubernetes and task-governance names (labels, namespace, queue, priority class) come from
+`config.kubernetes`, the names the stacks create. The renderer belongs to `hpctl`, not to the
+training image: it reads the trainer's presets (`training.config`), never the other way round.
 
 The log-monitoring rules match the trainer's fixed `HPTRAIN ...` lines. The elastic agent inside
 the container applies each rule with Python `re.match` (anchored at the start of the line, hence
@@ -22,28 +25,35 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.instance_types import InstanceType, lookup
-from config.schema import GROUP_NAME_PATTERN
+from config.kubernetes import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    FSX_CLAIM_NAME,
+    INSTANCE_GROUP_LABEL,
+    INSTANCE_GROUP_NAME,
+    INSTANCE_TYPE_LABEL,
+    LABEL_KEY,
+    LABEL_VALUE,
+    LOCAL_QUEUE_SUFFIX,
+    NODE_HEALTH_LABEL,
+    PRIORITY_CLASS_SUFFIX,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    TEAM_NAMESPACE_PREFIX,
+    local_queue,
+    priority_class,
+    team_namespace,
+)
 from training.config import PRESETS, ConfigError, JobConfig, build_config
 
 API_VERSION = "sagemaker.amazonaws.com/v1"
 KIND = "HyperPodPyTorchJob"
 
-# Labels HyperPod and task governance read (HyperPod CLI constants, AWS task-governance docs).
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-INSTANCE_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
-
-NAMESPACE_PREFIX = "hyperpod-ns-"
-LOCAL_QUEUE_SUFFIX = "-localqueue"
-PRIORITY_SUFFIX = "-priority"
-
 AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
 FSX_MOUNT = "/fsx"
-SHM_MOUNT = "/dev/shm"
+SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
 # The elastic agent only monitors logs that torchrun writes to files, so workers must tee.
-AGENT_LOG_DIR = "/tmp/hyperpod"
+AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads it
 TRAINER_MODULE = "training.train"
 CONTAINER_NAME = "trainer"
 REPLICA_NAME = "worker"
@@ -56,18 +66,9 @@ NODE_SHARE = 0.9
 # read, so FI_EFA_USE_DEVICE_RDMA=1 would make libfabric fail there.
 RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# Starts with a letter as well: the operator derives Service and pod names from the job name,
-# and Service names must be DNS-1035 labels.
+# A DNS label that starts with a letter as well: the operator derives Service and pod names
+# from the job name, and Service names must be DNS-1035 labels.
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# SageMaker's ClusterInstanceGroupName pattern.
-_GROUP_NAME = re.compile(GROUP_NAME_PATTERN)
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 # OCI distribution reference: [host[:port]/]path[:tag][@sha256:hex]
 _IMAGE = re.compile(
     r"^(?P<name>(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -77,8 +78,8 @@ _IMAGE = re.compile(
 )
 
 # Label values are capped at 63 characters; the queue label is the longest one built from team.
-MAX_TEAM_LENGTH = 63 - len(NAMESPACE_PREFIX) - len(LOCAL_QUEUE_SUFFIX)
-MAX_PRIORITY_LENGTH = 63 - len(PRIORITY_SUFFIX)
+MAX_TEAM_LENGTH = 63 - len(TEAM_NAMESPACE_PREFIX) - len(LOCAL_QUEUE_SUFFIX)
+MAX_PRIORITY_LENGTH = 63 - len(PRIORITY_CLASS_SUFFIX)
 
 # --- Log-monitoring patterns, one per trainer line they must recognise ---------------------
 _NUM = r"\d+(?:\.\d+)?"
@@ -97,7 +98,7 @@ NCCL_PATTERN = (
 WATCHDOG_PATTERN = rf".*HPTRAIN watchdog no progress for {_NUM}s at step=\d+"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def preset_config(preset: str) -> JobConfig:
     """The trainer's own configuration for `preset` (shared: do not mutate)."""
     return build_config(preset)
@@ -115,14 +116,14 @@ class Taint(BaseModel):
     @field_validator("key")
     @classmethod
     def _key(cls, value: str) -> str:
-        if not _LABEL_KEY.match(value):
+        if not LABEL_KEY.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid taint key; use a Kubernetes label key")
         return value
 
     @field_validator("value")
     @classmethod
     def _value(cls, value: str | None) -> str | None:
-        if value is not None and not _LABEL_VALUE.match(value):
+        if value is not None and not LABEL_VALUE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid taint value; use at most 63 letters, digits, '-', '_' or '.'"
             )
@@ -154,7 +155,7 @@ class JobSpec(BaseModel):
     steps: PositiveInt | None = None  # None: the preset's own step count
     nodes: PositiveInt = 1
     spares: Annotated[int, Field(ge=0)] = 0
-    fsx_claim: str = "fsx-claim"
+    fsx_claim: str = FSX_CLAIM_NAME
     # The trainer's run directory (summary, attempt ledger, final export); default
     # /fsx/runs/<name>. It must be shared so every attempt and node sees the same ledger.
     run_dir: str | None = None
@@ -186,7 +187,7 @@ class JobSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if len(value) > 63 or not _JOB_NAME.match(value):
+        if len(value) > 63 or not _JOB_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid job name; use 1-63 lowercase letters, digits and '-', "
                 "starting with a letter and ending with a letter or digit"
@@ -196,28 +197,28 @@ class JobSpec(BaseModel):
     @field_validator("team")
     @classmethod
     def _team(cls, value: str) -> str:
-        if value.startswith(NAMESPACE_PREFIX):
+        if value.startswith(TEAM_NAMESPACE_PREFIX):
             raise ValueError(
                 f"{value!r} is a namespace; give the team name alone "
-                f"(e.g. {value.removeprefix(NAMESPACE_PREFIX)!r})"
+                f"(e.g. {value.removeprefix(TEAM_NAMESPACE_PREFIX)!r})"
             )
-        if len(value) > MAX_TEAM_LENGTH or not _DNS_LABEL.match(value):
+        if len(value) > MAX_TEAM_LENGTH or not DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid team; use the task-governance team name (1-"
                 f"{MAX_TEAM_LENGTH} lowercase letters, digits and '-'), without the "
-                f"'{NAMESPACE_PREFIX}' prefix"
+                f"'{TEAM_NAMESPACE_PREFIX}' prefix"
             )
         return value
 
     @field_validator("priority")
     @classmethod
     def _priority(cls, value: str) -> str:
-        if value.endswith(PRIORITY_SUFFIX):
+        if value.endswith(PRIORITY_CLASS_SUFFIX):
             raise ValueError(
-                f"{value!r} already ends in '{PRIORITY_SUFFIX}'; give the class name alone "
-                f"(e.g. {value.removesuffix(PRIORITY_SUFFIX)!r})"
+                f"{value!r} already ends in '{PRIORITY_CLASS_SUFFIX}'; give the class name alone "
+                f"(e.g. {value.removesuffix(PRIORITY_CLASS_SUFFIX)!r})"
             )
-        if len(value) > MAX_PRIORITY_LENGTH or not _DNS_LABEL.match(value):
+        if len(value) > MAX_PRIORITY_LENGTH or not DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid priority class; use a task-governance priority class "
                 f"name (1-{MAX_PRIORITY_LENGTH} lowercase letters, digits and '-')"
@@ -227,7 +228,7 @@ class JobSpec(BaseModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        match = _IMAGE.match(value)
+        match = _IMAGE.fullmatch(value)
         if not match:
             raise ValueError(f"{value!r} is not a valid image reference; use REPOSITORY:TAG")
         if match["digest"] is None and match["tag"] in (None, "latest"):
@@ -253,7 +254,7 @@ class JobSpec(BaseModel):
     @field_validator("instance_group")
     @classmethod
     def _instance_group(cls, value: str) -> str:
-        if not _GROUP_NAME.match(value):
+        if not INSTANCE_GROUP_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid instance group name; use the HyperPod instance group "
                 "name (1-63 letters, digits and '-', not starting or ending with '-')"
@@ -288,7 +289,7 @@ class JobSpec(BaseModel):
     @field_validator("fsx_claim")
     @classmethod
     def _fsx_claim(cls, value: str) -> str:
-        if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
                 "digits, '-' and '.' (e.g. fsx-claim)"
@@ -373,7 +374,7 @@ class JobSpec(BaseModel):
 
     @property
     def namespace(self) -> str:
-        return f"{NAMESPACE_PREFIX}{self.team}"
+        return team_namespace(self.team)
 
     @property
     def trainer_config(self) -> JobConfig:
@@ -546,7 +547,11 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
                     "nodeSelectorTerms": [
                         {
                             "matchExpressions": [
-                                {"key": NODE_HEALTH_LABEL, "operator": "In", "values": ["Schedulable"]}
+                                {
+                                    "key": NODE_HEALTH_LABEL,
+                                    "operator": "In",
+                                    "values": ["Schedulable"],
+                                }
                             ]
                         }
                     ]
@@ -578,8 +583,8 @@ def render_job(spec: JobSpec) -> dict[str, Any]:
             "name": spec.name,
             "namespace": spec.namespace,
             "labels": {
-                QUEUE_LABEL: f"{spec.namespace}{LOCAL_QUEUE_SUFFIX}",
-                PRIORITY_LABEL: f"{spec.priority}{PRIORITY_SUFFIX}",
+                QUEUE_LABEL: local_queue(spec.team),
+                PRIORITY_LABEL: priority_class(spec.priority),
             },
         },
         "spec": {

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import date, datetime, timezone
-from enum import Enum
+from datetime import UTC, date, datetime
+from enum import StrEnum
 from functools import lru_cache
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import botocore.session
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.instance_types import INSTANCE_TYPES
+from config.instance_types import INSTANCE_TYPES, unknown_instance_type
 from hpctl import aws
+from hpctl.errors import ExitCode, fail, report
 
 app = typer.Typer(
     help="Search and buy training plans (reserved capacity for HyperPod instance groups).",
@@ -39,13 +40,13 @@ _PLAN_NAME_MAX = 64
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-class Target(str, Enum):
+class Target(StrEnum):
     hyperpod_cluster = "hyperpod-cluster"
     training_job = "training-job"
 
 
 RegionOption = Annotated[
-    Optional[str], typer.Option("--region", help="AWS Region (default: the configured one)")
+    str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
 ]
 
 
@@ -62,32 +63,42 @@ def reservable_instance_types() -> frozenset[str]:
 
 def check_instance_type(ctx: typer.Context, value: str) -> str:
     if value not in INSTANCE_TYPES:
-        aws.fail(ctx, f"--instance-type: unknown instance type {value!r}; known types: "
-                 f"{', '.join(sorted(INSTANCE_TYPES))}")
+        fail(ctx, f"--instance-type: {unknown_instance_type(value)}", code=ExitCode.USAGE)
     reservable = reservable_instance_types()
     if value not in reservable:
         offered = sorted(set(INSTANCE_TYPES) & reservable)
-        aws.fail(ctx, f"--instance-type: {value} cannot be reserved with a training plan; "
-                 f"use one of {', '.join(offered)}")
+        fail(
+            ctx,
+            f"--instance-type: {value} cannot be reserved with a training plan; "
+            f"use one of {', '.join(offered)}",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
 def check_count(ctx: typer.Context, value: int) -> int:
     if value not in ALLOWED_COUNTS:
-        aws.fail(ctx, f"--count: {value} instances are not offered; use one of "
-                 f"{', '.join(map(str, ALLOWED_COUNTS))}")
+        fail(
+            ctx,
+            f"--count: {value} instances are not offered; use one of "
+            f"{', '.join(map(str, ALLOWED_COUNTS))}",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
 def check_duration(ctx: typer.Context, days: int) -> int:
     if not MIN_DAYS <= days <= MAX_DAYS:
-        aws.fail(ctx, f"--duration-days: {days} is out of range; plans last "
-                 f"{MIN_DAYS} to {MAX_DAYS} days")
+        fail(
+            ctx,
+            f"--duration-days: {days} is out of range; plans last {MIN_DAYS} to {MAX_DAYS} days",
+            code=ExitCode.USAGE,
+        )
     return days
 
 
 def today() -> date:
-    return datetime.now(timezone.utc).date()
+    return datetime.now(UTC).date()
 
 
 def parse_start(ctx: typer.Context, text: str) -> datetime:
@@ -97,24 +108,40 @@ def parse_start(ctx: typer.Context, text: str) -> datetime:
             raise ValueError
         day = date.fromisoformat(text)
     except ValueError:
-        aws.fail(ctx, f"--start: {text!r} is not a date; use YYYY-MM-DD, e.g. 2026-12-01")
+        fail(
+            ctx,
+            f"--start: {text!r} is not a date; use YYYY-MM-DD, e.g. 2026-12-01",
+            code=ExitCode.USAGE,
+        )
     now = today()
     if day < now:
-        aws.fail(ctx, f"--start: {day.isoformat()} is in the past; use {now.isoformat()} or later")
-    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+        fail(
+            ctx,
+            f"--start: {day.isoformat()} is in the past; use {now.isoformat()} or later",
+            code=ExitCode.USAGE,
+        )
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 def check_offering_id(ctx: typer.Context, value: str) -> str:
     if not _OFFERING_ID.fullmatch(value):
-        aws.fail(ctx, f"--offering-id: {value!r} is not an offering id (lowercase letters, "
-                 "digits and '-'; copy it from `hpctl plans search`)")
+        fail(
+            ctx,
+            f"--offering-id: {value!r} is not an offering id (lowercase letters, digits and '-'; "
+            "copy it from `hpctl plans search`)",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
 def check_plan_name(ctx: typer.Context, value: str) -> str:
     if len(value) > _PLAN_NAME_MAX or not _PLAN_NAME.fullmatch(value):
-        aws.fail(ctx, f"--name: {value!r} is not a valid plan name (1-{_PLAN_NAME_MAX} letters, "
-                 "digits and single or repeated '-' between them)")
+        fail(
+            ctx,
+            f"--name: {value!r} is not a valid plan name (1-{_PLAN_NAME_MAX} letters, "
+            "digits and single or repeated '-' between them)",
+            code=ExitCode.USAGE,
+        )
     return value
 
 
@@ -135,7 +162,7 @@ def search_request(
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(timezone.utc).isoformat() if value else None
+    return value.astimezone(UTC).isoformat() if value else None
 
 
 def offering_row(offering: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +173,9 @@ def offering_row(offering: dict[str, Any]) -> dict[str, Any]:
     ends = [p["EndTime"] for p in parts if p.get("EndTime")]
     return {
         "offering_id": offering["TrainingPlanOfferingId"],
-        "availability_zones": sorted({p["AvailabilityZone"] for p in parts if p.get("AvailabilityZone")}),
+        "availability_zones": sorted(
+            {p["AvailabilityZone"] for p in parts if p.get("AvailabilityZone")}
+        ),
         "instance_types": sorted({p["InstanceType"] for p in parts}),
         "instance_count": sum(p["InstanceCount"] for p in parts),
         "start": _iso(min(starts)) if starts else None,
@@ -224,11 +253,16 @@ def search(
         typer.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        typer.echo(f"No offerings for {count} x {instance_type} from {start} for "
-                   f"{duration_days} days; try another start date, duration or count.")
+        typer.echo(
+            f"No offerings for {count} x {instance_type} from {start} for "
+            f"{duration_days} days; try another start date, duration or count."
+        )
         return
-    print_offerings(rows, f"Training plan offerings: {count} x {instance_type}, "
-                          f"{duration_days} days from {start} ({target.value})")
+    print_offerings(
+        rows,
+        f"Training plan offerings: {count} x {instance_type}, "
+        f"{duration_days} days from {start} ({target.value})",
+    )
     typer.echo("Buy one with: hpctl plans buy --offering-id ID --name NAME --yes")
 
 
@@ -237,11 +271,13 @@ def search(
 
 def plan_availability_zones(plan: dict[str, Any]) -> list[str]:
     """AZs of a plan's reserved capacities (empty while the service has not placed it)."""
-    return sorted({
-        s["AvailabilityZone"]
-        for s in plan.get("ReservedCapacitySummaries", [])
-        if s.get("AvailabilityZone")
-    })
+    return sorted(
+        {
+            s["AvailabilityZone"]
+            for s in plan.get("ReservedCapacitySummaries", [])
+            if s.get("AvailabilityZone")
+        }
+    )
 
 
 def config_snippet(arn: str, zones: list[str]) -> str:
@@ -268,9 +304,13 @@ def buy(
     check_offering_id(ctx, offering_id)
     check_plan_name(ctx, name)
     if not yes:
-        aws.fail(ctx, f"refusing to buy offering {offering_id} without --yes: a training plan "
-                 "charges its upfront fee when bought; check the offering with "
-                 "`hpctl plans search` and re-run with --yes", aws.AWS_EXIT_CODE)
+        fail(
+            ctx,
+            f"refusing to buy offering {offering_id} without --yes: a training plan charges "
+            "its upfront fee when bought; check the offering with `hpctl plans search` and "
+            "re-run with --yes",
+            code=ExitCode.FAILED,
+        )
     with aws.reported_errors(ctx):
         sagemaker = aws.client("sagemaker", region)
         arn = sagemaker.create_training_plan(
@@ -287,10 +327,14 @@ def buy(
         # The environment check refuses a plan AZ without a cluster subnet; say so up front.
         typer.echo(f"network.availability_zones must include {zones[0]}: the capacity is there.")
     elif not zones:
-        typer.echo(f"{aws.command_name(ctx)}: the plan reports no Availability Zone yet "
-                   f"(status {plan['Status']}); read it later with "
-                   f"`aws sagemaker describe-training-plan --training-plan-name {name}`",
-                   err=True)
+        report(
+            ctx,
+            f"the plan reports no Availability Zone yet (status {plan['Status']}); read it "
+            f"later with `aws sagemaker describe-training-plan --training-plan-name {name}`",
+        )
     else:
-        typer.echo(f"{aws.command_name(ctx)}: the plan spans {', '.join(zones)}; give the "
-                   "group a subnet in the AZ its capacity is in", err=True)
+        report(
+            ctx,
+            f"the plan spans {', '.join(zones)}; give the group a subnet in the AZ its "
+            "capacity is in",
+        )

@@ -1,25 +1,56 @@
-"""Shared fixtures for the boto3-backed `hpctl` commands: fake credentials, no network, and
-a botocore Stubber on one real SageMaker client per module."""
+"""Shared helpers for the `hpctl` tests (this directory's and tests/job's): one way to run a
+command in process and one check of the failure contract (exit code, a single
+`hpctl <command>: ...` line on stderr, no traceback). Shared fixtures for the boto3-backed
+commands: fake credentials, no network, and a botocore Stubber on one real SageMaker client
+per module."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from botocore.stub import Stubber
-from typer.testing import Result
+from typer.testing import CliRunner, Result
 
-from hpctl import aws
+from hpctl import aws, cli
+from hpctl.errors import ExitCode
 
 
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
+def hpctl(*args: str, input: str | None = None) -> Result:
+    """`hpctl ARGS` in process, with every sub-app mounted as the console script mounts it;
+    wide enough that tables never wrap."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    return runner.invoke(cli.app, list(args), input=input, prog_name="hpctl")
+
+
+def error_line(result: Result | subprocess.CompletedProcess[str], code: ExitCode) -> str:
+    """The one stderr line of a command that ended with `code`, checked to be a single
+    newline-terminated line without a traceback (in process or from a subprocess)."""
+    if isinstance(result, subprocess.CompletedProcess):
+        exit_code, output = result.returncode, result.stdout + result.stderr
+    else:
+        exit_code, output = result.exit_code, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), output
+    assert exit_code == code, (exit_code, output)
+    assert "Traceback" not in output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and result.stderr.endswith("\n"), result.stderr
     return lines[0]
+
+
+def expect_failure(*args: str, code: ExitCode, starts_with: str) -> Result:
+    """Run `hpctl ARGS`; it must fail with `code` and one stderr line starting `starts_with`
+    (which names the command: `hpctl plans search: --count: ...`). Nothing on stdout."""
+    result = hpctl(*args)
+    line = error_line(result, code)
+    assert line.startswith(starts_with), line
+    assert result.stdout == ""
+    return result
 
 
 FAKE_ENV = {
@@ -31,8 +62,13 @@ FAKE_ENV = {
     # One attempt: error tests need no retry back-off.
     "AWS_MAX_ATTEMPTS": "1",
 }
-UNSET_ENV = ("AWS_PROFILE", "AWS_REGION", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-             "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE")
+UNSET_ENV = (
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+)
 
 
 def fake_aws_env(monkeypatch: pytest.MonkeyPatch, scratch: Path) -> None:

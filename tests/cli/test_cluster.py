@@ -7,31 +7,24 @@ network: credentials are fake and sockets refuse to connect."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-import typer
 from botocore.exceptions import EndpointConnectionError
 from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
-from typer.testing import CliRunner, Result
 
-from hpctl import aws, cluster
-from tests.cli.conftest import Stubbed, one_error_line
+from hpctl import aws
+from hpctl.errors import ExitCode
+from tests.cli.conftest import Stubbed, error_line, expect_failure, hpctl
 
 NAME = "hyperpod-prod"
 CLUSTER_ARN = f"arn:aws:sagemaker:us-east-1:{DEFAULT_ACCOUNT_ID}:cluster/abcdef012345"
-LAUNCHED = datetime(2026, 11, 1, 8, 30, tzinfo=timezone.utc)
+LAUNCHED = datetime(2026, 11, 1, 8, 30, tzinfo=UTC)
 NODE_A, NODE_B, NODE_C = "i-0123456789abcdef0", "i-0fedcba9876543210", "i-0a1b2c3d4e5f60718"
-
-
-def hpctl(*args: str) -> Result:
-    """Invoke the sub-app mounted the way the main CLI mounts it (`hpctl cluster ...`)."""
-    root = typer.Typer()
-    root.add_typer(cluster.app, name="cluster")
-    return CliRunner(env={"COLUMNS": "200"}).invoke(root, list(args), prog_name="hpctl")
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -43,8 +36,6 @@ def table_rows(text: str) -> list[list[str]]:
     ]
 
 
-
-
 # ------------------------------------------------------------------ moto
 
 
@@ -54,7 +45,10 @@ def moto_group(name: str, instance_type: str, count: int) -> dict[str, Any]:
         "InstanceType": instance_type,
         "InstanceCount": count,
         # moto insists on a lifecycle bucket named sagemaker-*, as the service documents.
-        "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/eks/", "OnCreate": "on_create.sh"},
+        "LifeCycleConfig": {
+            "SourceS3Uri": "s3://sagemaker-lifecycle/eks/",
+            "OnCreate": "on_create.sh",
+        },
         "ExecutionRole": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/hyperpod-nodes",
         "ThreadsPerCore": 1,
     }
@@ -71,7 +65,10 @@ def moto_cluster() -> Iterator[Any]:
                 moto_group("gpu-spare", "ml.p5.48xlarge", 1),
                 moto_group("system", "ml.m5.xlarge", 2),
             ],
-            VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]},
+            VpcConfig={
+                "SecurityGroupIds": ["sg-0123456789abcdef0"],
+                "Subnets": ["subnet-0123456789abcdef0"],
+            },
         )
         yield sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].clusters[NAME]
 
@@ -99,7 +96,9 @@ def test_status_json_counts_groups_and_lists_unhealthy_nodes(moto_cluster: Any):
     assert report["nodes_total"] == 6
     counts = {g["name"]: (g["current_count"], g["target_count"]) for g in report["instance_groups"]}
     assert counts == {"gpu": (3, 3), "gpu-spare": (1, 1), "system": (2, 2)}
-    assert [(n["instance_id"], n["status"]) for n in report["unhealthy_nodes"]] == [("gpu-1", "Failure")]
+    assert [(n["instance_id"], n["status"]) for n in report["unhealthy_nodes"]] == [
+        ("gpu-1", "Failure")
+    ]
 
 
 def test_status_table_shows_the_unhealthy_node(moto_cluster: Any):
@@ -130,8 +129,7 @@ def test_nodes_table_lists_every_node(moto_cluster: Any):
 
 def test_unknown_cluster_is_one_line(moto_cluster: Any):
     result = hpctl("cluster", "status", "--name", "no-such-cluster")
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl cluster status: ValidationException: Could not find cluster 'no-such-cluster'."
     )
 
@@ -158,8 +156,13 @@ def describe(groups: list[tuple[str, int, int]], status: str = "InService") -> d
         "ClusterName": NAME,
         "ClusterStatus": status,
         "InstanceGroups": [
-            {"InstanceGroupName": g, "InstanceType": "ml.p5.48xlarge", "CurrentCount": current,
-             "TargetCount": target, "Status": "Degraded" if current < target else "InService"}
+            {
+                "InstanceGroupName": g,
+                "InstanceType": "ml.p5.48xlarge",
+                "CurrentCount": current,
+                "TargetCount": target,
+                "Status": "Degraded" if current < target else "InService",
+            }
             for g, current, target in groups
         ],
     }
@@ -183,22 +186,30 @@ def test_status_follows_every_page_of_nodes(sagemaker: Stubbed):
     report = json.loads(result.stdout)
     assert report["nodes_total"] == 2
     assert report["instance_groups"][0]["status"] == "Degraded"
-    assert report["unhealthy_nodes"] == [{
-        "instance_group": "gpu",
-        "instance_id": NODE_B,
-        "instance_type": "ml.p5.48xlarge",
-        "status": "Failure",
-        "message": "EFA health check failed",
-        "launch_time": LAUNCHED.isoformat(),
-        "private_dns": None,
-    }]
+    assert report["unhealthy_nodes"] == [
+        {
+            "instance_group": "gpu",
+            "instance_id": NODE_B,
+            "instance_type": "ml.p5.48xlarge",
+            "status": "Failure",
+            "message": "EFA health check failed",
+            "launch_time": LAUNCHED.isoformat(),
+            "private_dns": None,
+        }
+    ]
     assert sagemaker.clients == [("sagemaker", "us-east-1")]
 
 
 def test_nodes_passes_the_group_filter_to_the_api(sagemaker: Stubbed):
     sagemaker.stubber.add_response(
         "list_cluster_nodes",
-        {"ClusterNodeSummaries": [node(NODE_B, "gpu"), node(NODE_C, "gpu-spare"), node(NODE_A, "gpu")]},
+        {
+            "ClusterNodeSummaries": [
+                node(NODE_B, "gpu"),
+                node(NODE_C, "gpu-spare"),
+                node(NODE_A, "gpu"),
+            ]
+        },
         {"ClusterName": NAME, "InstanceGroupNameContains": "gpu", "MaxResults": 100},
     )
     result = hpctl("cluster", "nodes", "--name", NAME, "--group", "gpu", "--json")
@@ -211,8 +222,7 @@ def test_a_repeated_page_token_is_one_line(sagemaker: Stubbed):
     sagemaker.stubber.add_response("list_cluster_nodes", page)
     sagemaker.stubber.add_response("list_cluster_nodes", page)
     result = hpctl("cluster", "nodes", "--name", NAME)
-    assert result.exit_code == 1
-    assert one_error_line(result).startswith(
+    assert error_line(result, ExitCode.FAILED).startswith(
         "hpctl cluster nodes: PaginationError: Error during pagination: The same next token "
         "was received twice"
     )
@@ -223,20 +233,25 @@ def test_a_repeated_page_token_is_one_line(sagemaker: Stubbed):
 
 @pytest.mark.parametrize("verb", ["reboot", "replace"])
 def test_disruptive_commands_refuse_without_yes_and_call_nothing(sagemaker: Stubbed, verb: str):
-    result = hpctl("cluster", verb, "--name", NAME, "--node-id", NODE_A, "--node-id", NODE_B)
-    assert result.exit_code == 1
-    line = one_error_line(result)
-    assert line.startswith(
-        f"hpctl cluster {verb}: refusing to {verb} 2 node(s) of {NAME} without --yes: "
+    result = expect_failure(
+        "cluster",
+        verb,
+        "--name",
+        NAME,
+        "--node-id",
+        NODE_A,
+        "--node-id",
+        NODE_B,
+        code=ExitCode.FAILED,
+        starts_with=f"hpctl cluster {verb}: refusing to {verb} 2 node(s) of {NAME} without --yes: ",
     )
-    assert line.endswith("; re-run with --yes")
+    assert error_line(result, ExitCode.FAILED).endswith("; re-run with --yes")
     assert sagemaker.clients == []
-    assert result.stdout == ""
 
 
 def test_replace_warns_that_volumes_are_destroyed(sagemaker: Stubbed):
     result = hpctl("cluster", "replace", "--name", NAME, "--node-id", NODE_A)
-    assert "destroys all their volumes" in one_error_line(result)
+    assert "destroys all their volumes" in error_line(result, ExitCode.FAILED)
 
 
 @pytest.mark.parametrize("verb", ["reboot", "replace"])
@@ -246,10 +261,24 @@ def test_disruptive_commands_send_unique_node_ids_and_report_each(sagemaker: Stu
         {"Successful": [NODE_A, NODE_B], "Failed": []},
         {"ClusterName": NAME, "NodeIds": [NODE_A, NODE_B]},
     )
-    result = hpctl("cluster", verb, "--name", NAME, "--node-id", NODE_A, "--node-id", NODE_B,
-                   "--node-id", NODE_A, "--yes")
+    result = hpctl(
+        "cluster",
+        verb,
+        "--name",
+        NAME,
+        "--node-id",
+        NODE_A,
+        "--node-id",
+        NODE_B,
+        "--node-id",
+        NODE_A,
+        "--yes",
+    )
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == [f"{NODE_A}: {verb} requested", f"{NODE_B}: {verb} requested"]
+    assert result.stdout.splitlines() == [
+        f"{NODE_A}: {verb} requested",
+        f"{NODE_B}: {verb} requested",
+    ]
     assert result.stderr == ""
 
 
@@ -258,13 +287,29 @@ def test_replace_reports_per_node_failures_and_exits_non_zero(sagemaker: Stubbed
         "batch_replace_cluster_nodes",
         {
             "Successful": [NODE_A],
-            "Failed": [{"NodeId": NODE_B, "ErrorCode": "InvalidInstanceStatus",
-                        "Message": "Node is already being replaced"}],
+            "Failed": [
+                {
+                    "NodeId": NODE_B,
+                    "ErrorCode": "InvalidInstanceStatus",
+                    "Message": "Node is already being replaced",
+                }
+            ],
         },
         {"ClusterName": NAME, "NodeIds": [NODE_A, NODE_B, NODE_C]},
     )
-    result = hpctl("cluster", "replace", "--name", NAME, "--node-id", NODE_A, "--node-id", NODE_B,
-                   "--node-id", NODE_C, "--yes")
+    result = hpctl(
+        "cluster",
+        "replace",
+        "--name",
+        NAME,
+        "--node-id",
+        NODE_A,
+        "--node-id",
+        NODE_B,
+        "--node-id",
+        NODE_C,
+        "--yes",
+    )
     assert result.exit_code == 1
     assert result.stdout == f"{NODE_A}: replace requested\n"
     assert result.stderr.splitlines() == [
@@ -278,13 +323,13 @@ def test_replace_reports_per_node_failures_and_exits_non_zero(sagemaker: Stubbed
 
 def test_reboot_reports_a_refused_call_in_one_line(sagemaker: Stubbed):
     sagemaker.stubber.add_client_error(
-        "batch_reboot_cluster_nodes", "AccessDeniedException",
+        "batch_reboot_cluster_nodes",
+        "AccessDeniedException",
         "User is not authorized to perform: sagemaker:BatchRebootClusterNodes",
         expected_params={"ClusterName": NAME, "NodeIds": [NODE_A]},
     )
     result = hpctl("cluster", "reboot", "--name", NAME, "--node-id", NODE_A, "--yes")
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl cluster reboot: AccessDeniedException: User is not authorized to perform: "
         "sagemaker:BatchRebootClusterNodes"
     )
@@ -298,29 +343,49 @@ def test_reboot_reports_a_refused_call_in_one_line(sagemaker: Stubbed):
     [
         (["status", "--name", "bad_name"], "--name: 'bad_name' is not a cluster name"),
         (["status", "--name", "x" * 64], f"--name: '{'x' * 64}' is not a cluster name"),
-        (["nodes", "--name", NAME, "--group", "gpu group"],
-         "--group: 'gpu group' is not an instance group name"),
-        (["reboot", "--name", NAME, "--node-id", "i-XYZ", "--yes"],
-         "--node-id: 'i-XYZ' is not an instance id"),
-        (["replace", "--name", NAME, "--node-id", "i-0123456789", "--yes"],
-         "--node-id: 'i-0123456789' is not an instance id"),
-        (["reboot", "--name", NAME, *[a for i in range(26) for a in ("--node-id", f"i-{i:08x}")],
-          "--yes"],
-         "--node-id: 26 nodes given; at most 25 per call, run it in batches"),
+        (
+            ["nodes", "--name", NAME, "--group", "gpu group"],
+            "--group: 'gpu group' is not an instance group name",
+        ),
+        (
+            ["reboot", "--name", NAME, "--node-id", "i-XYZ", "--yes"],
+            "--node-id: 'i-XYZ' is not an instance id",
+        ),
+        (
+            ["replace", "--name", NAME, "--node-id", "i-0123456789", "--yes"],
+            "--node-id: 'i-0123456789' is not an instance id",
+        ),
+        (
+            [
+                "reboot",
+                "--name",
+                NAME,
+                *[a for i in range(26) for a in ("--node-id", f"i-{i:08x}")],
+                "--yes",
+            ],
+            "--node-id: 26 nodes given; at most 25 per call, run it in batches",
+        ),
     ],
-    ids=["name-pattern", "name-too-long", "group-pattern", "node-id-pattern", "node-id-length",
-         "too-many-nodes"],
+    ids=[
+        "name-pattern",
+        "name-too-long",
+        "group-pattern",
+        "node-id-pattern",
+        "node-id-length",
+        "too-many-nodes",
+    ],
 )
 def test_bad_input_is_one_line_before_any_call(sagemaker: Stubbed, args: list[str], expected: str):
-    result = hpctl("cluster", *args)
-    assert result.exit_code == 2
-    assert one_error_line(result).startswith(f"hpctl cluster {args[0]}: {expected}")
+    expect_failure(
+        "cluster", *args, code=ExitCode.USAGE, starts_with=f"hpctl cluster {args[0]}: {expected}"
+    )
     assert sagemaker.clients == []
 
 
 def test_cluster_arn_is_accepted_as_name(sagemaker: Stubbed):
     sagemaker.stubber.add_response(
-        "list_cluster_nodes", {"ClusterNodeSummaries": []},
+        "list_cluster_nodes",
+        {"ClusterNodeSummaries": []},
         {"ClusterName": CLUSTER_ARN, "MaxResults": 100},
     )
     result = hpctl("cluster", "nodes", "--name", CLUSTER_ARN)
@@ -350,8 +415,7 @@ def test_unreachable_endpoint_is_one_line(monkeypatch: pytest.MonkeyPatch):
 
     real_client_with(monkeypatch, "before-send.sagemaker", unreachable)
     result = hpctl("cluster", "status", "--name", NAME)
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl cluster status: EndpointConnectionError: Could not connect to the endpoint URL: "
         '"https://api.sagemaker.us-east-1.amazonaws.com/"'
     )
@@ -361,12 +425,12 @@ def test_parameters_the_api_model_rejects_are_one_line(monkeypatch: pytest.Monke
     def add_unknown_parameter(params: dict[str, Any], **_: Any) -> None:
         params["Unexpected"] = True
 
-    real_client_with(monkeypatch, "before-parameter-build.sagemaker.DescribeCluster",
-                     add_unknown_parameter)
+    real_client_with(
+        monkeypatch, "before-parameter-build.sagemaker.DescribeCluster", add_unknown_parameter
+    )
     result = hpctl("cluster", "status", "--name", NAME)
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
-        'hpctl cluster status: ParamValidationError: Parameter validation failed: Unknown '
+    assert error_line(result, ExitCode.FAILED) == (
+        "hpctl cluster status: ParamValidationError: Parameter validation failed: Unknown "
         'parameter in input: "Unexpected", must be one of: ClusterName'
     )
 
@@ -375,8 +439,7 @@ def test_missing_credentials_are_one_line(monkeypatch: pytest.MonkeyPatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name)
     result = hpctl("cluster", "reboot", "--name", NAME, "--node-id", NODE_A, "--yes")
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl cluster reboot: NoCredentialsError: Unable to locate credentials"
     )
 
@@ -384,5 +447,7 @@ def test_missing_credentials_are_one_line(monkeypatch: pytest.MonkeyPatch):
 def test_missing_region_is_one_line(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     result = hpctl("cluster", "nodes", "--name", NAME)
-    assert result.exit_code == 1
-    assert one_error_line(result) == "hpctl cluster nodes: NoRegionError: You must specify a region."
+    assert (
+        error_line(result, ExitCode.FAILED)
+        == "hpctl cluster nodes: NoRegionError: You must specify a region."
+    )

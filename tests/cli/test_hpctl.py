@@ -1,5 +1,5 @@
 """`hpctl` as users call it: the console script in a subprocess (exit codes, stderr lines)
-and in-process for the JSON figures across the whole instance table."""
+and in process for the JSON figures across the whole instance table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from config.capacity import ips_per_node
-from config.instance_types import INSTANCE_TYPES
+from config.instance_types import INSTANCE_TYPES, unknown_instance_type
+from hpctl.errors import ExitCode
+from tests.cli.conftest import error_line, expect_failure, hpctl
 
 REPO = Path(__file__).resolve().parents[2]
 HPCTL = Path(sys.executable).parent / "hpctl"
@@ -22,15 +24,6 @@ def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(HPCTL), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
     )
-
-
-def run_inprocess(capsys, *args: str) -> tuple[int, str, str]:
-    from hpctl.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def test_console_script_is_installed():
@@ -48,8 +41,16 @@ def test_capacity_json_p5_eks():
 
 def test_capacity_json_p5_slurm_with_headroom():
     result = run(
-        "capacity", "--instance-type", "ml.p5.48xlarge", "--count", "16",
-        "--orchestrator", "slurm", "--headroom", "4", "--json",
+        "capacity",
+        "--instance-type",
+        "ml.p5.48xlarge",
+        "--count",
+        "16",
+        "--orchestrator",
+        "slurm",
+        "--headroom",
+        "4",
+        "--json",
     )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)
@@ -62,19 +63,30 @@ def test_capacity_json_p5_slurm_with_headroom():
 @pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
 @pytest.mark.parametrize("orchestrator", ["eks", "slurm"])
 @pytest.mark.parametrize("interface", ["efa", "efa-only"])
-def test_capacity_json_across_the_table(capsys, name, orchestrator, interface):
+def test_capacity_json_across_the_table(name, orchestrator, interface):
     figures_for = INSTANCE_TYPES[name]
-    code, out, err = run_inprocess(
-        capsys, "capacity", "--instance-type", name, "--count", "8",
-        "--orchestrator", orchestrator, "--interface", interface, "--json",
-    )
+    args = [
+        "capacity",
+        "--instance-type",
+        name,
+        "--count",
+        "8",
+        "--orchestrator",
+        orchestrator,
+        "--interface",
+        interface,
+        "--json",
+    ]
     if not figures_for.supports_interface(interface):
-        assert code == 2
-        assert err.startswith("--interface: ")
-        assert len(err.strip().splitlines()) == 1
+        expect_failure(
+            *args,
+            code=ExitCode.USAGE,
+            starts_with=f"hpctl capacity: --interface: {name} does not support ",
+        )
         return
-    assert code == 0, err
-    figures = json.loads(out)
+    result = hpctl(*args)
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads(result.stdout)
     per_node = ips_per_node(figures_for, orchestrator, interface)
     assert figures["ips_per_node"] == per_node
     assert figures["ips_total"] == per_node * 8
@@ -119,44 +131,97 @@ def _broken(tmp_path: Path, mutate) -> Path:
     ("mutate", "field"),
     [
         (lambda d: d.update(account="abc"), "account"),
-        (lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.x"),
-         "hyperpod.instance_groups[0].instance_type"),
+        (
+            lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.x"),
+            "hyperpod.instance_groups[0].instance_type",
+        ),
         (lambda d: d["network"].update(cluster_cidr="10.0.0.0/16"), "network.cluster_cidr"),
     ],
 )
 def test_validate_rejects_with_one_line_and_no_traceback(tmp_path, mutate, field):
     path = _broken(tmp_path, mutate)
     result = run("validate", str(path))
-    assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith(f"{path}: {field}: ")
-    assert "Traceback" not in result.stderr + result.stdout
+    assert error_line(result, ExitCode.FAILED).startswith(f"hpctl validate: {path}: {field}: ")
+
+
+def test_validate_reports_every_problem_of_every_file_one_line_each(tmp_path):
+    first = _broken(tmp_path, lambda d: d.update(account="abc"))
+    second = tmp_path / "second.yaml"
+    second.write_text(first.read_text().replace("account: abc", "account: xyz"))
+    result = run("validate", str(first), "config/dev.yaml", str(second))
+    assert result.returncode == ExitCode.FAILED
+    assert result.stdout.startswith("config/dev.yaml: valid (")
+    assert [line.split(": ")[:3] for line in result.stderr.splitlines()] == [
+        ["hpctl validate", str(first), "account"],
+        ["hpctl validate", str(second), "account"],
+    ]
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "starts_with"),
     [
-        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "0", "--json"],
-        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "x"],
-        ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "2", "--orchestrator", "k8s"],
-        ["capacity", "--instance-type", "ml.nope", "--count", "2", "--json"],
-        ["capacity", "--count", "2"],
-        ["nonsense"],
-        [],
+        (
+            ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "0", "--json"],
+            "hpctl capacity: Invalid value for '--count'",
+        ),
+        (
+            ["capacity", "--instance-type", "ml.p5.48xlarge", "--count", "x"],
+            "hpctl capacity: Invalid value for '--count'",
+        ),
+        (
+            [
+                "capacity",
+                "--instance-type",
+                "ml.p5.48xlarge",
+                "--count",
+                "2",
+                "--orchestrator",
+                "k8s",
+            ],
+            "hpctl capacity: Invalid value for '--orchestrator'",
+        ),
+        (
+            ["capacity", "--instance-type", "ml.nope", "--count", "2", "--json"],
+            f"hpctl capacity: --instance-type: {unknown_instance_type('ml.nope')}",
+        ),
+        (
+            ["capacity", "--count", "2"],
+            "hpctl capacity: --instance-type/--count: both are required",
+        ),
+        (
+            ["capacity", "--config", "config/prod.yaml", "--count", "2"],
+            "hpctl capacity: --config: use either --config or --instance-type/--count",
+        ),
+        (["job", "render", "--nodes", "0"], "hpctl job render: --name: missing; pass --name"),
+        (["job", "render", "--bogus"], "hpctl job render: No such option: --bogus"),
+        (["plans", "search"], "hpctl plans search: Missing option '--instance-type'"),
+        (["nonsense"], "hpctl: No such command 'nonsense'"),
+        ([], "hpctl: Missing command"),
     ],
 )
-def test_usage_errors_are_one_line_exit_2(args):
+def test_usage_errors_are_one_line_exit_2(args, starts_with):
     result = run(*args)
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
+    assert error_line(result, ExitCode.USAGE).startswith(starts_with)
 
 
 def test_unknown_type_lists_the_known_ones():
     result = run("capacity", "--instance-type", "ml.nope", "--count", "2")
     assert "ml.p5.48xlarge" in result.stderr and "ml.trn2.48xlarge" in result.stderr
+
+
+def test_invalid_config_for_capacity_names_the_file(tmp_path):
+    path = _broken(tmp_path, lambda d: d["network"].update(cluster_cidr="10.0.0.0/16"))
+    result = run("capacity", "--config", str(path))
+    assert error_line(result, ExitCode.FAILED).startswith(
+        f"hpctl capacity: {path}: network.cluster_cidr: "
+    )
+
+
+def test_a_group_without_a_command_prints_its_help_and_no_empty_error_line():
+    result = run("job")
+    assert result.returncode == ExitCode.USAGE
+    assert "render" in result.stdout + result.stderr
+    assert "hpctl job: \n" not in result.stderr
 
 
 def test_instance_types_json_lists_the_table():
@@ -170,7 +235,11 @@ def test_hpctl_does_not_need_aws_credentials(tmp_path):
     env_home.mkdir()
     result = subprocess.run(
         [str(HPCTL), "validate", "config/prod.yaml"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": str(env_home), "AWS_CONFIG_FILE": "/nonexistent"},
     )
     assert result.returncode == 0, result.stderr

@@ -5,37 +5,28 @@ reaches the network: credentials are fake and sockets refuse to connect."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-import typer
 import yaml
-from typer.testing import CliRunner, Result
 
+from config.instance_types import unknown_instance_type
 from config.schema import TrainingPlanConfig
-from hpctl import aws, plans
-from tests.cli.conftest import Stubbed, one_error_line
+from hpctl import aws
+from hpctl.errors import ExitCode
+from tests.cli.conftest import Stubbed, error_line, expect_failure, hpctl
 
 ACCOUNT = "123456789012"
 PLAN_ARN = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:training-plan/p5-prod-2027q1"
 OFFERING_ID = "tpo-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 
-def hpctl(*args: str) -> Result:
-    """Invoke the sub-app mounted the way the main CLI mounts it (`hpctl plans ...`)."""
-    root = typer.Typer()
-    root.add_typer(plans.app, name="plans")
-    return CliRunner().invoke(root, list(args), prog_name="hpctl")
-
-
-
-
 def in_days(days: int) -> str:
-    return (datetime.now(timezone.utc).date() + timedelta(days=days)).isoformat()
+    return (datetime.now(UTC).date() + timedelta(days=days)).isoformat()
 
 
 def midnight(iso_date: str) -> datetime:
-    return datetime.fromisoformat(iso_date).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(iso_date).replace(tzinfo=UTC)
 
 
 def search_args(**overrides: str) -> list[str]:
@@ -81,10 +72,14 @@ def test_search_sends_the_request_the_api_model_expects_and_prints_a_table(sagem
     first = midnight(start) + timedelta(days=2)
     sagemaker.stubber.add_response(
         "search_training_plan_offerings",
-        {"TrainingPlanOfferings": [
-            offering(OFFERING_ID, [("us-east-1a", 16, first)], "1234567.89"),
-            offering("tpo-second", [("us-east-1b", 16, first + timedelta(days=7))], "1250000.00"),
-        ]},
+        {
+            "TrainingPlanOfferings": [
+                offering(OFFERING_ID, [("us-east-1a", 16, first)], "1234567.89"),
+                offering(
+                    "tpo-second", [("us-east-1b", 16, first + timedelta(days=7))], "1250000.00"
+                ),
+            ]
+        },
         expected_params={
             "InstanceType": "ml.p5.48xlarge",
             "InstanceCount": 16,
@@ -97,8 +92,16 @@ def test_search_sends_the_request_the_api_model_expects_and_prints_a_table(sagem
     assert result.exit_code == 0, result.output
     # The full id must survive the table layout: it is what `plans buy` needs.
     assert OFFERING_ID in result.stdout
-    for text in ("tpo-second", "us-east-1a", "us-east-1b", "1234567.89", "USD", "14d",
-                 first.strftime("%Y-%m-%d %H:%M"), "plans buy --offering-id"):
+    for text in (
+        "tpo-second",
+        "us-east-1a",
+        "us-east-1b",
+        "1234567.89",
+        "USD",
+        "14d",
+        first.strftime("%Y-%m-%d %H:%M"),
+        "plans buy --offering-id",
+    ):
         assert text in result.stdout
     assert sagemaker.clients == [("sagemaker", None)]
 
@@ -107,11 +110,15 @@ def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagem
     start = midnight(in_days(30))
     sagemaker.stubber.add_response(
         "search_training_plan_offerings",
-        {"TrainingPlanOfferings": [offering(
-            OFFERING_ID,
-            [("us-west-2a", 8, start + timedelta(days=1)), ("us-west-2a", 8, start)],
-            "99.50",
-        )]},
+        {
+            "TrainingPlanOfferings": [
+                offering(
+                    OFFERING_ID,
+                    [("us-west-2a", 8, start + timedelta(days=1)), ("us-west-2a", 8, start)],
+                    "99.50",
+                )
+            ]
+        },
         expected_params={
             "InstanceType": "ml.p5.48xlarge",
             "InstanceCount": 16,
@@ -120,8 +127,12 @@ def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagem
             "TargetResources": ["training-job"],
         },
     )
-    result = hpctl(*search_args(**{"--start": in_days(30), "--target": "training-job",
-                                   "--region": "us-west-2"}), "--json")
+    result = hpctl(
+        *search_args(
+            **{"--start": in_days(30), "--target": "training-job", "--region": "us-west-2"}
+        ),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)
     assert row == {
@@ -178,27 +189,50 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"--instance-type": "ml.p9.96xlarge"}, "--instance-type: unknown instance type 'ml.p9.96xlarge'"),
-        ({"--instance-type": "ml.g5.48xlarge"}, "--instance-type: ml.g5.48xlarge cannot be reserved"),
-        ({"--count": "3"}, "--count: 3 instances are not offered; use one of 1, 2, 4, 8, 16, 32, 64"),
+        (
+            {"--instance-type": "ml.p9.96xlarge"},
+            f"--instance-type: {unknown_instance_type('ml.p9.96xlarge')}",
+        ),
+        (
+            {"--instance-type": "ml.g5.48xlarge"},
+            "--instance-type: ml.g5.48xlarge cannot be reserved",
+        ),
+        (
+            {"--count": "3"},
+            "--count: 3 instances are not offered; use one of 1, 2, 4, 8, 16, 32, 64",
+        ),
         ({"--count": "128"}, "--count: 128 instances are not offered"),
         ({"--count": "0"}, "--count: 0 instances are not offered"),
         ({"--duration-days": "0"}, "--duration-days: 0 is out of range; plans last 1 to 182 days"),
         ({"--duration-days": "183"}, "--duration-days: 183 is out of range"),
         ({"--start": "2026/12/01"}, "--start: '2026/12/01' is not a date; use YYYY-MM-DD"),
         ({"--start": "2027-02-30"}, "--start: '2027-02-30' is not a date"),
-        ({"--start": in_days(-1)}, f"--start: {in_days(-1)} is in the past; use {in_days(0)} or later"),
+        (
+            {"--start": in_days(-1)},
+            f"--start: {in_days(-1)} is in the past; use {in_days(0)} or later",
+        ),
     ],
-    ids=["unknown-type", "type-not-reservable", "count-not-power-of-two", "count-too-large",
-         "count-zero", "duration-zero", "duration-too-long", "start-format", "start-no-such-day",
-         "start-in-past"],
+    ids=[
+        "unknown-type",
+        "type-not-reservable",
+        "count-not-power-of-two",
+        "count-too-large",
+        "count-zero",
+        "duration-zero",
+        "duration-too-long",
+        "start-format",
+        "start-no-such-day",
+        "start-in-past",
+    ],
 )
 def test_search_rejects_bad_input_before_any_call(
     sagemaker: Stubbed, overrides: dict[str, str], expected: str
 ):
-    result = hpctl(*search_args(**overrides))
-    assert result.exit_code == 2
-    assert one_error_line(result).startswith(f"hpctl plans search: {expected}")
+    expect_failure(
+        *search_args(**overrides),
+        code=ExitCode.USAGE,
+        starts_with=f"hpctl plans search: {expected}",
+    )
     assert sagemaker.clients == []
 
 
@@ -210,16 +244,17 @@ def test_search_reports_a_service_error_in_one_line(sagemaker: Stubbed):
         http_status_code=400,
     )
     result = hpctl(*search_args())
-    assert result.exit_code == 1
-    assert one_error_line(result) == "hpctl plans search: ThrottlingException: Rate exceeded"
+    assert (
+        error_line(result, ExitCode.FAILED)
+        == "hpctl plans search: ThrottlingException: Rate exceeded"
+    )
 
 
 def test_search_without_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name)
     result = hpctl(*search_args())
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl plans search: NoCredentialsError: Unable to locate credentials"
     )
 
@@ -256,23 +291,21 @@ def capacity(az: str) -> dict:
 
 def test_buy_without_yes_refuses_and_calls_nothing(sagemaker: Stubbed):
     # The stubber has no responses: any API call would fail the fixture's teardown check.
-    result = hpctl(*buy_args())
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
-        f"hpctl plans buy: refusing to buy offering {OFFERING_ID} without --yes: a training "
-        "plan charges its upfront fee when bought; check the offering with `hpctl plans "
-        "search` and re-run with --yes"
+    expect_failure(
+        *buy_args(),
+        code=ExitCode.FAILED,
+        starts_with=(
+            f"hpctl plans buy: refusing to buy offering {OFFERING_ID} without --yes: a training "
+            "plan charges its upfront fee when bought; check the offering with `hpctl plans "
+            "search` and re-run with --yes"
+        ),
     )
     assert sagemaker.clients == []
-    assert result.stdout == ""
 
 
 def test_buy_never_prompts_even_with_input_waiting(sagemaker: Stubbed):
-    root = typer.Typer()
-    root.add_typer(plans.app, name="plans")
-    result = CliRunner().invoke(root, buy_args(), input="y\nyes\n", prog_name="hpctl")
-    assert result.exit_code == 1
-    assert "refusing to buy" in one_error_line(result)
+    result = hpctl(*buy_args(), input="y\nyes\n")
+    assert "refusing to buy" in error_line(result, ExitCode.FAILED)
     assert sagemaker.clients == []
 
 
@@ -280,7 +313,10 @@ def test_buy_creates_the_plan_and_prints_a_snippet_the_config_accepts(sagemaker:
     sagemaker.stubber.add_response(
         "create_training_plan",
         {"TrainingPlanArn": PLAN_ARN},
-        expected_params={"TrainingPlanName": "p5-prod-2027q1", "TrainingPlanOfferingId": OFFERING_ID},
+        expected_params={
+            "TrainingPlanName": "p5-prod-2027q1",
+            "TrainingPlanOfferingId": OFFERING_ID,
+        },
     )
     sagemaker.stubber.add_response(
         "describe_training_plan",
@@ -303,10 +339,11 @@ def test_buy_leaves_the_az_out_while_the_plan_reports_none(sagemaker: Stubbed):
     sagemaker.stubber.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
     sagemaker.stubber.add_response("describe_training_plan", describe_plan([]))
     result = hpctl(*buy_args("--yes"))
-    assert result.exit_code == 0
     assert f"training_plan:\n  arn: {PLAN_ARN}\n" in result.stdout
     assert "availability_zone:" not in result.stdout
-    assert "reports no Availability Zone yet" in one_error_line(result)
+    assert error_line(result, ExitCode.OK).startswith(
+        "hpctl plans buy: the plan reports no Availability Zone yet (status Scheduled)"
+    )
 
 
 def test_buy_does_not_guess_between_several_azs(sagemaker: Stubbed):
@@ -315,9 +352,10 @@ def test_buy_does_not_guess_between_several_azs(sagemaker: Stubbed):
         "describe_training_plan", describe_plan([capacity("us-east-1b"), capacity("us-east-1a")])
     )
     result = hpctl(*buy_args("--yes"))
-    assert result.exit_code == 0
     assert "availability_zone:" not in result.stdout
-    assert "the plan spans us-east-1a, us-east-1b" in one_error_line(result)
+    assert error_line(result, ExitCode.OK).startswith(
+        "hpctl plans buy: the plan spans us-east-1a, us-east-1b; "
+    )
 
 
 def test_buy_keeps_the_arn_when_describing_the_new_plan_fails(sagemaker: Stubbed):
@@ -326,21 +364,20 @@ def test_buy_keeps_the_arn_when_describing_the_new_plan_fails(sagemaker: Stubbed
         "describe_training_plan", "AccessDeniedException", "not authorized: DescribeTrainingPlan"
     )
     result = hpctl(*buy_args("--yes"))
-    assert result.exit_code == 1
     assert PLAN_ARN in result.stdout
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl plans buy: AccessDeniedException: not authorized: DescribeTrainingPlan"
     )
 
 
 def test_buy_reports_a_refused_purchase_in_one_line(sagemaker: Stubbed):
     sagemaker.stubber.add_client_error(
-        "create_training_plan", "ResourceLimitExceeded",
+        "create_training_plan",
+        "ResourceLimitExceeded",
         "You have reached the limit of training plans\n  Request a quota increase",
     )
     result = hpctl(*buy_args("--yes"))
-    assert result.exit_code == 1
-    assert one_error_line(result) == (
+    assert error_line(result, ExitCode.FAILED) == (
         "hpctl plans buy: ResourceLimitExceeded: You have reached the limit of training "
         "plans; Request a quota increase"
     )
@@ -349,19 +386,28 @@ def test_buy_reports_a_refused_purchase_in_one_line(sagemaker: Stubbed):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--offering-id", "TPO_Upper", "--name", "ok"],
-         "--offering-id: 'TPO_Upper' is not an offering id"),
-        (["--offering-id", "tpo-1", "--name", "-leading-dash"],
-         "--name: '-leading-dash' is not a valid plan name"),
-        (["--offering-id", "tpo-1", "--name", "a" * 65],
-         f"--name: '{'a' * 65}' is not a valid plan name"),
+        (
+            ["--offering-id", "TPO_Upper", "--name", "ok"],
+            "--offering-id: 'TPO_Upper' is not an offering id",
+        ),
+        (
+            ["--offering-id", "tpo-1", "--name", "-leading-dash"],
+            "--name: '-leading-dash' is not a valid plan name",
+        ),
+        (
+            ["--offering-id", "tpo-1", "--name", "a" * 65],
+            f"--name: '{'a' * 65}' is not a valid plan name",
+        ),
     ],
     ids=["offering-id-pattern", "name-pattern", "name-too-long"],
 )
-def test_buy_rejects_bad_input_before_any_call(
-    sagemaker: Stubbed, args: list[str], expected: str
-):
-    result = hpctl("plans", "buy", *args, "--yes")
-    assert result.exit_code == 2
-    assert one_error_line(result).startswith(f"hpctl plans buy: {expected}")
+def test_buy_rejects_bad_input_before_any_call(sagemaker: Stubbed, args: list[str], expected: str):
+    expect_failure(
+        "plans",
+        "buy",
+        *args,
+        "--yes",
+        code=ExitCode.USAGE,
+        starts_with=f"hpctl plans buy: {expected}",
+    )
     assert sagemaker.clients == []

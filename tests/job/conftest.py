@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from training.job import JobSpec
+from hpctl.job import JobSpec
 
 REQUIRED: dict[str, Any] = {
     "name": "llama-8b",

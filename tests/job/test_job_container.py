@@ -6,6 +6,7 @@ instructions are checked directly.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -62,7 +63,12 @@ def test_hadolint_reports_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
     result = subprocess.run(
         [str(hadolint), "--disable-ignore-pragma", "--format", "json", str(DOCKERFILE)],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert json.loads(result.stdout or "null") == [], result.stdout + result.stderr
     assert result.returncode == 0
@@ -76,7 +82,11 @@ def test_hadolint_check_can_fail(tmp_path: Path) -> None:
     bad.write_text("FROM python:latest\nRUN pip install torch\n")
     result = subprocess.run(
         [str(hadolint), "--format", "json", str(bad)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
     )
     assert {finding["code"] for finding in json.loads(result.stdout)} >= {"DL3007", "DL3013"}
 
@@ -140,15 +150,24 @@ def test_efa_user_space_is_installed_for_containers(dockerfile) -> None:
 def _efa_run_commands() -> list[str]:
     """The `&&`-separated commands of the RUN that installs EFA, whitespace kept as written."""
     text = re.sub(r"\\\n\s*", "", DOCKERFILE.read_text())
-    (run,) = [line for line in text.splitlines() if line.startswith("RUN ") and "efa_installer.sh" in line]
-    return [command.strip() for command in run[len("RUN "):].split(" && ")]
+    (run,) = [
+        line for line in text.splitlines() if line.startswith("RUN ") and "efa_installer.sh" in line
+    ]
+    return [command.strip() for command in run[len("RUN ") :].split(" && ")]
 
 
 def _run_in_build_shell(command: str, cwd: Path, **build_args: str) -> subprocess.CompletedProcess:
     # Build args reach RUN as environment variables; the Dockerfile's SHELL is bash -o pipefail.
     env = {"PATH": os.environ["PATH"], **build_args}
-    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_efa_installer_checksum_is_required(dockerfile, tmp_path: Path) -> None:
@@ -162,7 +181,9 @@ def test_efa_installer_checksum_is_required(dockerfile, tmp_path: Path) -> None:
         result = _run_in_build_shell(guard, tmp_path, EFA_INSTALLER_VERSION="1.47.0", **missing)
         assert result.returncode != 0
         assert "EFA_INSTALLER_SHA256 is required" in result.stderr
-    ok = _run_in_build_shell(guard, tmp_path, EFA_INSTALLER_VERSION="1.47.0", EFA_INSTALLER_SHA256="0" * 64)
+    ok = _run_in_build_shell(
+        guard, tmp_path, EFA_INSTALLER_VERSION="1.47.0", EFA_INSTALLER_SHA256="0" * 64
+    )
     assert ok.returncode == 0, ok.stderr
 
 
@@ -178,14 +199,23 @@ def test_efa_installer_download_is_verified_before_it_runs(tmp_path: Path) -> No
     tarball = tmp_path / "efa.tar.gz"
     tarball.write_bytes(b"installer")
     digest = hashlib.sha256(b"installer").hexdigest()
-    assert _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode == 0
+    assert (
+        _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode == 0
+    )
     tarball.write_bytes(b"tampered")
-    assert _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode != 0
+    assert (
+        _run_in_build_shell(commands[verify], tmp_path, EFA_INSTALLER_SHA256=digest).returncode != 0
+    )
 
 
 def test_environment_for_log_monitoring_and_efa(dockerfile) -> None:
     env = " ".join(_args(dockerfile, "ENV"))
-    for setting in ["PYTHONUNBUFFERED=1", "FI_PROVIDER=efa", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=^lo,docker"]:
+    for setting in [
+        "PYTHONUNBUFFERED=1",
+        "FI_PROVIDER=efa",
+        "NCCL_DEBUG=WARN",
+        "NCCL_SOCKET_IFNAME=^lo,docker",
+    ]:
         assert setting in env.split(), setting
     # RDMA support differs by instance type, so only the job manifest may set it.
     assert "FI_EFA_USE_DEVICE_RDMA" not in env
@@ -211,8 +241,31 @@ def test_pin_check_rejects_loose_requirements() -> None:
 
 def test_dockerignore_keeps_the_context_to_the_package() -> None:
     patterns = {
-        line.strip() for line in DOCKERIGNORE.read_text().splitlines()
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    assert {"**/__pycache__", "**/*.py[cod]", "job.py"} <= patterns
+    assert {"**/__pycache__", "**/*.py[cod]"} <= patterns
     assert "requirements-container.txt" not in patterns
+
+
+def test_the_image_package_imports_nothing_from_the_infrastructure_code() -> None:
+    # The build context is training/ alone: an import of config, hpctl, stacks or
+    # platform_constructs would fail inside the image. (hpctl's job renderer imports training,
+    # never the other way round.)
+    outside = {"config", "hpctl", "stacks", "platform_constructs", "app", "lifecycle"}
+    found = []
+    for path in sorted(TRAINING.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(TRAINING)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] in outside
+            ]
+    assert found == []

@@ -16,28 +16,30 @@ from typing import Any
 
 import pytest
 
-from training.job import log_rules
+from hpctl.job import log_rules
+from training.metrics import CKPT_FMT, START_FMT, STEP_FMT, WATCHDOG_FMT
 
-# --- the trainer's line formats (fixed contract) -------------------------------------------
+# --- the trainer's line formats (the trainer's own format strings) -------------------------
 
 
 def start_line(rank: int, world: int, step: int, resumed_from: str, preset: str) -> str:
-    return f"HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed_from} preset={preset}"
+    return START_FMT.format(rank=rank, world=world, step=step, resumed=resumed_from, preset=preset)
 
 
-def step_line(n: int, loss: float, tokens_per_s: float, samples_per_s: float, step_time_s: float) -> str:
-    return (
-        f"HPTRAIN step={n} loss={loss:.4f} tokens_per_s={tokens_per_s:.1f} "
-        f"samples_per_s={samples_per_s:.2f} step_time_s={step_time_s:.3f}"
-    )
+def step_line(
+    n: int, loss: float, tokens_per_s: float, samples_per_s: float, step_time_s: float
+) -> str:
+    return STEP_FMT.format(step=n, loss=loss, tps=tokens_per_s, sps=samples_per_s, dt=step_time_s)
 
 
 def checkpoint_line(n: int, tier: str, blocking_s: float, status: str) -> str:
-    return f"HPTRAIN checkpoint step={n} tier={tier} blocking_s={blocking_s:.3f} status={status}"
+    return CKPT_FMT.format(step=n, tier=tier, blocking=blocking_s, status=status)
 
 
-def watchdog_line(seconds: Any, n: int) -> str:
-    return f"HPTRAIN watchdog no progress for {seconds}s at step={n}; exiting"
+def watchdog_line(seconds: float | str, n: int) -> str:
+    # A string passes a fractional value the trainer does not print today ("600.0"): the rule
+    # must not depend on the trainer rounding to whole seconds.
+    return WATCHDOG_FMT.format(seconds=seconds, step=n)
 
 
 START = [
@@ -151,7 +153,9 @@ def test_every_expected_rule_is_rendered(spec_factory) -> None:
     [
         pytest.param(lambda line: line, id="bare"),
         pytest.param(lambda line: line + "\n", id="newline"),
-        pytest.param(lambda line: f"[default0]:2025-06-01 12:00:00,123 INFO {line}\n", id="prefixed"),
+        pytest.param(
+            lambda line: f"[default0]:2025-06-01 12:00:00,123 INFO {line}\n", id="prefixed"
+        ),
     ],
 )
 def test_rule_matches_exactly_its_lines(spec_factory, name: str, decorate) -> None:
@@ -167,7 +171,9 @@ def test_nan_loss_is_not_progress(spec_factory) -> None:
 
 
 @pytest.mark.parametrize("tokens_per_s", [0.0, 1.5, 4999.9, 5000.0, 123456.7])
-def test_throughput_capture_group_is_the_printed_tokens_per_s(spec_factory, tokens_per_s: float) -> None:
+def test_throughput_capture_group_is_the_printed_tokens_per_s(
+    spec_factory, tokens_per_s: float
+) -> None:
     rule = _rules(spec_factory)["LowThroughput"]
     line = step_line(42, 3.25, tokens_per_s, 9.87, 0.654) + "\n"
     match = re.compile(rule["logPattern"]).match(line)
@@ -223,7 +229,10 @@ def test_rule_shapes_match_the_agent_contract(spec_factory) -> None:
             assert groups == 0
         if rule.get("faultOnMatch"):
             assert rule["faultOnMatch"] is True
-            assert not {"expectedStartCutOffInSeconds", "expectedRecurringFrequencyInSeconds"} & rule.keys()
+            assert (
+                not {"expectedStartCutOffInSeconds", "expectedRecurringFrequencyInSeconds"}
+                & rule.keys()
+            )
 
 
 def test_timing_fields_come_from_the_spec(spec_factory) -> None:

@@ -12,7 +12,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from training.job import render_job
+from hpctl.job import render_job
 
 SCHEMA = json.loads((Path(__file__).parent / "hyperpodpytorchjob.schema.json").read_text())
 # Oldest and newest Kubernetes minors the platform runs (HyperPod EKS supports 1.30-1.33).
@@ -21,7 +21,13 @@ KUBERNETES_VERSION = KUBERNETES_VERSIONS[-1]
 
 VARIANTS: list[dict[str, Any]] = [
     {},
-    {"instance_type": "ml.g5.12xlarge", "nodes": 2, "spares": 1, "preset": "tiny", "hang_timeout_s": 120},
+    {
+        "instance_type": "ml.g5.12xlarge",
+        "nodes": 2,
+        "spares": 1,
+        "preset": "tiny",
+        "hang_timeout_s": 120,
+    },
     {"instance_type": "ml.trn1.32xlarge", "fsx_claim": "team-a.fsx"},
     {
         "min_tokens_per_s": 20000,
@@ -46,14 +52,19 @@ def _pod_template(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
-        "metadata": {"name": manifest["metadata"]["name"], "namespace": manifest["metadata"]["namespace"]},
+        "metadata": {
+            "name": manifest["metadata"]["name"],
+            "namespace": manifest["metadata"]["namespace"],
+        },
         "template": manifest["spec"]["replicaSpecs"][0]["template"],
     }
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)
 def test_custom_resource_matches_the_crd_schema(spec_factory, overrides: dict[str, Any]) -> None:
-    errors = [error.message for error in _validator().iter_errors(render_job(spec_factory(**overrides)))]
+    errors = [
+        error.message for error in _validator().iter_errors(render_job(spec_factory(**overrides)))
+    ]
     assert errors == []
 
 
@@ -79,7 +90,9 @@ def test_pod_template_validates_against_kubernetes(
         (("metadata", "labels", "kueue.x-k8s.io/queue-name"), "q" * 64),
     ],
 )
-def test_crd_schema_rejects_broken_manifests(spec_factory, path: tuple[Any, ...], value: Any) -> None:
+def test_crd_schema_rejects_broken_manifests(
+    spec_factory, path: tuple[Any, ...], value: Any
+) -> None:
     manifest = copy.deepcopy(render_job(spec_factory()))
     node = manifest
     for key in path[:-1]:

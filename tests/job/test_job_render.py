@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from config.instance_types import lookup
-from training.job import render_job, to_yaml
+from hpctl.job import render_job, to_yaml
 from training.train import parse_args
 
 
@@ -110,14 +110,22 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
     # Restarts keep the agent's default SIGKILL; only the SIGTERM wait is configured.
     assert not [flag for flag in command if flag.startswith("--shutdown-signal")]
     assert container["args"] == [
-        "--preset", "1b",
-        "--out", "/fsx/runs/llama-8b",
-        "--set", "training.steps=250",
-        "--set", "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
-        "--set", "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
-        "--set", "checkpoint.fast_interval=50",
-        "--set", "checkpoint.durable_interval=500",
-        "--set", "checkpoint.fast_backend=local",
+        "--preset",
+        "1b",
+        "--out",
+        "/fsx/runs/llama-8b",
+        "--set",
+        "training.steps=250",
+        "--set",
+        "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
+        "--set",
+        "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
+        "--set",
+        "checkpoint.fast_interval=50",
+        "--set",
+        "checkpoint.durable_interval=500",
+        "--set",
+        "checkpoint.fast_backend=local",
     ]
     assert container["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0"
 
@@ -144,8 +152,14 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
     assert config.preset == spec.preset
     assert config.training.steps == spec.total_steps
     checkpoint = config.checkpoint
-    assert (checkpoint.fast_dir, checkpoint.durable_dir) == (spec.fast_checkpoint_dir, spec.durable_dir)
-    assert (checkpoint.fast_interval, checkpoint.durable_interval) == (spec.fast_every, spec.durable_every)
+    assert (checkpoint.fast_dir, checkpoint.durable_dir) == (
+        spec.fast_checkpoint_dir,
+        spec.durable_dir,
+    )
+    assert (checkpoint.fast_interval, checkpoint.durable_interval) == (
+        spec.fast_every,
+        spec.durable_every,
+    )
     assert checkpoint.fast_backend == ("managed" if spec.managed_fast_tier else "local")
 
 
@@ -235,7 +249,11 @@ def test_run_policy_follows_the_spec(spec_factory) -> None:
     assert rules["JobHang"]["expectedRecurringFrequencyInSeconds"] == 1000
     assert "expectedStartCutOffInSeconds" not in rules["JobHang"]
     slow = rules["LowThroughput"]
-    assert (slow["metricThreshold"], slow["operator"], slow["metricEvaluationDataPoints"]) == (50000, "lt", 5)
+    assert (slow["metricThreshold"], slow["operator"], slow["metricEvaluationDataPoints"]) == (
+        50000,
+        "lt",
+        5,
+    )
 
 
 def test_shutdown_grace_outlasts_the_agent_timeout(spec_factory) -> None:
@@ -270,7 +288,12 @@ def test_launcher_flags_parse_as_torchrun_flags(spec_factory) -> None:
     own = ("--server-port=", "--shutdown-timeout=")
     launcher = [flag for flag in container["command"][1:] if not flag.startswith(own)]
     args = get_args_parser().parse_args(launcher + container["args"])
-    assert (args.nnodes, args.nproc_per_node, args.tee, args.log_dir) == ("4", "8", "3", "/tmp/hyperpod")
+    assert (args.nnodes, args.nproc_per_node, args.tee, args.log_dir) == (
+        "4",
+        "8",
+        "3",
+        "/tmp/hyperpod",
+    )
     assert args.module is True
     assert args.training_script == "training.train"
     assert args.training_script_args == container["args"]

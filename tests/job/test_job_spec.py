@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from training.job import JobSpec
+from hpctl.job import JobSpec
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -93,7 +93,9 @@ def test_invalid_value_is_rejected_with_one_line_naming_the_field(
     assert "\n" not in errors[0]["msg"]
 
 
-@pytest.mark.parametrize("missing", ["name", "team", "priority", "image", "instance_type", "instance_group"])
+@pytest.mark.parametrize(
+    "missing", ["name", "team", "priority", "image", "instance_type", "instance_group"]
+)
 def test_required_fields(required_fields, missing: str) -> None:
     del required_fields[missing]
     with pytest.raises(ValidationError) as caught:
@@ -104,7 +106,9 @@ def test_required_fields(required_fields, missing: str) -> None:
 def test_unknown_fields_are_forbidden(required_fields) -> None:
     with pytest.raises(ValidationError) as caught:
         JobSpec(**required_fields, gpus=8)
-    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [(("gpus",), "extra_forbidden")]
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [
+        (("gpus",), "extra_forbidden")
+    ]
 
 
 @pytest.mark.parametrize(
