@@ -77,12 +77,12 @@ def main() -> int:
 
     startup = time.perf_counter() - start
     synth_once("dev")  # warm-up
-    samples = {env: [] for env in envs}
+    samples: dict[str, list[float]] = {env: [] for env in envs}
     for _ in range(args.repeat):
         for env in envs:  # interleaved, so drift hits every environment alike
             samples[env].append(synth_once(env))
     medians = {env: statistics.median(s) for env, s in samples.items()}
-    cli_samples = {env: [] for env in envs}
+    cli_samples: dict[str, list[float]] = {env: [] for env in envs}
     for _ in range(args.repeat):
         for env in envs:
             cli_samples[env].append(cli_synth_once(env))

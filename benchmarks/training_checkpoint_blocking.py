@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=None, help="where checkpoints are written (default: a temp dir)")
+    ap.add_argument(
+        "--dir", default=None, help="where checkpoints are written (default: a temp dir)"
+    )
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
@@ -36,8 +38,8 @@ def main() -> int:
 
     import torch
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     from training.config import build_config
     from training.model import count_params
@@ -46,12 +48,23 @@ def main() -> int:
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
     out = base / "run"
-    cfg = build_config("tiny", [
-        f"model.dim={args.dim}", f"model.n_layers={args.layers}", "model.n_heads=16", "model.n_kv_heads=4",
-        "model.vocab_size=8192", "training.seq_len=128", "training.global_batch_size=1",
-        "checkpoint.fast_interval=0", "checkpoint.durable_interval=0", "fault.watchdog_s=0",
-        f"checkpoint.fast_dir={base / 'fast'}", f"checkpoint.durable_dir={base / 'durable'}",
-    ])
+    cfg = build_config(
+        "tiny",
+        [
+            f"model.dim={args.dim}",
+            f"model.n_layers={args.layers}",
+            "model.n_heads=16",
+            "model.n_kv_heads=4",
+            "model.vocab_size=8192",
+            "training.seq_len=128",
+            "training.global_batch_size=1",
+            "checkpoint.fast_interval=0",
+            "checkpoint.durable_interval=0",
+            "fault.watchdog_s=0",
+            f"checkpoint.fast_dir={base / 'fast'}",
+            f"checkpoint.durable_dir={base / 'durable'}",
+        ],
+    )
     ensure_single_process_env()
     info = init_distributed()
     configure_cpu_threads(0, 1)
@@ -62,7 +75,12 @@ def main() -> int:
         state_bytes = sum(
             t.numel() * t.element_size()
             for t in list(trainer.model.parameters())
-            + [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+            + [
+                v
+                for s in trainer.optimizer.state.values()
+                for v in s.values()
+                if torch.is_tensor(v)
+            ]
         )
 
         baseline_steps = []
@@ -71,11 +89,20 @@ def main() -> int:
             trainer.train_step()
             baseline_steps.append(time.perf_counter() - t0)
 
-        sync_s, async_s, staging_wait_s, async_call_s, step_during, staging_copy = [], [], [], [], [], []
+        sync_s: list[float] = []
+        async_s: list[float] = []
+        staging_wait_s: list[float] = []
+        async_call_s: list[float] = []
+        step_during: list[float] = []
+        staging_copy: list[float] = []
         for i in range(args.repeats):
             target = base / f"sync_{i}"
             t0 = time.perf_counter()
-            dcp.save(ckpt.app_state, storage_writer=FileSystemWriter(str(target), sync_files=True), process_group=ckpt.pg)
+            dcp_save(
+                ckpt.app_state,
+                storage_writer=FileSystemWriter(str(target), sync_files=True),
+                process_group=ckpt.pg,
+            )
             sync_s.append(time.perf_counter() - t0)
             shutil.rmtree(target)
 
@@ -112,7 +139,9 @@ def main() -> int:
             # next step were shorter than the copy (no overlap at all).
             "staging_copy_s": round(statistics.median(staging_copy), 3),
             "blocking_ratio_without_overlap": round(
-                (statistics.median(async_call_s) + statistics.median(staging_copy)) / statistics.median(sync_s), 4
+                (statistics.median(async_call_s) + statistics.median(staging_copy))
+                / statistics.median(sync_s),
+                4,
             ),
             "sync_with_manifest_commit_s": round(sync_committed_s, 3),
             "step_time_s_baseline": round(statistics.median(baseline_steps), 3),

@@ -36,20 +36,47 @@ def main() -> int:
         # A model whose step (~0.3 s on 2 CPU cores) is long against Python overheads, with
         # checkpoint intervals in the proportion one would use on GPUs (fast every ~8 s of
         # training, durable every ~80 s).
-        "model.dim=128", "model.n_layers=4", "model.n_heads=8", "model.n_kv_heads=4",
-        "training.seq_len=128", "training.global_batch_size=16",
-        "checkpoint.fast_interval=25", "checkpoint.durable_interval=250",
+        "model.dim=128",
+        "model.n_layers=4",
+        "model.n_heads=8",
+        "model.n_kv_heads=4",
+        "training.seq_len=128",
+        "training.global_batch_size=16",
+        "checkpoint.fast_interval=25",
+        "checkpoint.durable_interval=250",
     ]
     cmd = [
-        sys.executable, "-m", "training.launch", "--nproc", "2", "--preset", "tiny", "--steps", str(args.steps),
-        "--out", str(out), "--max-restarts", str(args.faults), "--chaos-kill-every-s", str(args.kill_every_s),
-        "--chaos-seed", "3", "--timeout-s", "1500",
+        sys.executable,
+        "-m",
+        "training.launch",
+        "--nproc",
+        "2",
+        "--preset",
+        "tiny",
+        "--steps",
+        str(args.steps),
+        "--out",
+        str(out),
+        "--max-restarts",
+        str(args.faults),
+        "--chaos-kill-every-s",
+        str(args.kill_every_s),
+        "--chaos-seed",
+        "3",
+        "--timeout-s",
+        "1500",
     ]
     for o in overrides:
         cmd += ["--set", o]
     try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1560,
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1560,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         s = json.loads((out / "summary.json").read_text())
         kills = sum(1 for a in s["launcher"]["attempts"] if a.get("chaos_kill"))
         result = {

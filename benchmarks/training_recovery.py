@@ -39,14 +39,39 @@ def main() -> int:
 
     out = Path(tempfile.mkdtemp(prefix="recovery-bench-"))
     cmd = [
-        sys.executable, "-m", "training.launch", "--nproc", "2", "--preset", "tiny", "--steps", str(args.steps),
-        "--out", str(out), "--max-restarts", str(args.faults), "--chaos-kill-every-s", str(args.kill_every_s),
-        "--chaos-seed", "7", "--timeout-s", "900",
-        "--set", f"checkpoint.fast_interval={args.fast_interval}", "--set", "checkpoint.durable_interval=100",
+        sys.executable,
+        "-m",
+        "training.launch",
+        "--nproc",
+        "2",
+        "--preset",
+        "tiny",
+        "--steps",
+        str(args.steps),
+        "--out",
+        str(out),
+        "--max-restarts",
+        str(args.faults),
+        "--chaos-kill-every-s",
+        str(args.kill_every_s),
+        "--chaos-seed",
+        "7",
+        "--timeout-s",
+        "900",
+        "--set",
+        f"checkpoint.fast_interval={args.fast_interval}",
+        "--set",
+        "checkpoint.durable_interval=100",
     ]
     try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=960,
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=960,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         summary = json.loads((out / "summary.json").read_text())
         records = {r.attempt: r for r in read_records(out)}
         attempts = summary["launcher"]["attempts"]
@@ -57,17 +82,21 @@ def main() -> int:
             prev = records.get(a["attempt"])
             if not kill or nxt is None or prev is None or nxt.first_step_unix is None:
                 continue
-            faults.append({
-                "killed_rank": kill["rank"],
-                "killed_at_step": prev.last_step,
-                "resumed_step": nxt.resumed_step,
-                "resumed_from": nxt.resumed_from,
-                "steps_lost": prev.last_step - nxt.resumed_step,
-                "recovery_s": round(nxt.first_step_unix - kill["unix"], 3),
-                "detect_and_teardown_s": round(a["ended_unix"] - kill["unix"], 3),
-                "restart_to_trainer_ready_s": round(nxt.started_unix - a["ended_unix"], 3),
-                "trainer_ready_to_first_step_s": round(nxt.first_step_unix - nxt.started_unix, 3),
-            })
+            faults.append(
+                {
+                    "killed_rank": kill["rank"],
+                    "killed_at_step": prev.last_step,
+                    "resumed_step": nxt.resumed_step,
+                    "resumed_from": nxt.resumed_from,
+                    "steps_lost": prev.last_step - nxt.resumed_step,
+                    "recovery_s": round(nxt.first_step_unix - kill["unix"], 3),
+                    "detect_and_teardown_s": round(a["ended_unix"] - kill["unix"], 3),
+                    "restart_to_trainer_ready_s": round(nxt.started_unix - a["ended_unix"], 3),
+                    "trainer_ready_to_first_step_s": round(
+                        nxt.first_step_unix - nxt.started_unix, 3
+                    ),
+                }
+            )
         lost = [f["steps_lost"] for f in faults]
         rec = [f["recovery_s"] for f in faults]
         result = {

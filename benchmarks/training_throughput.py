@@ -43,7 +43,15 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available() and not args.allow_cpu:
-        print(json.dumps({"benchmark": "training_throughput", "preset": args.preset, "skipped": "no CUDA device available"}))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "training_throughput",
+                    "preset": args.preset,
+                    "skipped": "no CUDA device available",
+                }
+            )
+        )
         return 0
 
     import torch.distributed as dist
@@ -57,11 +65,15 @@ def main() -> int:
     world = int(os.environ["WORLD_SIZE"])
     tmp = Path(tempfile.mkdtemp(prefix="throughput-bench-"))
     overrides = [
-        "data.source=synthetic", "data.synthetic_samples=100000",
+        "data.source=synthetic",
+        "data.synthetic_samples=100000",
         f"training.global_batch_size={args.micro_batch * world}",
         f"training.steps={args.warmup + args.steps}",
-        "checkpoint.fast_interval=0", "checkpoint.durable_interval=0", "fault.watchdog_s=0",
-        f"checkpoint.fast_dir={tmp / 'fast'}", f"checkpoint.durable_dir={tmp / 'durable'}",
+        "checkpoint.fast_interval=0",
+        "checkpoint.durable_interval=0",
+        "fault.watchdog_s=0",
+        f"checkpoint.fast_dir={tmp / 'fast'}",
+        f"checkpoint.durable_dir={tmp / 'durable'}",
     ]
     if args.seq_len:
         overrides.append(f"training.seq_len={args.seq_len}")
@@ -104,7 +116,9 @@ def main() -> int:
             "model_tflops_per_gpu": round(tokens_per_gpu_s * flops_per_token / 1e12, 2),
             "mfu": round(tokens_per_gpu_s * flops_per_token / peak, 4) if peak else None,
             "peak_bf16_tflops": peak / 1e12 if peak else None,
-            "max_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if info.device.type == "cuda" else None,
+            "max_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
+            if info.device.type == "cuda"
+            else None,
         }
         trainer.checkpointer.close()
         if info.is_main:

@@ -20,7 +20,6 @@ falls back to older checkpoints if a load still fails.
 from __future__ import annotations
 
 import dataclasses
-import contextlib
 import hashlib
 import json
 import os
@@ -30,26 +29,33 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.planner import SavePlan
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import (
+    AsyncCheckpointerType,
+    AsyncSaveResponse,
+)
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.checkpoint.storage import WriteResult
 
-from training import managed_tier
+from training import fileio, managed_tier
 from training.config import CheckpointConfig
 from training.metrics import log_checkpoint
 
@@ -67,7 +73,7 @@ _TRASH_PREFIX = ".trash-"
 _SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")
 
 
-class IncompatibleCheckpoint(RuntimeError):
+class IncompatibleCheckpointError(RuntimeError):
     """An intact checkpoint that belongs to a different job configuration."""
 
 
@@ -99,29 +105,6 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    """Best effort: makes a rename durable where the filesystem supports directory fsync
-    (some, like tmpfs variants and FUSE, refuse it; the commit marker still orders writes)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     """Committed checkpoints of a tier, newest first (by name and marker only, no validation)."""
     if not root.is_dir():
@@ -145,7 +128,9 @@ def files_written_by(ckpt_dir: Path, rank: int) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def build_manifest(step: int, tier: str, world_size: int, entries: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+def build_manifest(
+    step: int, tier: str, world_size: int, entries: list[dict[str, dict[str, Any]]]
+) -> dict[str, Any]:
     files: dict[str, dict[str, Any]] = {}
     for per_rank in entries:
         files.update(per_rank)
@@ -161,25 +146,15 @@ def build_manifest(step: int, tier: str, world_size: int, entries: list[dict[str
 
 def commit_dir(tmp_dir: Path, final_dir: Path, manifest: dict[str, Any]) -> None:
     """Manifest, marker, then the rename that makes the checkpoint visible."""
-    write_json_atomic(tmp_dir / MANIFEST, manifest)
-    with open(tmp_dir / COMMITTED, "w") as f:
-        f.write(f"{manifest['step']}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(tmp_dir)
+    fileio.write_json_atomic(tmp_dir / MANIFEST, manifest, indent=1, sort_keys=True)
+    fileio.write_bytes_durably(tmp_dir / COMMITTED, f"{manifest['step']}\n".encode())
+    fileio.fsync_dir(tmp_dir)
     if final_dir.exists():
         # A checkpoint of the same step from an earlier attempt (e.g. a restart that redid
         # this step): replace it, retiring the old one first so no mix of both is visible.
         remove_checkpoint(final_dir)
     os.rename(tmp_dir, final_dir)
-    _fsync_dir(final_dir.parent)
-
-
-def _write_bytes_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fileio.fsync_dir(final_dir.parent)
 
 
 def remove_checkpoint(path: Path) -> None:
@@ -195,7 +170,7 @@ def remove_checkpoint(path: Path) -> None:
 
 def prune(root: Path, tier: str, keep: int) -> list[int]:
     """Keep-last-k: removes all but the `keep` newest committed checkpoints; returns their steps."""
-    removed = []
+    removed: list[int] = []
     for ref in list_committed(root, tier)[keep:]:
         remove_checkpoint(ref.path)
         removed.append(ref.step)
@@ -204,7 +179,7 @@ def prune(root: Path, tier: str, keep: int) -> list[int]:
 
 def clean_stale(root: Path) -> list[str]:
     """Removes uncommitted tmp and trash directories left by a killed attempt."""
-    removed = []
+    removed: list[str] = []
     if not root.is_dir():
         return removed
     for entry in root.iterdir():
@@ -298,7 +273,7 @@ class NodeLocalSavePlanner(DefaultSavePlanner):
         plans = list(all_plans)
         for node in sorted(set(self.node_of_rank)):
             ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
-            for r, plan in zip(ranks, dedup_save_plans([all_plans[r] for r in ranks])):
+            for r, plan in zip(ranks, dedup_save_plans([all_plans[r] for r in ranks]), strict=True):
                 plans[r] = plan
         self.global_plan = plans
         return plans, metadata
@@ -307,7 +282,11 @@ class NodeLocalSavePlanner(DefaultSavePlanner):
 class _RecordingWriter(FileSystemWriter):
     """Keeps this rank's write results (file and offset of each item it wrote)."""
 
-    def write_data(self, plan: Any, planner: Any) -> Future[Any]:
+    results: list[WriteResult] | None = None
+
+    def write_data(
+        self, plan: SavePlan, planner: SavePlanner
+    ) -> torch.futures.Future[list[WriteResult]]:
         fut = super().write_data(plan, planner)
         try:
             # The file system writer returns a completed future.
@@ -379,9 +358,9 @@ class CheckpointManager:
         # Checkpoint traffic (DCP planning, commit) runs in a background thread; a separate
         # gloo group keeps it from interleaving with the training collectives.
         self.pg = dist.new_group(backend="gloo")
-        nonce = [secrets.token_hex(4) if rank == 0 else None]
+        nonce: list[Any] = [secrets.token_hex(4) if rank == 0 else None]
         dist.broadcast_object_list(nonce, src=0)
-        self.nonce: str = nonce[0]  # type: ignore[assignment]
+        self.nonce: str = nonce[0]
         self._inflight: _InFlight | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hptrain-ckpt-commit")
         # One stager for the whole run: it caches its CPU (pinned on GPU hosts) buffers, so
@@ -418,7 +397,11 @@ class CheckpointManager:
             for root in self.roots.values():
                 (root / probe).touch()
         dist.barrier()
-        seen = {tier: (root / probe).exists() for tier, root in self.roots.items()} if self.local_rank == 0 else None
+        seen = (
+            {tier: (root / probe).exists() for tier, root in self.roots.items()}
+            if self.local_rank == 0
+            else None
+        )
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, seen)
         dist.barrier()
@@ -454,10 +437,16 @@ class CheckpointManager:
         tmp = self.roots[tier] / f"{step_dir_name(step)}.tmp-{self.nonce}"
         writer = self._writer(tier, step, tmp)
         managed = tier == FAST and self.managed is not None
-        planner = NodeLocalSavePlanner(self.node_of_rank) if self.node_local[tier] and not managed else None
+        planner = (
+            NodeLocalSavePlanner(self.node_of_rank)
+            if self.node_local[tier] and not managed
+            else None
+        )
         if sync:
             try:
-                dcp.save(self.app_state, storage_writer=writer, planner=planner, process_group=self.pg)
+                dcp_save(
+                    self.app_state, storage_writer=writer, planner=planner, process_group=self.pg
+                )
                 self._commit(step, tier, tmp, final, writer)
                 status = "committed"
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported, training goes on
@@ -471,7 +460,7 @@ class CheckpointManager:
             if status == "committed":
                 self._note_committed(step, tier, blocking)
             return
-        response = dcp.async_save(
+        response = dcp_async_save(
             self.app_state,
             storage_writer=writer,
             planner=planner,
@@ -514,10 +503,9 @@ class CheckpointManager:
 
     @staticmethod
     def _await_staging(inf: _InFlight) -> None:
-        if inf.staged:
+        if inf.staged or inf.staging is None:
             return
         try:
-            assert inf.staging is not None
             inf.staging.result()
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - the upload reports it too
             warn(f"checkpoint step {inf.step} staging failed: {_first_line(e)}")
@@ -525,8 +513,9 @@ class CheckpointManager:
 
     def poll(self) -> None:
         """Reports a finished background checkpoint without waiting for a running one."""
-        if self._inflight is not None and self._inflight.done.done():
-            self._complete_inflight()
+        inf = self._inflight
+        if inf is not None and inf.done.done():
+            self._complete_inflight(inf)
 
     def wait(self) -> float:
         """Waits for the in-flight checkpoint (if any) to be committed or to fail; the time
@@ -540,12 +529,10 @@ class CheckpointManager:
         waited = time.perf_counter() - t0
         inf.blocking_s += waited
         self.blocking_total_s += waited
-        self._complete_inflight()
+        self._complete_inflight(inf)
         return waited
 
-    def _complete_inflight(self) -> None:
-        inf = self._inflight
-        assert inf is not None
+    def _complete_inflight(self, inf: _InFlight) -> None:
         self._inflight = None
         if inf.staged_at is not None:
             self.last_staging_s = inf.staged_at - inf.started_at
@@ -565,7 +552,9 @@ class CheckpointManager:
         self.last_committed_step[tier] = step
         self.on_committed(step, tier, blocking)
 
-    def _finish_async(self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any], writer: Any) -> None:
+    def _finish_async(
+        self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any], writer: Any
+    ) -> None:
         upload.result()
         self._commit(step, tier, tmp, final, writer)
 
@@ -588,8 +577,7 @@ class CheckpointManager:
         dist.gather_object((entries, results), gathered, dst=0, group=self.pg)
         # Rank 0 always reaches the broadcast, success or not, so no rank is left waiting.
         payload: list[Any] = [None, None]
-        if self.rank == 0:
-            assert gathered is not None
+        if gathered is not None:  # rank 0
             try:
                 errors = [g["__error__"] for g, _ in gathered if "__error__" in g]
                 if errors:
@@ -605,10 +593,12 @@ class CheckpointManager:
                         meta = node_metadata(metadata, [gathered[r][1] for r in ranks])
                         m = json.loads(json.dumps(manifest))
                         m["files"][DCP_METADATA] = {
-                            "rank": node, "size": len(meta), "sha256": hashlib.sha256(meta).hexdigest(),
+                            "rank": node,
+                            "size": len(meta),
+                            "sha256": hashlib.sha256(meta).hexdigest(),
                         }
                         per_node[node] = (m, meta)
-                    _write_bytes_durably(tmp / DCP_METADATA, per_node[self.node][1])
+                    fileio.write_bytes_durably(tmp / DCP_METADATA, per_node[self.node][1])
                     manifest = per_node[self.node][0]
                 commit_dir(tmp, final, manifest)
                 prune(self.roots[tier], tier, self.keep[tier])
@@ -621,7 +611,7 @@ class CheckpointManager:
         if node_local and self.rank != 0 and self.local_rank == 0:
             # This node holds its own shards and copies: commit its copy too.
             manifest, meta = payload[0][self.node]
-            _write_bytes_durably(tmp / DCP_METADATA, meta)
+            fileio.write_bytes_durably(tmp / DCP_METADATA, meta)
             commit_dir(tmp, final, manifest)
             prune(self.roots[tier], tier, self.keep[tier])
         dist.barrier(group=self.pg)
@@ -650,14 +640,23 @@ class CheckpointManager:
         every rank (its own shards) and used only if all ranks agree, so typically a single
         checkpoint is hashed. A load that still fails falls back to the next candidate.
         """
-        listed = [(ref.step, tier) for tier, root in self.roots.items() for ref in list_committed(root, tier)]
+        listed = [
+            (ref.step, tier)
+            for tier, root in self.roots.items()
+            for ref in list_committed(root, tier)
+        ]
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, listed)
         validated_but_unloadable: list[str] = []
         # The state to load (a collective on every rank), for the files each load plan reads.
-        wanted = {
-            key: obj.state_dict() if isinstance(obj, Stateful) else obj for key, obj in self.app_state.items()
-        } if any(everyone) else {}
+        wanted = (
+            {
+                key: obj.state_dict() if isinstance(obj, Stateful) else obj
+                for key, obj in self.app_state.items()
+            }
+            if any(everyone)
+            else {}
+        )
         for step, tier in candidate_order(everyone):
             path = self.roots[tier] / step_dir_name(step)
             try:
@@ -673,13 +672,15 @@ class CheckpointManager:
                 continue
             try:
                 if tier == FAST and self.managed is not None and managed_tier.is_managed(path):
-                    dcp.load(self.app_state, storage_reader=self.managed.reader(step))
+                    dcp_load(self.app_state, storage_reader=self.managed.reader(step))
                 else:
-                    dcp.load(self.app_state, checkpoint_id=str(path))
-            except IncompatibleCheckpoint:
+                    dcp_load(self.app_state, checkpoint_id=str(path))
+            except IncompatibleCheckpointError:
                 raise
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - same error on every rank
-                warn(f"rank {self.rank}: loading {tier} checkpoint step {step} failed, falling back: {_first_line(e)}")
+                warn(
+                    f"rank {self.rank}: loading {tier} checkpoint step {step} failed, falling back: {_first_line(e)}"
+                )
                 validated_but_unloadable.append(f"{tier}/{step_dir_name(step)}")
                 continue
             self.last_committed_step[tier] = step
@@ -687,7 +688,7 @@ class CheckpointManager:
         if validated_but_unloadable:
             # Intact checkpoints that do not fit this job (changed model shape, ...): starting
             # from scratch would prune them and lose the run, so stop and let a human decide.
-            raise IncompatibleCheckpoint(
+            raise IncompatibleCheckpointError(
                 f"checkpoints {', '.join(validated_but_unloadable)} are intact but do not load into this "
                 "job; refusing to start from scratch"
             )

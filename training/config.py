@@ -144,7 +144,9 @@ class JobConfig:
                 raise ConfigError(f"{key} must be {low}{high}, got {v}")
         p = self.parallel
         if p.dp_shard != -1 and p.dp_shard < 1:
-            raise ConfigError(f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {p.dp_shard}")
+            raise ConfigError(
+                f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {p.dp_shard}"
+            )
 
     def validate(self) -> None:
         self._check_ranges()
@@ -257,7 +259,7 @@ def _llama_gpu(preset: str, model: ModelConfig, seq_len: int, batch: int) -> Job
         optim=OptimConfig(lr=3e-4, warmup_steps=2000, weight_decay=0.1),
         parallel=ParallelConfig(activation_checkpoint=True, compile=True),
         checkpoint=CheckpointConfig(
-            fast_dir="/dev/shm/hptrain-ckpt",
+            fast_dir="/dev/shm/hptrain-ckpt",  # noqa: S108 - node-local memory tier by design
             fast_interval=50,
             fast_keep=2,
             durable_dir="/fsx/checkpoints",
@@ -271,8 +273,13 @@ def _llama_gpu(preset: str, model: ModelConfig, seq_len: int, batch: int) -> Job
 def _1b() -> JobConfig:
     # Llama-3.2-1B shape; untied input/output embeddings give ~1.5B parameters.
     m = ModelConfig(
-        dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256,
-        ffn_hidden=8192, rope_theta=500000.0,
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_hidden=8192,
+        rope_theta=500000.0,
     )
     return _llama_gpu("1b", m, seq_len=4096, batch=256)
 
@@ -280,8 +287,13 @@ def _1b() -> JobConfig:
 def _8b() -> JobConfig:
     # Llama-3-8B shape (~8.0B parameters).
     m = ModelConfig(
-        dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
-        ffn_hidden=14336, rope_theta=500000.0,
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_hidden=14336,
+        rope_theta=500000.0,
     )
     return _llama_gpu("8b", m, seq_len=8192, batch=512)
 
@@ -312,7 +324,9 @@ def _coerce(raw: str, annotation: Any, key: str) -> Any:
         if annotation is str:
             return raw
     except ValueError:
-        raise ConfigError(f"bad value for {key}: {raw!r} (expected {annotation.__name__})") from None
+        raise ConfigError(
+            f"bad value for {key}: {raw!r} (expected {annotation.__name__})"
+        ) from None
     raise ConfigError(f"{key} cannot be overridden from the command line")
 
 

@@ -57,7 +57,11 @@ class MemmapTokenSource:
     """
 
     def __init__(self, path: str, seq_len: int, dtype: str) -> None:
-        files = sorted(glob.glob(os.path.join(path, "*.bin"))) if os.path.isdir(path) else sorted(glob.glob(path))
+        files = (
+            sorted(glob.glob(os.path.join(path, "*.bin")))
+            if os.path.isdir(path)
+            else sorted(glob.glob(path))
+        )
         if not files:
             raise FileNotFoundError(f"no token shards (*.bin) found at {path}")
         self.seq_len = seq_len
@@ -74,7 +78,9 @@ class MemmapTokenSource:
             self._starts.append(total)
             total += n
         if total == 0:
-            raise ValueError(f"token shards at {path} are shorter than one sample of {seq_len + 1} tokens")
+            raise ValueError(
+                f"token shards at {path} are shorter than one sample of {seq_len + 1} tokens"
+            )
         self.num_samples = total
 
     def sample(self, idx: int) -> np.ndarray:
@@ -95,7 +101,8 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        mixed: np.ndarray = x ^ (x >> np.uint64(31))
+        return mixed
 
 
 class FeistelPermutation:
@@ -115,7 +122,9 @@ class FeistelPermutation:
         bits = max(2, (n - 1).bit_length())
         self.half = (bits + 1) // 2
         self.mask = np.uint64((1 << self.half) - 1)
-        self.keys = np.random.SeedSequence([seed, epoch]).generate_state(self.ROUNDS, dtype=np.uint64)
+        self.keys = np.random.SeedSequence([seed, epoch]).generate_state(
+            self.ROUNDS, dtype=np.uint64
+        )
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         h = np.uint64(self.half)
@@ -153,7 +162,12 @@ class ResumableLoader:
     """Yields this rank's slice of each global batch; DCP-Stateful through state_dict()."""
 
     def __init__(
-        self, source: TokenSource, global_batch_size: int, rank: int, world_size: int, seed: int,
+        self,
+        source: TokenSource,
+        global_batch_size: int,
+        rank: int,
+        world_size: int,
+        seed: int,
         device: torch.device | None = None,
     ) -> None:
         if global_batch_size % world_size:
@@ -203,7 +217,16 @@ class ResumableLoader:
         self.consumed_samples = int(state["consumed_samples"])
 
 
-def build_source(kind: str, *, path: str, dtype: str, seq_len: int, vocab_size: int, seed: int, synthetic_samples: int) -> TokenSource:
+def build_source(
+    kind: str,
+    *,
+    path: str,
+    dtype: str,
+    seq_len: int,
+    vocab_size: int,
+    seed: int,
+    synthetic_samples: int,
+) -> TokenSource:
     if kind == "memmap":
         return MemmapTokenSource(path, seq_len, dtype)
     return SyntheticTokenSource(synthetic_samples, seq_len, vocab_size, seed)

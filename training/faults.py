@@ -12,8 +12,9 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 ENV_VAR = "HPTRAIN_FAULTS"
 
@@ -31,7 +32,7 @@ class FaultPlan:
         return json.dumps({k: v for k, v in self.__dict__.items() if v is not None})
 
     @classmethod
-    def from_env(cls) -> "FaultPlan":
+    def from_env(cls) -> FaultPlan:
         raw = os.environ.get(ENV_VAR, "")
         if not raw:
             return cls()
@@ -51,7 +52,10 @@ class FaultInjector:
     """
 
     def __init__(
-        self, plan: FaultPlan, rank: int, record: Callable[[dict[str, Any]], None],
+        self,
+        plan: FaultPlan,
+        rank: int,
+        record: Callable[[dict[str, Any]], None],
         settle: Callable[[], object] = lambda: None,
     ) -> None:
         self.plan = plan

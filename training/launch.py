@@ -13,6 +13,7 @@ restarts are exhausted, 124 on --timeout-s, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -26,20 +27,19 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from training import fileio
+from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
 from training.config import PRESETS, ConfigError, JobConfig, build_config
-from training.faults import ENV_VAR as FAULTS_ENV, FaultPlan
+from training.faults import ENV_VAR as FAULTS_ENV
+from training.faults import FaultPlan
 
-USAGE_EXIT_CODE = 2
+if TYPE_CHECKING:
+    from training.checkpoint import CheckpointRef
+
 TIMEOUT_EXIT_CODE = 124
 _PR_SET_PDEATHSIG = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        sys.stderr.write(f"error: {message}\n")
-        raise SystemExit(USAGE_EXIT_CODE)
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
     stream.close()
 
 
-def _list_committed(root: Path, tier: str) -> Any:
+def _list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     # Imported here: the launcher itself never needs torch, so argument errors are instant.
     from training.checkpoint import list_committed
 
@@ -91,7 +91,10 @@ def _list_committed(root: Path, tier: str) -> Any:
 
 def _listing(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, list[str]]:
     roots = _tier_roots(cfg, out, nodes)
-    return {tier: sorted(p.name for p in root.iterdir()) if root.is_dir() else [] for tier, root in roots.items()}
+    return {
+        tier: sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+        for tier, root in roots.items()
+    }
 
 
 def node_fast_dir(cfg: JobConfig, out: Path, node: int) -> Path:
@@ -103,7 +106,11 @@ def node_fast_dir(cfg: JobConfig, out: Path, node: int) -> Path:
 def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
     c = cfg.checkpoint
     return {
-        "fast": node_fast_dir(cfg, out, 0) if nodes > 1 else Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
+        "fast": node_fast_dir(cfg, out, 0)
+        if nodes > 1
+        else Path(c.fast_dir)
+        if c.fast_dir
+        else out / "ckpt" / "fast",
         "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
     }
 
@@ -114,7 +121,11 @@ def corrupt_newest(cfg: JobConfig, out: Path, nodes: int = 1) -> str | None:
     The file keeps its size, so only checksum validation can catch it: this is the silent
     corruption case (bad disk, partial overwrite), not a missing file.
     """
-    refs = [ref for tier, root in _tier_roots(cfg, out, nodes).items() for ref in _list_committed(root, tier)]
+    refs = [
+        ref
+        for tier, root in _tier_roots(cfg, out, nodes).items()
+        for ref in _list_committed(root, tier)
+    ]
     if not refs:
         return None
     newest = sorted(refs, key=lambda r: (-r.step, 0 if r.tier == "fast" else 1))[0]
@@ -139,18 +150,24 @@ class Launcher:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.terminating = False
         self.lock = threading.Lock()
-        self.chaos_rng = random.Random(args.chaos_seed)
+        self.chaos_rng = random.Random(args.chaos_seed)  # noqa: S311 - a reproducible fault schedule
         self.chaos_kills = 0
 
     def _env(self, rank: int, port: int, attempt: int) -> dict[str, str]:
         env = dict(os.environ)
         per_node = self.args.nproc // self.args.nodes
         env.update(
-            RANK=str(rank), WORLD_SIZE=str(self.args.nproc), LOCAL_RANK=str(rank % per_node),
-            LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node), ROLE_RANK=str(rank),
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(self.args.nproc),
+            LOCAL_RANK=str(rank % per_node),
+            LOCAL_WORLD_SIZE=str(per_node),
+            GROUP_RANK=str(rank // per_node),
+            ROLE_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
             TORCHELASTIC_RESTART_COUNT=str(attempt),
-            HPTRAIN_JOB_START_UNIX=repr(self.job_start), PYTHONUNBUFFERED="1",
+            HPTRAIN_JOB_START_UNIX=repr(self.job_start),
+            PYTHONUNBUFFERED="1",
         )
         env.pop(FAULTS_ENV, None)
         plan = self._fault_plan()
@@ -161,17 +178,34 @@ class Launcher:
     def _fault_plan(self) -> FaultPlan:
         a = self.args
         return FaultPlan(
-            kill_rank=a.kill_rank, kill_at_step=a.kill_at_step, kill_during_checkpoint=a.kill_during_checkpoint,
-            sigterm_at_step=a.sigterm_at_step, hang_rank=a.hang_rank, hang_at_step=a.hang_at_step,
+            kill_rank=a.kill_rank,
+            kill_at_step=a.kill_at_step,
+            kill_during_checkpoint=a.kill_during_checkpoint,
+            sigterm_at_step=a.sigterm_at_step,
+            hang_rank=a.hang_rank,
+            hang_at_step=a.hang_at_step,
         )
 
     def _kill_group(self, sig: int) -> None:
         for p in self.procs:
             if p.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
+
+    def _spawn(self, rank: int, port: int, attempt: int) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+        if self.args.nodes > 1:
+            # Emulated nodes: each has a fast tier of its own, as /dev/shm per pod.
+            node = rank // (self.args.nproc // self.args.nodes)
+            cmd += ["--set", f"checkpoint.fast_dir={node_fast_dir(self.cfg, self.out, node)}"]
+        return subprocess.Popen(
+            cmd,
+            env=self._env(rank, port, attempt),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
     def forward_signal(self, signum: int, _frame: Any) -> None:
         """SIGTERM/SIGINT to the launcher: pass SIGTERM on (the ranks save and exit 0)."""
@@ -183,37 +217,69 @@ class Launcher:
         logs_dir = self.out / "logs"
         logs_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        self.procs, pumps, log_files = [], [], []
-        per_node = self.args.nproc // self.args.nodes
-        for rank in range(self.args.nproc):
-            log = open(logs_dir / f"attempt{attempt}_rank{rank}.log", "w")
-            log_files.append(log)
-            cmd = [sys.executable, "-m", "training.train", *self.train_argv]
-            if self.args.nodes > 1:
-                # Emulated nodes: each has a fast tier of its own, as /dev/shm per pod.
-                cmd += ["--set", f"checkpoint.fast_dir={node_fast_dir(self.cfg, self.out, rank // per_node)}"]
-            p = subprocess.Popen(
-                cmd, env=self._env(rank, port, attempt), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent,
+        with contextlib.ExitStack() as open_logs:
+            log_files = [
+                open_logs.enter_context(open(logs_dir / f"attempt{attempt}_rank{rank}.log", "w"))
+                for rank in range(self.args.nproc)
+            ]
+            self.procs = []
+            for rank in range(self.args.nproc):
+                self.procs.append(self._spawn(rank, port, attempt))
+            if self.terminating:
+                # A SIGTERM that arrived while the ranks were being started reaches them too.
+                self._kill_group(signal.SIGTERM)
+            # Output pumps start after every fork: no other thread of ours runs while a child
+            # is between fork and exec (preexec_fn).
+            pumps = []
+            for p, log in zip(self.procs, log_files, strict=True):
+                t = threading.Thread(
+                    target=_pump, args=(p.stdout, sys.stdout, log, self.lock), daemon=True
+                )
+                t.start()
+                pumps.append(t)
+            outcome, chaos_kill = self._supervise(deadline)
+            for p in self.procs:
+                p.wait()
+            for t in pumps:
+                t.join(timeout=5)
+        if outcome == "failed" and self._completed_in(started):
+            # The run reached its target and wrote its summary; a rank that then died on
+            # the way out (a crash in teardown) loses nothing, so do not train again.
+            sys.stdout.write(
+                f"HPTRAIN-LAUNCH attempt {attempt} completed (summary written) but exited with codes "
+                f"{[p.returncode for p in self.procs]}; counted as success\n"
             )
-            self.procs.append(p)
-        if self.terminating:
-            # A SIGTERM that arrived while the ranks were being started reaches them too.
-            self._kill_group(signal.SIGTERM)
-        # Output pumps start after every fork: no other thread of ours runs while a child is
-        # between fork and exec (preexec_fn).
-        for p, log in zip(self.procs, log_files):
-            t = threading.Thread(target=_pump, args=(p.stdout, sys.stdout, log, self.lock), daemon=True)
-            t.start()
-            pumps.append(t)
+            sys.stdout.flush()
+            outcome = "ok"
+        if self.terminating and outcome == "failed":
+            outcome = "terminated"
+        return AttemptResult(
+            attempt,
+            [p.returncode for p in self.procs],
+            outcome,
+            started,
+            time.time(),
+            chaos_kill=chaos_kill,
+        )
+
+    def _supervise(self, deadline: float) -> tuple[str, dict[str, Any] | None]:
+        """Polls the ranks until all exit 0, one fails or the deadline passes (then the group
+        is killed); fires the chaos kill. Returns the outcome and the chaos kill, if any."""
         outcome = "ok"
         chaos_kill: dict[str, Any] | None = None
-        chaos_at = time.time() + self.args.chaos_kill_every_s if self.args.chaos_kill_every_s else None
+        chaos_at = (
+            time.time() + self.args.chaos_kill_every_s if self.args.chaos_kill_every_s else None
+        )
         while True:
-            if chaos_at is not None and chaos_kill is None and time.time() >= chaos_at \
-                    and self.chaos_kills < self.args.max_restarts:
+            if (
+                chaos_at is not None
+                and chaos_kill is None
+                and time.time() >= chaos_at
+                and self.chaos_kills < self.args.max_restarts
+            ):
                 # Chaos mode: an external SIGKILL of a random rank, like a node loss; unlike
-                # the step-exact faults above it fires on every attempt, at wall-clock times.
+                # the step-exact faults (FaultPlan) it fires on every attempt, at wall-clock
+                # times.
                 victim = self.chaos_rng.randrange(self.args.nproc)
                 if self.procs[victim].poll() is None:
                     os.kill(self.procs[victim].pid, signal.SIGKILL)
@@ -232,26 +298,7 @@ class Launcher:
                 self._kill_group(signal.SIGKILL)
                 break
             time.sleep(0.05)
-        for p in self.procs:
-            p.wait()
-        for t in pumps:
-            t.join(timeout=5)
-        for log in log_files:
-            log.close()
-        if outcome == "failed" and self._completed_in(started):
-            # The run reached its target and wrote its summary; a rank that then died on
-            # the way out (a crash in teardown) loses nothing, so do not train again.
-            sys.stdout.write(
-                f"HPTRAIN-LAUNCH attempt {attempt} completed (summary written) but exited with codes "
-                f"{[p.returncode for p in self.procs]}; counted as success\n"
-            )
-            sys.stdout.flush()
-            outcome = "ok"
-        if self.terminating and outcome == "failed":
-            outcome = "terminated"
-        return AttemptResult(
-            attempt, [p.returncode for p in self.procs], outcome, started, time.time(), chaos_kill=chaos_kill
-        )
+        return outcome, chaos_kill
 
     def _rank_error(self, attempt: int, rank: int) -> str:
         try:
@@ -259,7 +306,11 @@ class Launcher:
         except OSError:
             text = ""
         lines = [ln for ln in text.splitlines() if ln.startswith("error: ")]
-        return lines[-1] if lines else f"error: rank {rank} exited with code {USAGE_EXIT_CODE} (bad input)"
+        return (
+            lines[-1]
+            if lines
+            else f"error: rank {rank} exited with code {USAGE_EXIT_CODE} (bad input)"
+        )
 
     def _completed_in(self, started: float) -> bool:
         """True when summary.json was written during this attempt and says the run completed."""
@@ -270,8 +321,12 @@ class Launcher:
             s = json.loads(path.read_text())
         except (OSError, ValueError):
             return False
-        return s.get("exit_reason") == "completed" and s.get("steps") == self.cfg.training.steps \
-            and s.get("target_steps") == self.cfg.training.steps
+        target = self.cfg.training.steps
+        return bool(
+            s.get("exit_reason") == "completed"
+            and s.get("steps") == target
+            and s.get("target_steps") == target
+        )
 
     def run(self) -> int:
         deadline = self.job_start + self.args.timeout_s
@@ -281,7 +336,9 @@ class Launcher:
         for attempt in range(self.args.max_restarts + 1):
             if self.terminating:
                 # SIGTERM arrived between attempts: do not start another one.
-                sys.stdout.write(f"HPTRAIN-LAUNCH terminated before attempt {attempt}; not restarting\n")
+                sys.stdout.write(
+                    f"HPTRAIN-LAUNCH terminated before attempt {attempt}; not restarting\n"
+                )
                 sys.stdout.flush()
                 exit_code = 1
                 break
@@ -298,7 +355,9 @@ class Launcher:
                 # the same way, so stop with the rank's one-line error.
                 result.outcome = "bad_input"
                 exit_code = USAGE_EXIT_CODE
-                sys.stderr.write(self._rank_error(attempt, result.exit_codes.index(USAGE_EXIT_CODE)) + "\n")
+                sys.stderr.write(
+                    self._rank_error(attempt, result.exit_codes.index(USAGE_EXIT_CODE)) + "\n"
+                )
                 sys.stderr.flush()
                 break
             result.checkpoints_after = _listing(self.cfg, self.out, self.args.nodes)
@@ -323,43 +382,73 @@ class Launcher:
             "corrupt_newest": bool(self.args.corrupt_newest),
         }
         path = self.out / "summary.json"
-        summary: dict[str, Any] = {}
+        summary: dict[str, Any]
         if path.is_file() and exit_code == 0:
             summary = json.loads(path.read_text())
         else:
             summary = {"exit_reason": "failed", "steps": None, "final_params_sha256": None}
         summary["launcher"] = launcher
         summary["restarts"] = launcher["restarts"]
-        tmp = path.with_suffix(".json.part")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-        os.replace(tmp, path)
+        fileio.write_json_atomic(path, summary, indent=2, sort_keys=True)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobConfig, list[str]]:
-    p = _Parser(prog="python -m training.launch", description="local multi-process launcher with restarts and fault injection")
+    p = OneLineErrorParser(
+        prog="python -m training.launch",
+        description="local multi-process launcher with restarts and fault injection",
+    )
     p.add_argument("--nproc", type=int, default=2, help="number of ranks (processes)")
-    p.add_argument("--nodes", type=int, default=1,
-                   help="emulate this many nodes: ranks split evenly, each node with its own LOCAL_RANK "
-                        "numbering and its own fast-tier directory (<fast dir>-node<k>)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="emulate this many nodes: ranks split evenly, each node with its own LOCAL_RANK "
+        "numbering and its own fast-tier directory (<fast dir>-node<k>)",
+    )
     p.add_argument("--preset", default="tiny", help=f"config preset ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, help="training steps (same as --set training.steps=N)")
     p.add_argument("--out", required=True, help="run directory; summary.json is written there")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="config override passed to every rank (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="config override passed to every rank (repeatable)",
+    )
     p.add_argument("--max-restarts", type=int, default=3, help="group restarts after a failure")
-    p.add_argument("--timeout-s", type=float, default=1800.0, help="bound on the whole job, restarts included")
+    p.add_argument(
+        "--timeout-s", type=float, default=1800.0, help="bound on the whole job, restarts included"
+    )
     p.add_argument("--kill-rank", type=int, help="rank to SIGKILL (with --kill-at-step)")
     p.add_argument("--kill-at-step", type=int, help="step at which --kill-rank is killed")
-    p.add_argument("--kill-during-checkpoint", type=int, metavar="STEP",
-                   help="SIGKILL rank 0 after the shards of checkpoint STEP are written, before its commit")
-    p.add_argument("--corrupt-newest", action="store_true",
-                   help="corrupt the newest committed checkpoint before the first restart")
-    p.add_argument("--sigterm-at-step", type=int, help="send SIGTERM to every rank during this step")
-    p.add_argument("--hang-rank", type=int, help="rank that stops making progress (with --hang-at-step)")
+    p.add_argument(
+        "--kill-during-checkpoint",
+        type=int,
+        metavar="STEP",
+        help="SIGKILL rank 0 after the shards of checkpoint STEP are written, before its commit",
+    )
+    p.add_argument(
+        "--corrupt-newest",
+        action="store_true",
+        help="corrupt the newest committed checkpoint before the first restart",
+    )
+    p.add_argument(
+        "--sigterm-at-step", type=int, help="send SIGTERM to every rank during this step"
+    )
+    p.add_argument(
+        "--hang-rank", type=int, help="rank that stops making progress (with --hang-at-step)"
+    )
     p.add_argument("--hang-at-step", type=int, help="step at which --hang-rank hangs")
-    p.add_argument("--watchdog-s", type=float, help="watchdog timeout (same as --set fault.watchdog_s=S)")
-    p.add_argument("--chaos-kill-every-s", type=float, metavar="S",
-                   help="SIGKILL a random rank S seconds into every attempt (bounded by --max-restarts)")
+    p.add_argument(
+        "--watchdog-s", type=float, help="watchdog timeout (same as --set fault.watchdog_s=S)"
+    )
+    p.add_argument(
+        "--chaos-kill-every-s",
+        type=float,
+        metavar="S",
+        help="SIGKILL a random rank S seconds into every attempt (bounded by --max-restarts)",
+    )
     p.add_argument("--chaos-seed", type=int, default=0, help="seed for the chaos victim choice")
     args = p.parse_args(argv)
 
@@ -367,13 +456,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         p.error("--nproc must be >= 1")
     if args.nodes < 1 or args.nproc % args.nodes:
         p.error("--nodes must be >= 1 and divide --nproc")
-    if args.chaos_kill_every_s is not None and not (math.isfinite(args.chaos_kill_every_s) and args.chaos_kill_every_s > 0):
+    if args.chaos_kill_every_s is not None and not (
+        math.isfinite(args.chaos_kill_every_s) and args.chaos_kill_every_s > 0
+    ):
         p.error("--chaos-kill-every-s must be a finite number > 0")
     if args.max_restarts < 0:
         p.error("--max-restarts must be >= 0")
     if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
         p.error("--timeout-s must be a finite number > 0")
-    if args.watchdog_s is not None and not (math.isfinite(args.watchdog_s) and args.watchdog_s >= 0):
+    if args.watchdog_s is not None and not (
+        math.isfinite(args.watchdog_s) and args.watchdog_s >= 0
+    ):
         p.error("--watchdog-s must be a finite number >= 0")
     if (args.kill_rank is None) != (args.kill_at_step is None):
         p.error("--kill-rank and --kill-at-step go together")
@@ -397,9 +490,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         cfg.check_world(args.nproc)
     except ConfigError as e:
         p.error(str(e))
-    if args.corrupt_newest and args.kill_rank is None and args.hang_rank is None \
-            and args.chaos_kill_every_s is None and args.kill_during_checkpoint is None:
-        p.error("--corrupt-newest acts before the first restart: give a kill, hang or chaos fault too")
+    if (
+        args.corrupt_newest
+        and args.kill_rank is None
+        and args.hang_rank is None
+        and args.chaos_kill_every_s is None
+        and args.kill_during_checkpoint is None
+    ):
+        p.error(
+            "--corrupt-newest acts before the first restart: give a kill, hang or chaos fault too"
+        )
     if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
         p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
     c = cfg.checkpoint
@@ -407,7 +507,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         s = args.kill_during_checkpoint
         due = any(every > 0 and s % every == 0 for every in (c.fast_interval, c.durable_interval))
         if not due or s >= cfg.training.steps:
-            p.error(f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step")
+            p.error(
+                f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step"
+            )
     for name in ("kill_at_step", "sigterm_at_step", "hang_at_step"):
         v = getattr(args, name)
         if v is not None and v > cfg.training.steps:

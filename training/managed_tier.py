@@ -10,6 +10,7 @@ inert and the fast tier is a plain directory.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -18,11 +19,11 @@ from typing import Any
 BACKEND_NAME = "sagemaker-tiered"
 
 try:  # guarded: the package only exists in images built for managed tiered checkpointing
-    from amzn_sagemaker_checkpointing.checkpointing.filesystem.filesystem import (  # type: ignore[import-not-found]
+    from amzn_sagemaker_checkpointing.checkpointing.filesystem.filesystem import (  # type: ignore[import-not-found]  # optional, not installed here
         SageMakerTieredStorageReader,
         SageMakerTieredStorageWriter,
     )
-    from amzn_sagemaker_checkpointing.config.sagemaker_checkpoint_config import (  # type: ignore[import-not-found]
+    from amzn_sagemaker_checkpointing.config.sagemaker_checkpoint_config import (  # type: ignore[import-not-found]  # optional, not installed here
         SageMakerCheckpointConfig,
     )
 
@@ -35,7 +36,9 @@ class ManagedTier:
     def __init__(self, world_size: int) -> None:
         kwargs: dict[str, Any] = {
             # One namespace per training job so restarts find their own checkpoints.
-            "namespace": os.environ.get("HPTRAIN_JOB_NAME") or os.environ.get("JOB_NAME") or f"hptrain-{int(time.time())}",
+            "namespace": os.environ.get("HPTRAIN_JOB_NAME")
+            or os.environ.get("JOB_NAME")
+            or f"hptrain-{int(time.time())}",
             "world_size": world_size,
         }
         s3 = os.environ.get("HPTRAIN_MANAGED_S3_PATH")
@@ -54,14 +57,15 @@ def open_if_enabled(backend: str, *, world_size: int) -> ManagedTier | None:
     if backend == "local" or (backend == "auto" and not AVAILABLE):
         return None
     if not AVAILABLE:
-        raise RuntimeError("checkpoint.fast_backend=managed but amzn-sagemaker-checkpointing is not installed")
+        raise RuntimeError(
+            "checkpoint.fast_backend=managed but amzn-sagemaker-checkpointing is not installed"
+        )
     return ManagedTier(world_size)
 
 
 def is_managed(path: Path) -> bool:
     try:
-        import json
-
-        return json.loads((path / "manifest.json").read_text()).get("backend") == BACKEND_NAME
+        manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
         return False
+    return bool(manifest.get("backend") == BACKEND_NAME)

@@ -7,19 +7,23 @@ format strings below byte-for-byte stable.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training import fileio
+
 if TYPE_CHECKING:
     import torch
 
 
-START_FMT = "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset}"
+START_FMT = (
+    "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset}"
+)
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
 CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
 WATCHDOG_FMT = "HPTRAIN watchdog no progress for {seconds}s at step={step}; exiting"
@@ -44,7 +48,9 @@ def log_start(rank: int, world: int, step: int, resumed: str, preset: str) -> No
     emit(START_FMT.format(rank=rank, world=world, step=step, resumed=resumed, preset=preset))
 
 
-def log_step(step: int, loss: float, tokens_per_s: float, samples_per_s: float, step_time_s: float) -> None:
+def log_step(
+    step: int, loss: float, tokens_per_s: float, samples_per_s: float, step_time_s: float
+) -> None:
     emit(STEP_FMT.format(step=step, loss=loss, tps=tokens_per_s, sps=samples_per_s, dt=step_time_s))
 
 
@@ -56,7 +62,7 @@ def watchdog_line(seconds: float, step: int) -> str:
     return WATCHDOG_FMT.format(seconds=int(seconds), step=step)
 
 
-def params_sha256(full_state: dict[str, "torch.Tensor"]) -> str:
+def params_sha256(full_state: dict[str, torch.Tensor]) -> str:
     """sha256 over the full model state: sorted names, each name + shape + fp32 LE bytes."""
     import torch
 
@@ -106,10 +112,9 @@ class RunLedger:
 
     def flush(self) -> None:
         # Called once per step too: one small file rewrite, so the step reached before a
-        # fault is known even when the process is killed right after.
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.record), indent=1))
-        os.replace(tmp, self.path)
+        # fault is known even when the process is killed right after. Not fsynced: a
+        # per-step fsync on FSx would slow every step for a record only a lost node loses.
+        fileio.write_json_atomic(self.path, asdict(self.record), indent=1, durable=False)
 
     def all_records(self) -> list[AttemptRecord]:
         return read_records(self.dir.parent)
@@ -118,11 +123,7 @@ class RunLedger:
 def write_fault(out: Path, attempt: int, rank: int, fault: dict[str, Any]) -> None:
     """Any rank may call this right before it is killed: a separate small file per rank, so it
     never races with rank 0 rewriting the attempt record."""
-    path = out / "attempts" / f"fault_{attempt:04d}_r{rank}.json"
-    with open(path, "w") as f:
-        json.dump(fault, f)
-        f.flush()
-        os.fsync(f.fileno())
+    fileio.write_json_atomic(out / "attempts" / f"fault_{attempt:04d}_r{rank}.json", fault)
 
 
 def read_records(out: Path) -> list[AttemptRecord]:
@@ -148,7 +149,7 @@ def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
     recovery time (fault, else last progress, to the first step of the next attempt)."""
     out = []
     ordered = sorted(records, key=lambda r: r.attempt)
-    for prev, cur in zip(ordered, ordered[1:]):
+    for prev, cur in itertools.pairwise(ordered):
         fault_unix = next((f["unix"] for f in prev.faults if "unix" in f), prev.last_step_unix)
         # A fault injected during step k means k - 1 steps were complete, even if the last
         # ledger write before the kill did not get out.
@@ -169,8 +170,5 @@ def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-    os.replace(tmp, out / "summary.json")
+    fileio.write_json_atomic(out / "summary.json", summary, indent=2, sort_keys=True)
     emit(json.dumps(summary, sort_keys=True))
-

@@ -8,9 +8,10 @@ never on the world size or the sharding layout.
 from __future__ import annotations
 
 import zlib
+from typing import cast
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -24,8 +25,12 @@ def ffn_hidden_dim(cfg: ModelConfig) -> int:
     return cfg.multiple_of * ((hidden + cfg.multiple_of - 1) // cfg.multiple_of)
 
 
-def rope_tables(head_dim: int, seq_len: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+def rope_tables(
+    head_dim: int, seq_len: int, theta: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    )
     t = torch.arange(seq_len, device=device, dtype=torch.float32)
     freqs = torch.outer(t, inv_freq)
     return freqs.cos(), freqs.sin()
@@ -60,7 +65,8 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
         )
-        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+        out: torch.Tensor = self.wo(y.transpose(1, 2).reshape(b, t, -1))
+        return out
 
 
 class FeedForward(nn.Module):
@@ -72,7 +78,8 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(cfg.dim, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
 
 
 class Block(nn.Module):
@@ -87,16 +94,22 @@ class Block(nn.Module):
         self.activation_checkpoint = False
 
     def _forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin)
-        return h + self.feed_forward(self.ffn_norm(h))
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), cos, sin)
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.activation_checkpoint and self.training:
-            return checkpoint(self._forward, x, cos, sin, use_reentrant=False)
+            out: torch.Tensor = checkpoint(self._forward, x, cos, sin, use_reentrant=False)
+            return out
         return self._forward(x, cos, sin)
 
 
 class Transformer(nn.Module):
+    # Buffers (registered in __init__), declared for the type checker.
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, max_seq_len: int) -> None:
         super().__init__()
         self.cfg = cfg
@@ -117,7 +130,12 @@ class Transformer(nn.Module):
         h = self.tok_embeddings(tokens)
         for layer in self.layers.values():
             h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        logits: torch.Tensor = self.output(self.norm(h))
+        return logits
+
+    def blocks(self) -> list[Block]:
+        """The decoder blocks, in order (``layers`` holds nothing else)."""
+        return [cast(Block, layer) for layer in self.layers.values()]
 
     def _std_for(self, name: str) -> float | None:
         """Init std per parameter; None means constant one (norm weights)."""
@@ -126,9 +144,11 @@ class Transformer(nn.Module):
         std = self.cfg.init_std
         if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
             # Residual projections scaled down with depth (GPT-2 / Llama practice).
-            return std / (2 * self.cfg.n_layers) ** 0.5
+            depth_scale: float = (2 * self.cfg.n_layers) ** 0.5
+            return std / depth_scale
         if name == "output.weight":
-            return self.cfg.dim ** -0.5
+            output_std: float = self.cfg.dim**-0.5
+            return output_std
         return std
 
     @torch.no_grad()
@@ -154,12 +174,16 @@ class Transformer(nn.Module):
             if isinstance(param, DTensor):
                 # src_data_rank=None: every rank already holds the same full tensor, so
                 # slicing locally avoids a scatter.
-                local = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                local = distribute_tensor(
+                    full, param.device_mesh, param.placements, src_data_rank=None
+                )
                 param.to_local().copy_(local.to_local())
             else:
                 param.copy_(full)
         head_dim = self.cfg.dim // self.cfg.n_heads
-        cos, sin = rope_tables(head_dim, self.max_seq_len, self.cfg.rope_theta, self.rope_cos.device)
+        cos, sin = rope_tables(
+            head_dim, self.max_seq_len, self.cfg.rope_theta, self.rope_cos.device
+        )
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 

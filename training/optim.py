@@ -25,7 +25,9 @@ def lr_multiplier(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
     return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int) -> tuple[torch.optim.Optimizer, LambdaLR]:
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, total_steps: int
+) -> tuple[torch.optim.Optimizer, LambdaLR]:
     # Norm weights and other 1-D params are not decayed (standard for Llama-style models).
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -43,7 +45,10 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int) -> tup
     scheduler = LambdaLR(
         optimizer,
         lambda step: lr_multiplier(
-            step, warmup_steps=cfg.warmup_steps, total_steps=total_steps, min_lr_ratio=cfg.min_lr_ratio
+            step,
+            warmup_steps=cfg.warmup_steps,
+            total_steps=total_steps,
+            min_lr_ratio=cfg.min_lr_ratio,
         ),
     )
     return optimizer, scheduler

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.config import JobConfig, ParallelConfig
+from training.model import Transformer
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,12 @@ def ensure_single_process_env() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update(
-        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
 
 
@@ -73,7 +77,9 @@ def build_mesh(pcfg: ParallelConfig, world_size: int, device: torch.device) -> D
     if replicate > 1:
         # HSDP: parameters sharded inside a group, replicated across groups (e.g. shard
         # within a node over NVLink, replicate across nodes over EFA).
-        return init_device_mesh(device.type, (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+        return init_device_mesh(
+            device.type, (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard")
+        )
     return init_device_mesh(device.type, (shard,), mesh_dim_names=("dp_shard",))
 
 
@@ -82,9 +88,11 @@ def use_bf16(cfg: JobConfig, device: torch.device) -> bool:
     return mode == "bf16" or (mode == "auto" and device.type == "cuda")
 
 
-def apply_parallelism(model: nn.Module, cfg: JobConfig, mesh: DeviceMesh, device: torch.device) -> nn.Module:
+def apply_parallelism(
+    model: Transformer, cfg: JobConfig, mesh: DeviceMesh, device: torch.device
+) -> Transformer:
     """Activation checkpointing, per-block compile and FSDP2 sharding, in that order."""
-    blocks = list(model.layers.values())  # type: ignore[union-attr]
+    blocks = model.blocks()
     for block in blocks:
         block.activation_checkpoint = cfg.parallel.activation_checkpoint
         if cfg.parallel.compile:

@@ -7,29 +7,33 @@ or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after savin
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import traceback
 from pathlib import Path
 
+from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
 from training.config import PRESETS, ConfigError, JobConfig, build_config
-
-USAGE_EXIT_CODE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        sys.stderr.write(f"error: {message}\n")
-        raise SystemExit(USAGE_EXIT_CODE)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
-    p = _Parser(prog="python -m training.train", description="HyperPod training entry point")
+    p = OneLineErrorParser(
+        prog="python -m training.train", description="HyperPod training entry point"
+    )
     p.add_argument("--preset", default="tiny", help=f"named config preset ({', '.join(PRESETS)})")
-    p.add_argument("--out", required=True, help="run directory (summary.json, attempts/, default checkpoint dirs)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override one config value, e.g. --set training.steps=40 (repeatable)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="run directory (summary.json, attempts/, default checkpoint dirs)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config value, e.g. --set training.steps=40 (repeatable)",
+    )
     args = p.parse_args(argv)
     try:
         cfg = build_config(args.preset, args.overrides)
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports after argument checks: a typo fails in milliseconds.
     import torch.distributed as dist
 
-    from training.checkpoint import IncompatibleCheckpoint
+    from training.checkpoint import IncompatibleCheckpointError
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
     from training.trainer import Trainer, install_signal_handlers
 
@@ -61,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         install_signal_handlers(trainer)
         code = trainer.run()
         trainer.teardown()
-    except (ConfigError, FileNotFoundError, IncompatibleCheckpoint) as e:
+    except (ConfigError, FileNotFoundError, IncompatibleCheckpointError) as e:
         # Bad input discovered once the world exists (a missing data path, checkpoints of a
         # different model in the run directory): one line.
         sys.stderr.write(f"error: rank {info.rank}: {e}\n")
         sys.stderr.flush()
         os._exit(USAGE_EXIT_CODE)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - any failure must end this rank, see below
         traceback.print_exc()
         sys.stderr.flush()
         # Peers may be blocked in a collective with this rank: do not wait for a clean

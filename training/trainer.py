@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -23,8 +23,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
-from training import metrics
-from training.checkpoint import DURABLE, CheckpointManager, IncompatibleCheckpoint
+from training import fileio, metrics
+from training.checkpoint import DURABLE, CheckpointManager, IncompatibleCheckpointError
 from training.config import JobConfig
 from training.data import ResumableLoader, build_source
 from training.faults import FaultInjector, FaultPlan
@@ -48,15 +48,19 @@ class ModelOptimizerState(Stateful):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         set_state_dict(
-            self.model, self.optimizer,
-            model_state_dict=state_dict["model"], optim_state_dict=state_dict["optim"],
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
         )
 
 
 def _local_rng_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state().numpy().tobytes(),
-        "cuda": [s.numpy().tobytes() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+        "cuda": [s.numpy().tobytes() for s in torch.cuda.get_rng_state_all()]
+        if torch.cuda.is_available()
+        else [],
         "numpy": np.random.get_state(legacy=False),
         "python": random.getstate(),
     }
@@ -65,7 +69,9 @@ def _local_rng_state() -> dict[str, Any]:
 def _set_local_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
     if torch.cuda.is_available() and state["cuda"]:
-        torch.cuda.set_rng_state_all([torch.frombuffer(bytearray(s), dtype=torch.uint8) for s in state["cuda"]])
+        torch.cuda.set_rng_state_all(
+            [torch.frombuffer(bytearray(s), dtype=torch.uint8) for s in state["cuda"]]
+        )
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
 
@@ -73,7 +79,12 @@ def _set_local_rng_state(state: dict[str, Any]) -> None:
 class TrainState(Stateful):
     """Step counter, LR schedule, data position, RNG streams and goodput accounting."""
 
-    def __init__(self, scheduler: torch.optim.lr_scheduler.LRScheduler, loader: ResumableLoader, world_size: int) -> None:
+    def __init__(
+        self,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        loader: ResumableLoader,
+        world_size: int,
+    ) -> None:
         self.scheduler, self.loader, self.world_size = scheduler, loader, world_size
         self.step = 0
         # Step time of the steps in this model's lineage: rolled back with the checkpoint, so
@@ -99,8 +110,10 @@ class TrainState(Stateful):
         try:
             self.loader.load_state_dict(state_dict["data"])
         except ValueError as e:
-            raise IncompatibleCheckpoint(str(e)) from None
-        per_rank = pickle.loads(state_dict["rng"])
+            raise IncompatibleCheckpointError(str(e)) from None
+        # Written by this job's own checkpoint: trusted like the DCP metadata next to it,
+        # which DCP unpickles as well.
+        per_rank = pickle.loads(state_dict["rng"])  # noqa: S301 - the job's own checkpoint
         if len(per_rank) == self.world_size:
             _set_local_rng_state(per_rank[dist.get_rank()])
 
@@ -122,22 +135,37 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)
 
         source = build_source(
-            cfg.data.source, path=cfg.data.path, dtype=cfg.data.dtype, seq_len=t.seq_len,
-            vocab_size=cfg.model.vocab_size, seed=cfg.data.seed, synthetic_samples=cfg.data.synthetic_samples,
+            cfg.data.source,
+            path=cfg.data.path,
+            dtype=cfg.data.dtype,
+            seq_len=t.seq_len,
+            vocab_size=cfg.model.vocab_size,
+            seed=cfg.data.seed,
+            synthetic_samples=cfg.data.synthetic_samples,
         )
-        self.loader = ResumableLoader(source, t.global_batch_size, info.rank, info.world_size, cfg.data.seed, info.device)
+        self.loader = ResumableLoader(
+            source, t.global_batch_size, info.rank, info.world_size, cfg.data.seed, info.device
+        )
         self.state = TrainState(self.scheduler, self.loader, info.world_size)
 
         attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
-        self.ledger = metrics.RunLedger(out, int(attempt_env) if attempt_env else None) if info.is_main else None
-        attempt = [self.ledger.record.attempt if self.ledger else None]
+        self.ledger = (
+            metrics.RunLedger(out, int(attempt_env) if attempt_env else None)
+            if info.is_main
+            else None
+        )
+        attempt: list[Any] = [self.ledger.record.attempt if self.ledger else None]
         dist.broadcast_object_list(attempt, src=0)
-        self.attempt: int = attempt[0]  # type: ignore[assignment]
+        self.attempt: int = attempt[0]
         self.faults = FaultInjector(FaultPlan.from_env(), info.rank, self._record_fault)
         self.checkpointer = CheckpointManager(
-            cfg.checkpoint, out,
+            cfg.checkpoint,
+            out,
             {"model_optim": ModelOptimizerState(self.model, self.optimizer), "train": self.state},
-            rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, device=info.device,
+            rank=info.rank,
+            world_size=info.world_size,
+            local_rank=info.local_rank,
+            device=info.device,
             on_checkpoint_written=self.faults.checkpoint_written,
             on_committed=self._on_committed,
         )
@@ -168,7 +196,9 @@ class Trainer:
 
     def _grace_expired(self) -> None:
         # The checkpoint decides the exit code: saved means nothing is lost.
-        metrics.emit(f"HPTRAIN sigterm grace of {self.cfg.fault.sigterm_grace_s:.0f}s expired; exiting")
+        metrics.emit(
+            f"HPTRAIN sigterm grace of {self.cfg.fault.sigterm_grace_s:.0f}s expired; exiting"
+        )
         os._exit(0 if self._saved_after_sigterm else SIGTERM_TIMEOUT_EXIT_CODE)
 
     # ---- the loop --------------------------------------------------------------------------
@@ -176,8 +206,11 @@ class Trainer:
     def run(self) -> int:
         resumed = self.checkpointer.resume()
         metrics.log_start(
-            self.info.rank, self.info.world_size, self.state.step,
-            resumed.tier if resumed else "none", self.cfg.preset,
+            self.info.rank,
+            self.info.world_size,
+            self.state.step,
+            resumed.tier if resumed else "none",
+            self.cfg.preset,
         )
         if self.ledger:
             self.ledger.record.resumed_step = self.state.step
@@ -205,9 +238,11 @@ class Trainer:
         inputs, labels = self.loader.next_batch()
         logits = self.model(inputs)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         self.faults.mid_step(step)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.grad_clip, foreach=True)
+        torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.cfg.training.grad_clip, foreach=True
+        )
 
         # The in-flight checkpoint copies parameters in the background during forward and
         # backward; the update must not start before that copy is complete.
@@ -218,7 +253,9 @@ class Trainer:
 
         # One small all-reduce carries the loss for logging and the stop flag, so every rank
         # agrees on the step at which a SIGTERM takes effect.
-        flags = torch.stack([loss.detach().float(), torch.tensor(float(self._stop_requested), device=loss.device)])
+        flags = torch.stack(
+            [loss.detach().float(), torch.tensor(float(self._stop_requested), device=loss.device)]
+        )
         dist.all_reduce(flags)
         loss_avg, stop = (flags[0] / self.info.world_size).item(), flags[1].item() > 0
 
@@ -236,21 +273,25 @@ class Trainer:
             self.checkpointer.save(self.state.step, tier)
 
     def _log_step(self, step: int, loss: float, step_time: float) -> None:
-        if not self.info.is_main:
+        ledger = self.ledger
+        if ledger is None:  # rank 0 alone logs steps and keeps the ledger
             return
         t = self.cfg.training
         metrics.log_step(
-            step, loss, t.global_batch_size * t.seq_len / step_time, t.global_batch_size / step_time, step_time
+            step,
+            loss,
+            t.global_batch_size * t.seq_len / step_time,
+            t.global_batch_size / step_time,
+            step_time,
         )
-        assert self.ledger is not None
-        rec = self.ledger.record
+        rec = ledger.record
         now = time.time()
         if rec.first_step_unix is None:
             rec.first_step_unix = now
-            self.ledger.flush()
+            ledger.flush()
         rec.last_step, rec.last_step_unix = step, now
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
-        self.ledger.flush()
+        ledger.flush()
 
     # ---- endings --------------------------------------------------------------------------
 
@@ -263,7 +304,10 @@ class Trainer:
 
     def shutdown_on_signal(self) -> int:
         self._save_final(self.cfg.checkpoint.sigterm_tier)
-        self._saved_after_sigterm = self.checkpointer.last_committed_step.get(self.cfg.checkpoint.sigterm_tier) == self.state.step
+        self._saved_after_sigterm = (
+            self.checkpointer.last_committed_step.get(self.cfg.checkpoint.sigterm_tier)
+            == self.state.step
+        )
         return self._summarise("sigterm")
 
     def finish(self) -> int:
@@ -273,9 +317,11 @@ class Trainer:
     def _summarise(self, reason: str) -> int:
         self.watchdog.beat(self.state.step)
         self.checkpointer.close()
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if self.info.is_main:
-            self._write_summary(reason, full)
+        full = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if self.ledger is not None:  # rank 0
+            self._write_summary(self.ledger, reason, full)
         return 0
 
     def teardown(self) -> None:
@@ -285,23 +331,24 @@ class Trainer:
         self.checkpointer.close()
         self.checkpointer.destroy_group()
 
-    def _write_summary(self, reason: str, full: dict[str, Any]) -> None:
+    def _write_summary(self, ledger: metrics.RunLedger, reason: str, full: dict[str, Any]) -> None:
         digest = metrics.params_sha256(full)
         export_path = None
         if self.cfg.checkpoint.export_final and reason == "completed":
             export_path = self.out / "final" / "model.pt"
             export_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = export_path.with_suffix(".pt.part")
+            tmp = fileio.part_path(export_path)
             torch.save(full, tmp)
-            os.replace(tmp, export_path)
-        assert self.ledger is not None
-        rec = self.ledger.record
+            fileio.replace_durably(tmp, export_path)
+        rec = ledger.record
         rec.ended = reason
         rec.last_step = self.state.step
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
-        self.ledger.flush()
-        records = self.ledger.all_records()
-        job_start = float(os.environ.get("HPTRAIN_JOB_START_UNIX") or min(r.started_unix for r in records))
+        ledger.flush()
+        records = ledger.all_records()
+        job_start = float(
+            os.environ.get("HPTRAIN_JOB_START_UNIX") or min(r.started_unix for r in records)
+        )
         wall = max(time.time() - job_start, 1e-9)
         recoveries = metrics.recovery_stats(records)
         summary = {

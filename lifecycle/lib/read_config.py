@@ -10,11 +10,17 @@ Standard library only, and kept compatible with the python3 that ships on
 every HyperPod AMI (3.7 on Amazon Linux 2), so nothing is installed at boot.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import re
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ABS_PATH = re.compile(r"^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$")
 LCTL_PARAM = re.compile(r"^[A-Za-z0-9_*?\[\]-]+(\.[A-Za-z0-9_*?\[\]-]+)*$")
@@ -31,37 +37,46 @@ class ConfigError(Exception):
     pass
 
 
-def fail(field, message):
-    raise ConfigError("field '{}': {}".format(field, message))
+def fail(field: str, message: str) -> NoReturn:
+    raise ConfigError(f"field '{field}': {message}")
 
 
-def type_name(value):
+def type_name(value: object) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
 
 
-def as_bool(field, value):
+def as_bool(field: str, value: object) -> str:
     if not isinstance(value, bool):
-        fail(field, "must be a boolean (true/false), got {}".format(type_name(value)))
+        fail(field, f"must be a boolean (true/false), got {type_name(value)}")
     return "true" if value else "false"
 
 
-def as_path(field, value):
+def as_path(field: str, value: object) -> str:
     if not isinstance(value, str):
-        fail(field, "must be a string, got {}".format(type_name(value)))
+        fail(field, f"must be a string, got {type_name(value)}")
     segments = value.split("/")[1:]
     if not ABS_PATH.match(value) or any(s in ("", ".", "..") for s in segments):
-        fail(field, "must be an absolute path without spaces, empty, '.' or '..' segments, got {!r}".format(value))
+        fail(
+            field,
+            f"must be an absolute path without spaces, empty, '.' or '..' segments, got {value!r}",
+        )
     return value
 
 
-def check_finite(field, value):
+def check_finite(field: str, value: object) -> None:
     """Reject NaN and infinities (JSON NaN/Infinity, or numbers too large for a
     float such as 1e999) anywhere inside a field's value."""
     if isinstance(value, float) and not math.isfinite(value):
-        fail(field, "numbers must be finite, got {}".format(value))
+        fail(field, f"numbers must be finite, got {value}")
     if isinstance(value, dict):
         for item in value.values():
             check_finite(field, item)
@@ -70,69 +85,70 @@ def check_finite(field, value):
             check_finite(field, item)
 
 
-def as_int(low, high):
-    def check(field, value):
+def as_int(low: int, high: int) -> Callable[[str, object], str]:
+    def check(field: str, value: object) -> str:
         if isinstance(value, bool) or not isinstance(value, int):
-            fail(field, "must be an integer, got {}".format(type_name(value)))
+            fail(field, f"must be an integer, got {type_name(value)}")
         if not low <= value <= high:
-            fail(field, "must be between {} and {}, got {}".format(low, high, value))
+            fail(field, f"must be between {low} and {high}, got {value}")
         return str(value)
+
     return check
 
 
-def as_iface(field, value):
+def as_iface(field: str, value: object) -> str:
     if not isinstance(value, str):
-        fail(field, "must be a string, got {}".format(type_name(value)))
+        fail(field, f"must be a string, got {type_name(value)}")
     if value and not IFACE.match(value):
-        fail(field, "is not a network interface name: {!r}".format(value))
+        fail(field, f"is not a network interface name: {value!r}")
     return value
 
 
-def as_tuning(field, value):
+def as_tuning(field: str, value: object) -> list[str]:
     if not isinstance(value, dict):
-        fail(field, "must be an object of lctl parameter -> value, got {}".format(type_name(value)))
-    out = []
+        fail(field, f"must be an object of lctl parameter -> value, got {type_name(value)}")
+    out: list[str] = []
     for key in sorted(value):
         item = value[key]
         if not LCTL_PARAM.match(key):
-            fail(field, "invalid lctl parameter name {!r}".format(key))
+            fail(field, f"invalid lctl parameter name {key!r}")
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            fail(field, "value of {!r} must be a string or number, got {}".format(key, type_name(item)))
+            fail(field, f"value of {key!r} must be a string or number, got {type_name(item)}")
         text = str(item)
         if not LCTL_VALUE.match(text):
-            fail(field, "value of {!r} is not a plain token: {!r}".format(key, text))
-        out.append("{}={}".format(key, text))
+            fail(field, f"value of {key!r} is not a plain token: {text!r}")
+        out.append(f"{key}={text}")
     return out
 
 
-def as_module_options(field, value):
+def as_module_options(field: str, value: object) -> list[str]:
     if not isinstance(value, dict):
-        fail(field, "must be an object of kernel module -> options string, got {}".format(type_name(value)))
-    out = []
+        fail(field, f"must be an object of kernel module -> options string, got {type_name(value)}")
+    out: list[str] = []
     for module in sorted(value):
         options = value[module]
         if not MODULE_NAME.match(module):
-            fail(field, "invalid kernel module name {!r}".format(module))
+            fail(field, f"invalid kernel module name {module!r}")
         if not isinstance(options, str) or not options.split():
-            fail(field, "options of {!r} must be a non-empty string".format(module))
+            fail(field, f"options of {module!r} must be a non-empty string")
         for token in options.split():
             if not MODULE_OPTION.match(token):
-                fail(field, "option {!r} of {!r} is not name=value".format(token, module))
+                fail(field, f"option {token!r} of {module!r} is not name=value")
         out.append("{} {}".format(module, " ".join(options.split())))
     return out
 
 
-def as_nids(field, value):
+def as_nids(field: str, value: object) -> list[str]:
     if not isinstance(value, list):
-        fail(field, "must be an array of LNet NIDs, got {}".format(type_name(value)))
+        fail(field, f"must be an array of LNet NIDs, got {type_name(value)}")
     for item in value:
         if not isinstance(item, str) or not NID.match(item):
-            fail(field, "{!r} is not an LNet NID such as 10.0.0.5@tcp".format(item))
+            fail(field, f"{item!r} is not an LNet NID such as 10.0.0.5@tcp")
     return list(value)
 
 
 # field -> (required, default, checker). Defaults are documented in README.md.
-SCHEMA = {
+SCHEMA: dict[str, tuple[bool, Any, Callable[[str, Any], str | list[str]]]] = {
     "nvme_mount_point": (True, None, as_path),
     "containerd_on_nvme": (True, None, as_bool),
     "kubelet_on_nvme": (True, None, as_bool),
@@ -149,16 +165,16 @@ SCHEMA = {
 }
 
 
-def parse(text):
+def parse(text: str) -> tuple[dict[str, str | list[str]], list[str]]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ConfigError("not valid JSON: {}".format(exc))
+        raise ConfigError(f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError("top level must be a JSON object, got {}".format(type_name(data)))
+        raise ConfigError(f"top level must be a JSON object, got {type_name(data)}")
     for field in sorted(data):
         check_finite(field, data[field])
-    values = {}
+    values: dict[str, str | list[str]] = {}
     for field, (required, default, check) in SCHEMA.items():
         if field not in data:
             if required:
@@ -169,11 +185,11 @@ def parse(text):
         values[field] = check(field, data_value)
     if values["fsx_efa_enabled"] == "true" and values["lustre_enabled"] != "true":
         fail("fsx_efa_enabled", "requires lustre_enabled to be true")
-    warnings = ["unknown field '{}' ignored".format(k) for k in sorted(data) if k not in SCHEMA]
+    warnings = [f"unknown field '{k}' ignored" for k in sorted(data) if k not in SCHEMA]
     return values, warnings
 
 
-def shell_assignments(values, warnings):
+def shell_assignments(values: dict[str, str | list[str]], warnings: list[str]) -> str:
     lines = []
     for field in SCHEMA:
         name = "CFG_" + field.upper()
@@ -181,12 +197,12 @@ def shell_assignments(values, warnings):
         if isinstance(value, list):
             lines.append("{}=({})".format(name, " ".join(shlex.quote(v) for v in value)))
         else:
-            lines.append("{}={}".format(name, shlex.quote(value)))
+            lines.append(f"{name}={shlex.quote(value)}")
     lines.append("CFG_WARNINGS=({})".format(" ".join(shlex.quote(w) for w in warnings)))
     return "\n".join(lines)
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: read_config.py PATH")
         return 2
@@ -195,7 +211,7 @@ def main(argv):
             text = handle.read()
         values, warnings = parse(text)
     except OSError as exc:
-        print("cannot read {}: {}".format(argv[1], exc.strerror))
+        print(f"cannot read {argv[1]}: {exc.strerror}")
         return 2
     except (ConfigError, UnicodeDecodeError) as exc:
         print(str(exc).replace("\n", " "))

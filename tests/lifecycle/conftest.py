@@ -24,13 +24,39 @@ import pytest
 LIFECYCLE_SRC = Path(__file__).resolve().parents[2] / "lifecycle"
 
 NETWORK_TOOLS = (
-    "curl", "wget", "git", "pip", "pip3", "apt", "apt-get", "yum", "dnf",
-    "aws", "scp", "rsync", "nc", "ftp",
+    "curl",
+    "wget",
+    "git",
+    "pip",
+    "pip3",
+    "apt",
+    "apt-get",
+    "yum",
+    "dnf",
+    "aws",
+    "scp",
+    "rsync",
+    "nc",
+    "ftp",
 )
 SYSTEM_TOOLS = (
-    "systemctl", "modprobe", "lnetctl", "lctl", "mount", "umount", "mountpoint",
-    "findmnt", "lsblk", "ip", "sleep", "sync", "mkfs", "mkfs.ext4", "mkfs.xfs",
-    "mdadm", "blkid",
+    "systemctl",
+    "modprobe",
+    "lnetctl",
+    "lctl",
+    "mount",
+    "umount",
+    "mountpoint",
+    "findmnt",
+    "lsblk",
+    "ip",
+    "sleep",
+    "sync",
+    "mkfs",
+    "mkfs.ext4",
+    "mkfs.xfs",
+    "mdadm",
+    "blkid",
 )
 # Recorded (and failable through STUB_FAIL) like the stubs, but otherwise run
 # the real command: the scripts' data copies must really happen.
@@ -153,7 +179,9 @@ class Sandbox:
         self.write("/etc/eks/containerd/containerd-config.toml", CONTAINERD_TOML)
         self.write("/etc/fstab", FSTAB)
         # An image the AMI pre-loaded and a kubelet file the AMI ships.
-        self.write("/var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause", "pause")
+        self.write(
+            "/var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause", "pause"
+        )
         self.write("/var/lib/kubelet/kubeconfig", "apiVersion: v1\n")
         self.path("/opt/dlami/nvme").mkdir(parents=True)
         self.set_nvme_mounted(True)
@@ -195,7 +223,11 @@ class Sandbox:
         full_env.update({k: str(v) for k, v in env.items()})
         return subprocess.run(
             ["bash", str(self.scripts / "on_create.sh")],
-            cwd=self.scripts, env=full_env, capture_output=True, text=True, timeout=60,
+            cwd=self.scripts,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     def calls(self):

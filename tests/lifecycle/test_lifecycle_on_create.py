@@ -9,14 +9,15 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-
 from pathlib import Path
 
 import pytest
 
 LIFECYCLE_SRC = Path(__file__).resolve().parents[2] / "lifecycle"
 
-TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[(INFO|WARN|ERROR)\] \[[a-z]+\] ")
+TIMESTAMPED = re.compile(
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[(INFO|WARN|ERROR)\] \[[a-z]+\] "
+)
 KUBELET_FSTAB = (
     "/opt/dlami/nvme/kubelet /var/lib/kubelet none "
     "bind,nofail,x-systemd.requires-mounts-for=/opt/dlami/nvme 0 0"
@@ -48,24 +49,42 @@ def test_success_puts_containerd_and_kubelet_on_nvme(sandbox):
     toml = tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))
     assert toml["root"] == "/opt/dlami/nvme/containerd"
     assert toml["state"] == "/run/containerd"
-    assert toml["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia"
-    assert sandbox.read("/etc/eks/containerd/containerd-config.toml.pre-lifecycle").count("/var/lib/containerd") == 1
+    assert (
+        toml["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
+        == "nvidia"
+    )
+    assert (
+        sandbox.read("/etc/eks/containerd/containerd-config.toml.pre-lifecycle").count(
+            "/var/lib/containerd"
+        )
+        == 1
+    )
     # Pre-loaded images were copied to the new root.
-    assert (root / "opt/dlami/nvme/containerd/io.containerd.content.v1.content/blobs/sha256/pause").read_text() == "pause"
+    assert (
+        root / "opt/dlami/nvme/containerd/io.containerd.content.v1.content/blobs/sha256/pause"
+    ).read_text() == "pause"
     assert "RequiresMountsFor=/opt/dlami/nvme" in sandbox.read(
-        "/etc/systemd/system/containerd.service.d/50-nvme-root.conf")
+        "/etc/systemd/system/containerd.service.d/50-nvme-root.conf"
+    )
 
     # kubelet: AMI files copied, bind mount applied and persisted, unit ordered after it.
     assert (root / "opt/dlami/nvme/kubelet/kubeconfig").read_text() == "apiVersion: v1\n"
     fstab = sandbox.read("/etc/fstab").splitlines()
     assert fstab == ["UUID=0b7a-root / xfs defaults,noatime 1 1", KUBELET_FSTAB]
     assert "RequiresMountsFor=/var/lib/kubelet" in sandbox.read(
-        "/etc/systemd/system/kubelet.service.d/50-nvme-root.conf")
+        "/etc/systemd/system/kubelet.service.d/50-nvme-root.conf"
+    )
 
     calls = sandbox.call_lines()
     nvme, kubelet = sandbox.path("/opt/dlami/nvme"), sandbox.path("/var/lib/kubelet")
-    stop_c, start_c = index_of(calls, "systemctl stop containerd"), index_of(calls, "systemctl start containerd")
-    stop_k, start_k = index_of(calls, "systemctl stop kubelet"), index_of(calls, "systemctl start kubelet")
+    stop_c, start_c = (
+        index_of(calls, "systemctl stop containerd"),
+        index_of(calls, "systemctl start containerd"),
+    )
+    stop_k, start_k = (
+        index_of(calls, "systemctl stop kubelet"),
+        index_of(calls, "systemctl start kubelet"),
+    )
     mount = index_of(calls, f"mount --bind {nvme}/kubelet {kubelet}")
     assert stop_c < start_c < stop_k < mount < start_k
     assert "systemctl daemon-reload" in calls[stop_c:start_c]
@@ -101,12 +120,21 @@ def test_success_with_efa_configures_lnet(sandbox):
 
     calls = sandbox.call_lines()
     efa_adds = [c for c in calls if c.startswith("lnetctl net add --net efa")]
-    assert efa_adds == [f"lnetctl net add --net efa --if rdmap0{i}s0 --peer-credits 32" for i in range(4)]
+    assert efa_adds == [
+        f"lnetctl net add --net efa --if rdmap0{i}s0 --peer-credits 32" for i in range(4)
+    ]
     order = [
-        "modprobe lnet", "modprobe kefalnd", "modprobe ksocklnd", "lnetctl lnet configure",
-        "lnetctl net add --net tcp --if ens5", efa_adds[0], "lnetctl udsp add --src efa --priority 0",
-        "lnetctl set discovery 1", "modprobe lustre",
-        "lctl set_param at_max=600", "lctl set_param max_dirty_mb=2048",
+        "modprobe lnet",
+        "modprobe kefalnd",
+        "modprobe ksocklnd",
+        "lnetctl lnet configure",
+        "lnetctl net add --net tcp --if ens5",
+        efa_adds[0],
+        "lnetctl udsp add --src efa --priority 0",
+        "lnetctl set discovery 1",
+        "modprobe lustre",
+        "lctl set_param at_max=600",
+        "lctl set_param max_dirty_mb=2048",
         "lctl ping 10.1.2.3@efa",
     ]
     positions = [index_of(calls, c) for c in order]
@@ -120,7 +148,8 @@ def test_efa_devices_are_spread_and_interface_override_is_used(sandbox):
     assert sandbox.run().returncode == 0
     calls = sandbox.call_lines()
     assert [c.split()[6] for c in calls if c.startswith("lnetctl net add --net efa")] == [
-        f"rdmap{i:02d}s0" for i in range(0, 32, 4)]
+        f"rdmap{i:02d}s0" for i in range(0, 32, 4)
+    ]
     assert "lnetctl net add --net tcp --if eth7" in calls
     assert not any(c.startswith("ip ") for c in calls)
     assert "options kefalnd ipif_name=eth7" in sandbox.read("/etc/modprobe.d/lustre-lifecycle.conf")
@@ -128,9 +157,13 @@ def test_efa_devices_are_spread_and_interface_override_is_used(sandbox):
 
 def test_both_containerd_configs_are_updated_and_idle_units_are_not_started(sandbox):
     # No top-level root yet, a commented one, and a table-level `root` that must stay.
-    sandbox.write("/etc/containerd/config.toml", (
-        'version = 2\n# root = "/old"\n\n[grpc]\naddress = "/run/x.sock"\n\n'
-        '[plugins."io.containerd.runtime.v1.linux"]\nroot = "/run/runc-root"\n'))
+    sandbox.write(
+        "/etc/containerd/config.toml",
+        (
+            'version = 2\n# root = "/old"\n\n[grpc]\naddress = "/run/x.sock"\n\n'
+            '[plugins."io.containerd.runtime.v1.linux"]\nroot = "/run/runc-root"\n'
+        ),
+    )
     result = sandbox.run(STUB_ACTIVE_UNITS="")
     assert result.returncode == 0, result.stdout
     live = sandbox.read("/etc/containerd/config.toml")
@@ -139,8 +172,10 @@ def test_both_containerd_configs_are_updated_and_idle_units_are_not_started(sand
     assert parsed["plugins"]["io.containerd.runtime.v1.linux"]["root"] == "/run/runc-root"
     assert '# root = "/old"' in live
     assert live.index('root = "/opt') < live.index("[grpc]")
-    assert tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"] == \
-        "/opt/dlami/nvme/containerd"
+    assert (
+        tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"]
+        == "/opt/dlami/nvme/containerd"
+    )
     calls = sandbox.call_lines()
     assert not any(re.match(r"systemctl (stop|start|restart) ", c) for c in calls)
 
@@ -154,7 +189,10 @@ def test_missing_nvme_falls_back_to_root_volume(sandbox):
     assert result.returncode == 0, result.stdout
     assert "[WARN]" in sandbox.log_text() and "stay on the root volume" in sandbox.log_text()
     assert sandbox.tree_hash() == before
-    assert tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"] == "/var/lib/containerd"
+    assert (
+        tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"]
+        == "/var/lib/containerd"
+    )
     assert sandbox.read("/etc/fstab") == "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
     assert not sandbox.path("/opt/dlami/nvme/kubelet").exists()
     calls = sandbox.call_lines()
@@ -212,8 +250,10 @@ def test_second_run_changes_nothing(sandbox, efa):
     assert sandbox.read("/etc/fstab").count("/var/lib/kubelet") == 1
     assert sandbox.log_text().count("[start] on_create.sh") == 2  # appended, not truncated
     calls = sandbox.call_lines()
-    assert not any(re.match(r"(systemctl (stop|start|daemon-reload)|mount |lnetctl (net add|udsp))", c)
-                   for c in calls), calls
+    assert not any(
+        re.match(r"(systemctl (stop|start|daemon-reload)|mount |lnetctl (net add|udsp))", c)
+        for c in calls
+    ), calls
     assert_no_network_tools(sandbox)
 
 
@@ -242,13 +282,22 @@ COMMAND_FAILURES = [
     ("lnetctl net add --net efa *", EFA, "'lnetctl net add --net efa --if rdmap00s0"),
     ("lnetctl udsp *", EFA, "'lnetctl udsp add --src efa --priority 0' failed"),
     ("lnetctl set discovery *", EFA, "'lnetctl set discovery 1' failed"),
-    ("lctl set_param *", dict(LUSTRE, lustre_tuning={"max_dirty_mb": 2048}),
-     "'lctl set_param max_dirty_mb=2048' failed"),
-    ("lctl ping *", dict(LUSTRE, lustre_ping_nids=["10.1.2.3@tcp"]), "'lctl ping 10.1.2.3@tcp' failed"),
+    (
+        "lctl set_param *",
+        dict(LUSTRE, lustre_tuning={"max_dirty_mb": 2048}),
+        "'lctl set_param max_dirty_mb=2048' failed",
+    ),
+    (
+        "lctl ping *",
+        dict(LUSTRE, lustre_ping_nids=["10.1.2.3@tcp"]),
+        "'lctl ping 10.1.2.3@tcp' failed",
+    ),
 ]
 
 
-@pytest.mark.parametrize("pattern,overrides,message", COMMAND_FAILURES, ids=[c[0] for c in COMMAND_FAILURES])
+@pytest.mark.parametrize(
+    "pattern,overrides,message", COMMAND_FAILURES, ids=[c[0] for c in COMMAND_FAILURES]
+)
 def test_failing_command_stops_the_script(sandbox, pattern, overrides, message):
     overrides = dict(overrides)
     if overrides.pop("_unmounted", False):
@@ -279,7 +328,9 @@ SERVICE_WINDOW_FAILURES = [
 ]
 
 
-@pytest.mark.parametrize("pattern,unit,failed", SERVICE_WINDOW_FAILURES, ids=[c[0] for c in SERVICE_WINDOW_FAILURES])
+@pytest.mark.parametrize(
+    "pattern,unit,failed", SERVICE_WINDOW_FAILURES, ids=[c[0] for c in SERVICE_WINDOW_FAILURES]
+)
 def test_failure_while_a_service_is_stopped_starts_it_again(sandbox, pattern, unit, failed):
     result = sandbox.run(STUB_FAIL=pattern, STUB_FAIL_RC=7)
     assert result.returncode != 0
@@ -288,7 +339,7 @@ def test_failure_while_a_service_is_stopped_starts_it_again(sandbox, pattern, un
     failure = max(i for i, c in enumerate(calls) if c.startswith(failed))
     assert stop < failure
     # Started again after the failure, once, and before the wait for the log upload.
-    assert calls[failure + 1:] == [f"systemctl start {unit}", "sync", "sleep 0"], calls
+    assert calls[failure + 1 :] == [f"systemctl start {unit}", "sync", "sleep 0"], calls
     log = sandbox.log_text()
     assert f"failure while {unit} was stopped: starting {unit} again" in log
     assert f"started {unit} again" in log
@@ -327,7 +378,9 @@ def test_not_running_as_root_still_waits_for_log_upload(tmp_path):
     prefix = Path(tempfile.mkdtemp(prefix="lifecycle-nonroot-"))
     try:
         prefix.chmod(0o755)
-        shutil.copytree(LIFECYCLE_SRC, prefix / "lifecycle", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            LIFECYCLE_SRC, prefix / "lifecycle", ignore=shutil.ignore_patterns("__pycache__")
+        )
         bin_dir = prefix / "bin"
         bin_dir.mkdir()
         calls = prefix / "calls.log"
@@ -341,13 +394,23 @@ def test_not_running_as_root_still_waits_for_log_upload(tmp_path):
         if os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
             # util-linux ships setpriv on every Debian-based machine this project runs on.
-            assert setpriv is not None, "running as root needs setpriv (util-linux) to drop privileges"
+            assert setpriv is not None, (
+                "running as root needs setpriv (util-linux) to drop privileges"
+            )
             command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8", "LIFECYCLE_FAILURE_DELAY_SECONDS": "60"}
-        result = subprocess.run(command, cwd=prefix, env=env, capture_output=True, text=True, timeout=60)
+        env = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LIFECYCLE_FAILURE_DELAY_SECONDS": "60",
+        }
+        result = subprocess.run(
+            command, cwd=prefix, env=env, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode != 0
         lines = result.stdout.splitlines()
-        assert any("[ERROR] [init] must run as root" in line for line in lines), result.stdout + result.stderr
+        assert any("[ERROR] [init] must run as root" in line for line in lines), (
+            result.stdout + result.stderr
+        )
         assert "[stop] on_create.sh failed with exit 1" in lines[-1]
         assert calls.read_text().splitlines() == ["sync ", "sleep 60"]
     finally:
@@ -385,7 +448,10 @@ def config_file_missing(s):
 
 ENVIRONMENT_FAILURES = [
     # (node setup, text the ERROR line must contain)
-    (nvme_missing_but_required, "not mounted at nvme_mount_point=/opt/dlami/nvme and require_nvme is true"),
+    (
+        nvme_missing_but_required,
+        "not mounted at nvme_mount_point=/opt/dlami/nvme and require_nvme is true",
+    ),
     (efa_enabled_without_devices, "no EFA device exists under /sys/class/infiniband"),
     (efa_enabled_without_default_route, "no default-route interface found"),
     (no_containerd_config, "no containerd config exists"),
@@ -394,7 +460,9 @@ ENVIRONMENT_FAILURES = [
 ]
 
 
-@pytest.mark.parametrize("setup,message", ENVIRONMENT_FAILURES, ids=[f.__name__ for f, _ in ENVIRONMENT_FAILURES])
+@pytest.mark.parametrize(
+    "setup,message", ENVIRONMENT_FAILURES, ids=[f.__name__ for f, _ in ENVIRONMENT_FAILURES]
+)
 def test_unusable_node_fails_loudly(sandbox, setup, message):
     setup(sandbox)
     result = sandbox.run()
@@ -412,8 +480,10 @@ def test_relative_sandbox_root_is_rejected(sandbox):
 
 MISSING = object()
 MINIMAL_CONFIG = {
-    "nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": True,
-    "kubelet_on_nvme": True, "fsx_efa_enabled": False,
+    "nvme_mount_point": "/opt/dlami/nvme",
+    "containerd_on_nvme": True,
+    "kubelet_on_nvme": True,
+    "fsx_efa_enabled": False,
 }
 
 BAD_CONFIGS = [
@@ -421,26 +491,66 @@ BAD_CONFIGS = [
     ("not-json", "{nvme_mount_point: ", "not valid JSON"),
     ("not-object", "[]", "top level must be a JSON object"),
     ("missing-nvme_mount_point", {"nvme_mount_point": MISSING}, "'nvme_mount_point': is required"),
-    ("missing-containerd_on_nvme", {"containerd_on_nvme": MISSING}, "'containerd_on_nvme': is required"),
+    (
+        "missing-containerd_on_nvme",
+        {"containerd_on_nvme": MISSING},
+        "'containerd_on_nvme': is required",
+    ),
     ("missing-kubelet_on_nvme", {"kubelet_on_nvme": MISSING}, "'kubelet_on_nvme': is required"),
     ("missing-fsx_efa_enabled", {"fsx_efa_enabled": MISSING}, "'fsx_efa_enabled': is required"),
     ("string-bool", {"containerd_on_nvme": "true"}, "'containerd_on_nvme': must be a boolean"),
     ("int-bool", {"kubelet_on_nvme": 1}, "'kubelet_on_nvme': must be a boolean"),
-    ("null-bool", {"fsx_efa_enabled": None}, "'fsx_efa_enabled': must be a boolean (true/false), got null"),
-    ("relative-path", {"nvme_mount_point": "opt/dlami/nvme"}, "'nvme_mount_point': must be an absolute path"),
-    ("dotdot-path", {"nvme_mount_point": "/opt/../etc"}, "'nvme_mount_point': must be an absolute path"),
+    (
+        "null-bool",
+        {"fsx_efa_enabled": None},
+        "'fsx_efa_enabled': must be a boolean (true/false), got null",
+    ),
+    (
+        "relative-path",
+        {"nvme_mount_point": "opt/dlami/nvme"},
+        "'nvme_mount_point': must be an absolute path",
+    ),
+    (
+        "dotdot-path",
+        {"nvme_mount_point": "/opt/../etc"},
+        "'nvme_mount_point': must be an absolute path",
+    ),
     ("root-path", {"nvme_mount_point": "/"}, "'nvme_mount_point': must be an absolute path"),
     ("dot-path", {"nvme_mount_point": "/."}, "'nvme_mount_point': must be an absolute path"),
     ("dot-segment-path", {"log_dir": "/var/./log"}, "'log_dir': must be an absolute path"),
     ("trailing-dot-path", {"log_dir": "/var/log/."}, "'log_dir': must be an absolute path"),
-    ("trailing-dotdot-path", {"nvme_mount_point": "/opt/dlami/.."}, "'nvme_mount_point': must be an absolute path"),
-    ("double-slash-path", {"nvme_mount_point": "/opt//nvme"}, "'nvme_mount_point': must be an absolute path"),
-    ("nan-tuning", '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
-     '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": NaN}}', "'lustre_tuning': numbers must be finite"),
-    ("infinity-tuning", {"lustre_tuning": {"at_max": float("inf")}}, "'lustre_tuning': numbers must be finite"),
-    ("negative-infinity-wait", {"nvme_wait_seconds": float("-inf")}, "'nvme_wait_seconds': numbers must be finite"),
-    ("overflow-tuning", '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
-     '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": 1e999}}', "'lustre_tuning': numbers must be finite"),
+    (
+        "trailing-dotdot-path",
+        {"nvme_mount_point": "/opt/dlami/.."},
+        "'nvme_mount_point': must be an absolute path",
+    ),
+    (
+        "double-slash-path",
+        {"nvme_mount_point": "/opt//nvme"},
+        "'nvme_mount_point': must be an absolute path",
+    ),
+    (
+        "nan-tuning",
+        '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": NaN}}',
+        "'lustre_tuning': numbers must be finite",
+    ),
+    (
+        "infinity-tuning",
+        {"lustre_tuning": {"at_max": float("inf")}},
+        "'lustre_tuning': numbers must be finite",
+    ),
+    (
+        "negative-infinity-wait",
+        {"nvme_wait_seconds": float("-inf")},
+        "'nvme_wait_seconds': numbers must be finite",
+    ),
+    (
+        "overflow-tuning",
+        '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": 1e999}}',
+        "'lustre_tuning': numbers must be finite",
+    ),
     ("nan-unknown-field", {"extra": [1, {"x": float("nan")}]}, "'extra': numbers must be finite"),
     ("space-path", {"log_dir": "/var/log/my logs"}, "'log_dir': must be an absolute path"),
     ("number-path", {"log_dir": 5}, "'log_dir': must be a string"),
@@ -449,21 +559,59 @@ BAD_CONFIGS = [
     ("bool-require", {"require_nvme": "yes"}, "'require_nvme': must be a boolean"),
     ("bool-lustre", {"lustre_enabled": 0}, "'lustre_enabled': must be a boolean"),
     ("tuning-list", {"lustre_tuning": ["max_dirty_mb=2048"]}, "'lustre_tuning': must be an object"),
-    ("tuning-value", {"lustre_tuning": {"max_dirty_mb": {"v": 1}}}, "'lustre_tuning': value of 'max_dirty_mb'"),
-    ("tuning-injection", {"lustre_tuning": {"osc.*;reboot": 1}}, "'lustre_tuning': invalid lctl parameter"),
-    ("tuning-spaces", {"lustre_tuning": {"max_dirty_mb": "1 2"}}, "'lustre_tuning': value of 'max_dirty_mb'"),
-    ("module-options", {"lustre_module_options": {"ptlrpc": "$(reboot)"}}, "'lustre_module_options': option"),
-    ("module-name", {"lustre_module_options": {"Bad-Name": "a=1"}}, "'lustre_module_options': invalid kernel"),
+    (
+        "tuning-value",
+        {"lustre_tuning": {"max_dirty_mb": {"v": 1}}},
+        "'lustre_tuning': value of 'max_dirty_mb'",
+    ),
+    (
+        "tuning-injection",
+        {"lustre_tuning": {"osc.*;reboot": 1}},
+        "'lustre_tuning': invalid lctl parameter",
+    ),
+    (
+        "tuning-spaces",
+        {"lustre_tuning": {"max_dirty_mb": "1 2"}},
+        "'lustre_tuning': value of 'max_dirty_mb'",
+    ),
+    (
+        "module-options",
+        {"lustre_module_options": {"ptlrpc": "$(reboot)"}},
+        "'lustre_module_options': option",
+    ),
+    (
+        "module-name",
+        {"lustre_module_options": {"Bad-Name": "a=1"}},
+        "'lustre_module_options': invalid kernel",
+    ),
     ("nids-string", {"lustre_ping_nids": "10.0.0.1@tcp"}, "'lustre_ping_nids': must be an array"),
-    ("nid-format", {"lustre_ping_nids": ["10.0.0.1"]}, "'lustre_ping_nids': '10.0.0.1' is not an LNet NID"),
+    (
+        "nid-format",
+        {"lustre_ping_nids": ["10.0.0.1"]},
+        "'lustre_ping_nids': '10.0.0.1' is not an LNet NID",
+    ),
     ("iface", {"lnet_tcp_interface": "eth 0"}, "'lnet_tcp_interface': is not a network interface"),
-    ("efa-max", {"lnet_efa_max_interfaces": 0}, "'lnet_efa_max_interfaces': must be between 1 and 64"),
-    ("efa-without-lustre", {"fsx_efa_enabled": True, "lustre_enabled": False},
-     "'fsx_efa_enabled': requires lustre_enabled"),
+    (
+        "efa-max",
+        {"lnet_efa_max_interfaces": 0},
+        "'lnet_efa_max_interfaces': must be between 1 and 64",
+    ),
+    (
+        "efa-without-lustre",
+        {"fsx_efa_enabled": True, "lustre_enabled": False},
+        "'fsx_efa_enabled': requires lustre_enabled",
+    ),
 ]
 # The end-to-end runs cover one case of each kind; the rest are checked in-process.
-END_TO_END = {"not-json", "missing-containerd_on_nvme", "string-bool", "relative-path", "efa-without-lustre",
-              "nan-tuning", "dot-path"}
+END_TO_END = {
+    "not-json",
+    "missing-containerd_on_nvme",
+    "string-bool",
+    "relative-path",
+    "efa-without-lustre",
+    "nan-tuning",
+    "dot-path",
+}
 
 
 def config_text(content):
@@ -480,13 +628,17 @@ def config_text(content):
 
 @pytest.fixture(scope="module")
 def read_config():
-    spec = importlib.util.spec_from_file_location("read_config", LIFECYCLE_SRC / "lib/read_config.py")
+    spec = importlib.util.spec_from_file_location(
+        "read_config", LIFECYCLE_SRC / "lib/read_config.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.parametrize("content,message", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    "content,message", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS]
+)
 def test_config_validation_names_the_field(read_config, content, message):
     with pytest.raises(read_config.ConfigError, match=re.escape(message)) as error:
         read_config.parse(config_text(content))
@@ -497,22 +649,35 @@ def test_config_defaults(read_config):
     values, warnings = read_config.parse(json.dumps(MINIMAL_CONFIG))
     assert warnings == []
     assert values == {
-        "nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": "true", "kubelet_on_nvme": "true",
-        "fsx_efa_enabled": "false", "log_dir": "/var/log/provision", "require_nvme": "false",
-        "nvme_wait_seconds": "60", "lustre_enabled": "true", "lustre_module_options": [],
-        "lustre_tuning": [], "lustre_ping_nids": [], "lnet_tcp_interface": "",
+        "nvme_mount_point": "/opt/dlami/nvme",
+        "containerd_on_nvme": "true",
+        "kubelet_on_nvme": "true",
+        "fsx_efa_enabled": "false",
+        "log_dir": "/var/log/provision",
+        "require_nvme": "false",
+        "nvme_wait_seconds": "60",
+        "lustre_enabled": "true",
+        "lustre_module_options": [],
+        "lustre_tuning": [],
+        "lustre_ping_nids": [],
+        "lnet_tcp_interface": "",
         "lnet_efa_max_interfaces": "8",
     }
 
 
-@pytest.mark.parametrize("content,message", [c[1:] for c in BAD_CONFIGS if c[0] in END_TO_END],
-                         ids=[c[0] for c in BAD_CONFIGS if c[0] in END_TO_END])
+@pytest.mark.parametrize(
+    "content,message",
+    [c[1:] for c in BAD_CONFIGS if c[0] in END_TO_END],
+    ids=[c[0] for c in BAD_CONFIGS if c[0] in END_TO_END],
+)
 def test_malformed_config_stops_the_script_with_one_line(sandbox, content, message):
     sandbox.config_path.write_text(config_text(content))
     before = sandbox.tree_hash()
     result = sandbox.run()
     assert result.returncode != 0
-    config_errors = [line for line in error_lines(sandbox) if "invalid config lifecycle_config.json" in line]
+    config_errors = [
+        line for line in error_lines(sandbox) if "invalid config lifecycle_config.json" in line
+    ]
     assert len(config_errors) == 1 and message in config_errors[0], error_lines(sandbox)
     # Nothing ran on the node but the wait that lets the log reach CloudWatch.
     assert sandbox.call_lines() == ["sync", "sleep 0"]
@@ -521,8 +686,13 @@ def test_malformed_config_stops_the_script_with_one_line(sandbox, content, messa
 
 def test_example_config_is_valid():
     result = subprocess.run(
-        [sys.executable, str(LIFECYCLE_SRC / "lib/read_config.py"), str(LIFECYCLE_SRC / "lifecycle_config.example.json")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            str(LIFECYCLE_SRC / "lib/read_config.py"),
+            str(LIFECYCLE_SRC / "lifecycle_config.example.json"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout
     assert "CFG_NVME_MOUNT_POINT=/opt/dlami/nvme" in result.stdout.splitlines()

@@ -27,14 +27,22 @@ def shellcheck_binary() -> str:
 
 def test_lifecycle_has_the_expected_scripts():
     names = {p.relative_to(LIFECYCLE_SRC).as_posix() for p in SHELL_SCRIPTS}
-    assert {"on_create.sh", "lib/common.sh", "steps/nvme.sh", "steps/containerd.sh",
-            "steps/kubelet.sh", "steps/lustre.sh"} <= names
+    assert {
+        "on_create.sh",
+        "lib/common.sh",
+        "steps/nvme.sh",
+        "steps/containerd.sh",
+        "steps/kubelet.sh",
+        "steps/lustre.sh",
+    } <= names
 
 
 def test_shellcheck_has_no_findings():
     result = subprocess.run(
         [shellcheck_binary(), "-x", "-S", "style", "--format=gcc", *map(str, SHELL_SCRIPTS)],
-        cwd=LIFECYCLE_SRC, capture_output=True, text=True,
+        cwd=LIFECYCLE_SRC,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 

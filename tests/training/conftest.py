@@ -39,9 +39,29 @@ class LaunchResult:
         return [ln for ln in self.stdout.splitlines() if ln.startswith(prefix)]
 
 
-def launch(out: Path, *extra: str, steps: int = STEPS, overrides: list[str] | None = None, timeout: float = 150) -> LaunchResult:
-    cmd = [sys.executable, "-m", "training.launch", "--nproc", "2", "--preset", "tiny",
-           "--steps", str(steps), "--out", str(out), "--timeout-s", str(timeout - 10), *extra]
+def launch(
+    out: Path,
+    *extra: str,
+    steps: int = STEPS,
+    overrides: list[str] | None = None,
+    timeout: float = 150,
+) -> LaunchResult:
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.launch",
+        "--nproc",
+        "2",
+        "--preset",
+        "tiny",
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--timeout-s",
+        str(timeout - 10),
+        *extra,
+    ]
     for o in BASE_OVERRIDES + (overrides or []):
         cmd += ["--set", o]
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,9 +16,9 @@ import torch.distributed.checkpoint as dcp
 
 from training.checkpoint import (
     COMMITTED,
-    CheckpointManager,
     DCP_METADATA,
     MANIFEST,
+    CheckpointManager,
     build_manifest,
     candidate_order,
     clean_stale,
@@ -37,7 +38,9 @@ from training.trainer import TrainState
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 
-def make_checkpoint(root: Path, step: int, tier: str = "fast", value: float = 1.0, commit: bool = True) -> Path:
+def make_checkpoint(
+    root: Path, step: int, tier: str = "fast", value: float = 1.0, commit: bool = True
+) -> Path:
     """A real single-process DCP checkpoint, committed the way the manager commits one."""
     tmp = root / f"{step_dir_name(step)}.tmp-abc123"
     state = {"w": torch.full((64, 64), value), "step": step}
@@ -82,7 +85,10 @@ def _flip_byte(p: Path, offset: int | None = None) -> None:
     "damage, reason",
     [
         (lambda p: _flip_byte(p / "__0_0.distcp"), "checksum mismatch"),
-        (lambda p: (p / "__0_0.distcp").write_bytes((p / "__0_0.distcp").read_bytes()[:100]), "size"),
+        (
+            lambda p: (p / "__0_0.distcp").write_bytes((p / "__0_0.distcp").read_bytes()[:100]),
+            "size",
+        ),
         (lambda p: (p / "__0_0.distcp").unlink(), "missing"),
         (lambda p: (p / MANIFEST).unlink(), "manifest unreadable"),
         (lambda p: (p / MANIFEST).write_text("{not json"), "manifest unreadable"),
@@ -90,7 +96,9 @@ def _flip_byte(p: Path, offset: int | None = None) -> None:
         (lambda p: (p / COMMITTED).unlink(), "COMMITTED"),
     ],
 )
-def test_damaged_checkpoints_are_rejected(tmp_path: Path, damage, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_damaged_checkpoints_are_rejected(
+    tmp_path: Path, damage: Callable[[Path], object], reason: str
+) -> None:
     path = make_checkpoint(tmp_path, 12)
     damage(path)
     ok, why = validate_checkpoint(path, rank=0)
@@ -145,7 +153,7 @@ def test_candidates_newest_across_tiers() -> None:
 
 
 @pytest.fixture
-def world_of_one(tmp_path: Path):  # type: ignore[no-untyped-def]
+def world_of_one(tmp_path: Path) -> Iterator[None]:
     """A real (gloo, one rank) process group, for code that runs collectives."""
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -153,9 +161,13 @@ def world_of_one(tmp_path: Path):  # type: ignore[no-untyped-def]
     dist.destroy_process_group()
 
 
-def _manager(tmp_path: Path, app_state: dict) -> CheckpointManager:  # type: ignore[type-arg]
-    cfg = CheckpointConfig(fast_dir=str(tmp_path / "fast"), durable_dir=str(tmp_path / "durable"), fast_backend="local")
-    return CheckpointManager(cfg, tmp_path, app_state, rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+def _manager(tmp_path: Path, app_state: dict[str, Any]) -> CheckpointManager:
+    cfg = CheckpointConfig(
+        fast_dir=str(tmp_path / "fast"), durable_dir=str(tmp_path / "durable"), fast_backend="local"
+    )
+    return CheckpointManager(
+        cfg, tmp_path, app_state, rank=0, world_size=1, local_rank=0, device=torch.device("cpu")
+    )
 
 
 def test_newest_valid_checkpoint_across_tiers_is_chosen(tmp_path: Path, world_of_one: None) -> None:
@@ -177,8 +189,10 @@ def test_newest_valid_checkpoint_across_tiers_is_chosen(tmp_path: Path, world_of
 
 def test_rng_state_round_trips_through_train_state(tmp_path: Path, world_of_one: None) -> None:
     model = torch.nn.Linear(4, 4)
-    opt, sched = build_optimizer(model, OptimConfig(), 10)
-    source = build_source("synthetic", path="", dtype="uint16", seq_len=8, vocab_size=32, seed=1, synthetic_samples=16)
+    _, sched = build_optimizer(model, OptimConfig(), 10)
+    source = build_source(
+        "synthetic", path="", dtype="uint16", seq_len=8, vocab_size=32, seed=1, synthetic_samples=16
+    )
     loader = ResumableLoader(source, 2, 0, 1, 1, torch.device("cpu"))
     ts = TrainState(sched, loader, world_size=1)
     torch.manual_seed(5), np.random.seed(5), random.seed(5)
@@ -188,7 +202,11 @@ def test_rng_state_round_trips_through_train_state(tmp_path: Path, world_of_one:
     restored = TrainState(sched, loader, world_size=1)
     restored.load_state_dict(saved)
     got = (torch.rand(3), np.random.rand(3), random.random())
-    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
+    assert (
+        torch.equal(got[0], expected[0])
+        and np.array_equal(got[1], expected[1])
+        and got[2] == expected[2]
+    )
 
 
 def test_listing_ignores_foreign_entries(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,17 @@ from tests.training.conftest import REPO
     [
         ["training.launch", "--out", "X", "--preset", "huge"],
         ["training.launch", "--out", "X", "--set", "training.stepz=4"],
-        ["training.launch", "--out", "X", "--nproc", "2", "--kill-rank", "2", "--kill-at-step", "3"],
+        [
+            "training.launch",
+            "--out",
+            "X",
+            "--nproc",
+            "2",
+            "--kill-rank",
+            "2",
+            "--kill-at-step",
+            "3",
+        ],
         ["training.launch", "--out", "X", "--kill-rank", "1"],
         ["training.launch", "--out", "X", "--kill-during-checkpoint", "7"],
         ["training.launch", "--out", "X", "--nproc", "3"],
@@ -43,9 +54,11 @@ from tests.training.conftest import REPO
         ["training.launch", "--out", "X", "--corrupt-newest"],
     ],
 )
-def test_bad_cli_input(argv: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_cli_input(argv: list[str], tmp_path: Path) -> None:
     argv = [a.replace("X", str(tmp_path / "out")) for a in argv]
-    proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()

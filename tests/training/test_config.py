@@ -24,10 +24,17 @@ def test_preset_sizes() -> None:
 
 
 def test_overrides_are_typed() -> None:
-    cfg = build_config("tiny", [
-        "training.steps=7", "optim.lr=0.5", "parallel.activation_checkpoint=true",
-        "model.n_kv_heads=none", "checkpoint.fast_dir=/x/y", "parallel.compile=0",
-    ])
+    cfg = build_config(
+        "tiny",
+        [
+            "training.steps=7",
+            "optim.lr=0.5",
+            "parallel.activation_checkpoint=true",
+            "model.n_kv_heads=none",
+            "checkpoint.fast_dir=/x/y",
+            "parallel.compile=0",
+        ],
+    )
     assert cfg.training.steps == 7 and isinstance(cfg.training.steps, int)
     assert cfg.optim.lr == 0.5
     assert cfg.parallel.activation_checkpoint is True

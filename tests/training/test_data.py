@@ -30,7 +30,9 @@ def test_permutation_depends_on_seed_and_epoch_only() -> None:
     assert not np.array_equal(a, FeistelPermutation(n, 2, 0)(np.arange(n)))
     assert not np.array_equal(a, np.arange(n))  # actually shuffled
     # Evaluating positions one by one gives the same order as in bulk.
-    assert [int(FeistelPermutation(n, 1, 0)(np.array([i]))[0]) for i in range(20)] == a[:20].tolist()
+    assert [int(FeistelPermutation(n, 1, 0)(np.array([i]))[0]) for i in range(20)] == a[
+        :20
+    ].tolist()
 
 
 def _loaders(world: int, source: SyntheticTokenSource, batch: int = 8) -> list[ResumableLoader]:
@@ -66,7 +68,7 @@ def test_resume_mid_epoch_is_exact() -> None:
     assert states[0]["consumed_samples"] == 56
 
     resumed = [ResumableLoader(source, 8, r, 2, seed=4) for r in range(2)]
-    for ld, st in zip(resumed, states):
+    for ld, st in zip(resumed, states, strict=True):
         ld.load_state_dict(st)
     for rank, ld in enumerate(resumed):
         for step in range(7, 20):
@@ -113,7 +115,9 @@ def test_memmap_shards(tmp_path: Path, dtype: str) -> None:
         src.sample(7)
     ld = ResumableLoader(src, 7, 0, 1, seed=2)
     x, _ = ld.next_batch()
-    assert sorted(map(tuple, x.tolist())) == sorted(tuple(src.sample(i)[:-1].tolist()) for i in range(7))
+    assert sorted(map(tuple, x.tolist())) == sorted(
+        tuple(src.sample(i)[:-1].tolist()) for i in range(7)
+    )
 
 
 def test_memmap_missing_path(tmp_path: Path) -> None:

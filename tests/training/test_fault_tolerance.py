@@ -14,14 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.training import loglines
 from tests.training.conftest import STEPS, LaunchResult, launch
 from training.checkpoint import list_committed, validate_checkpoint
 from training.data import write_token_shard
+from training.metrics import CKPT_FMT, START_FMT
 
+# Every test here trains through the launcher (2 processes, seconds each).
 pytestmark = pytest.mark.slow
+# Tests that compare with the session's reference run share one xdist worker, so that
+# `pytest -n 2 --dist loadgroup` builds the reference run once.
+uses_reference_run = pytest.mark.xdist_group("reference_run")
 
-START_RE = re.compile(r"^HPTRAIN start rank=(\d+) world=2 step=(\d+) resumed_from=(\w+) preset=tiny$", re.M)
-STEP_RE = re.compile(r"^HPTRAIN step=(\d+) ", re.M)
+START = loglines.line_pattern(START_FMT, world="2", preset="tiny")
 
 
 def _ok(r: LaunchResult) -> None:
@@ -30,14 +35,16 @@ def _ok(r: LaunchResult) -> None:
 
 def _starts(r: LaunchResult) -> list[tuple[int, str]]:
     """(resumed step, tier) per attempt, from rank 0's start line."""
-    return [(int(m.group(2)), m.group(3)) for m in START_RE.finditer(r.stdout) if m.group(1) == "0"]
+    starts = loglines.find(START, r.stdout)
+    return [(int(s["step"]), s["resumed"]) for s in starts if s["rank"] == "0"]
 
 
 def _steps_per_attempt(r: LaunchResult) -> list[list[int]]:
     chunks = re.split(r"^HPTRAIN-LAUNCH attempt \d+ failed.*$", r.stdout, flags=re.M)
-    return [[int(s) for s in STEP_RE.findall(c)] for c in chunks]
+    return [[int(s["step"]) for s in loglines.find(loglines.STEP, c)] for c in chunks]
 
 
+@uses_reference_run
 def test_reference_run(reference_run: LaunchResult) -> None:
     s = reference_run.summary
     assert s["steps"] == STEPS and s["restarts"] == 0 and s["exit_reason"] == "completed"
@@ -47,10 +54,14 @@ def test_reference_run(reference_run: LaunchResult) -> None:
     assert 0 < s["goodput"] <= 1 and s["checkpoint_blocking_s_total"] > 0
     assert (reference_run.out / "final" / "model.pt").is_file()
     # Keep-last-k held during the run: fast keeps 3, durable 2 (10, 20, 30, 40 were written).
-    assert [r.step for r in list_committed(reference_run.out / "ckpt" / "durable", "durable")] == [40, 30]
+    assert [r.step for r in list_committed(reference_run.out / "ckpt" / "durable", "durable")] == [
+        40,
+        30,
+    ]
     assert len(list_committed(reference_run.out / "ckpt" / "fast", "fast")) == 3
 
 
+@uses_reference_run
 def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--kill-rank", "1", "--kill-at-step", "23")
     _ok(r)
@@ -65,7 +76,10 @@ def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Pa
     assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
 
 
-def test_kill_during_checkpoint_never_loads_torn(reference_run: LaunchResult, tmp_path: Path) -> None:
+@uses_reference_run
+def test_kill_during_checkpoint_never_loads_torn(
+    reference_run: LaunchResult, tmp_path: Path
+) -> None:
     r = launch(tmp_path, "--kill-during-checkpoint", "12")
     _ok(r)
     attempt0 = r.summary["launcher"]["attempts"][0]
@@ -82,10 +96,16 @@ def test_kill_during_checkpoint_never_loads_torn(reference_run: LaunchResult, tm
 
 def _committed_steps(listing: dict[str, list[str]]) -> list[tuple[int, str]]:
     """(step, tier) of the committed checkpoints in a launcher listing, newest first."""
-    found = [(int(n[5:]), tier) for tier, names in listing.items() for n in names if re.fullmatch(r"step_\d{8}", n)]
+    found = [
+        (int(n[5:]), tier)
+        for tier, names in listing.items()
+        for n in names
+        if re.fullmatch(r"step_\d{8}", n)
+    ]
     return sorted(found, key=lambda c: (-c[0], c[1] != "fast"))
 
 
+@uses_reference_run
 def test_corrupt_newest_falls_back_to_previous(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--kill-rank", "0", "--kill-at-step", "23", "--corrupt-newest")
     _ok(r)
@@ -116,16 +136,19 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
     data.mkdir()
     rng = np.random.default_rng(1)
     for i in range(3):
-        write_token_shard(str(data / f"shard_{i}.bin"), rng.integers(0, 1024, size=64 * 50 + 1), "uint16")
+        write_token_shard(
+            str(data / f"shard_{i}.bin"), rng.integers(0, 1024, size=64 * 50 + 1), "uint16"
+        )
     out = tmp_path / "run"
-    r = launch(out, "--sigterm-at-step", "17", overrides=["data.source=memmap", f"data.path={data}"])
+    r = launch(
+        out, "--sigterm-at-step", "17", overrides=["data.source=memmap", f"data.path={data}"]
+    )
     _ok(r)
     s = r.summary
     assert s["exit_reason"] == "sigterm" and s["steps"] == 17 and s["restarts"] == 0
     assert s["launcher"]["attempts"][0]["exit_codes"] == [0, 0]
-    assert "HPTRAIN checkpoint step=17 tier=durable" in r.stdout and re.search(
-        r"^HPTRAIN checkpoint step=17 tier=durable blocking_s=\d+\.\d{3} status=committed$", r.stdout, re.M
-    )
+    sigterm_save = loglines.line_pattern(CKPT_FMT, step="17", tier="durable")
+    assert [c["status"] for c in loglines.find(sigterm_save, r.stdout)] == ["started", "committed"]
     (newest, *_) = list_committed(out / "ckpt" / "durable", "durable")
     assert newest.step == 17
     for rank in (0, 1):
@@ -138,27 +161,38 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
     assert again.summary["steps"] == 20
 
 
+@uses_reference_run
 def test_hung_rank_trips_watchdog(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--hang-rank", "1", "--hang-at-step", "9", "--watchdog-s", "3")
     _ok(r)
     s = r.summary
     assert s["restarts"] == 1
     assert 3 in s["launcher"]["attempts"][0]["exit_codes"]  # watchdog exit code
-    assert re.search(r"^HPTRAIN watchdog no progress for \d+s at step=8; exiting$", r.stdout, re.M)
+    # The hung rank's watchdog, and maybe its peer's (stuck in a collective), at step 8.
+    assert {w["step"] for w in loglines.find(loglines.WATCHDOG, r.stdout)} == {"8"}
     assert _starts(r)[1] == (8, "fast")
     assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
 
 
 def test_hsdp_with_activation_checkpointing_trains(tmp_path: Path) -> None:
     # 2 x 1 mesh (replicate x shard) exercises the HSDP path on the same 2 CPU ranks.
-    r = launch(tmp_path, steps=12, overrides=["parallel.dp_replicate=2", "parallel.activation_checkpoint=true"])
+    r = launch(
+        tmp_path,
+        steps=12,
+        overrides=["parallel.dp_replicate=2", "parallel.activation_checkpoint=true"],
+    )
     _ok(r)
-    losses = [float(m) for m in re.findall(r"^HPTRAIN step=\d+ loss=(\d+\.\d+)", r.stdout, re.M)]
+    losses = [float(s["loss"]) for s in loglines.find(loglines.STEP, r.stdout)]
     assert len(losses) == 12 and losses[-1] < losses[0]
-    assert r.summary["steps"] == 12 and re.fullmatch(r"[0-9a-f]{64}", r.summary["final_params_sha256"])
+    assert r.summary["steps"] == 12 and re.fullmatch(
+        r"[0-9a-f]{64}", r.summary["final_params_sha256"]
+    )
 
 
-def test_intact_but_incompatible_checkpoints_are_not_discarded(reference_run: LaunchResult, tmp_path: Path) -> None:
+@uses_reference_run
+def test_intact_but_incompatible_checkpoints_are_not_discarded(
+    reference_run: LaunchResult, tmp_path: Path
+) -> None:
     shutil.copytree(reference_run.out / "ckpt", tmp_path / "ckpt")
     before = sorted(p.name for p in (tmp_path / "ckpt" / "durable").iterdir())
     # Bad input: the launcher stops after the first attempt (no restarts) with exit code 2
@@ -187,8 +221,12 @@ def test_node_local_fast_tier_resumes_on_every_node(tmp_path: Path) -> None:
         ok, why = validate_checkpoint(fast / "step_00000012", node)
         assert ok, why
     shutil.rmtree(tmp_path / "ckpt" / "durable")
-    again = launch(tmp_path, *extra, "--max-restarts", "0", steps=20, overrides=["training.cpu_threads=1"])
+    again = launch(
+        tmp_path, *extra, "--max-restarts", "0", steps=20, overrides=["training.cpu_threads=1"]
+    )
     _ok(again)
-    starts = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in START_RE.finditer(again.stdout)]
+    starts = [
+        (int(s["rank"]), int(s["step"]), s["resumed"]) for s in loglines.find(START, again.stdout)
+    ]
     assert sorted(starts) == [(0, 12, "fast"), (1, 12, "fast")]
     assert again.summary["steps"] == 20 and "refusing" not in _logs(tmp_path)

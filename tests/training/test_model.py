@@ -25,7 +25,9 @@ def test_forward_shapes_and_param_count() -> None:
 
 def test_init_depends_only_on_seed() -> None:
     a, b, c = _model(1), _model(1), _model(2)
-    for (na, pa), (_, pb), (_, pc) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters()):
+    for (na, pa), (_, pb), (_, pc) in zip(
+        a.named_parameters(), b.named_parameters(), c.named_parameters(), strict=True
+    ):
         assert torch.equal(pa, pb), na
         if not na.endswith("norm.weight"):
             assert not torch.equal(pa, pc), na
@@ -59,8 +61,8 @@ def test_activation_checkpoint_same_gradients() -> None:
     m(x).sum().backward()
     g1 = [p.grad.clone() for p in m.parameters()]
     m.zero_grad()
-    for block in m.layers.values():
+    for block in m.blocks():
         block.activation_checkpoint = True
     m(x).sum().backward()
-    for a, p in zip(g1, m.parameters()):
+    for a, p in zip(g1, m.parameters(), strict=True):
         assert torch.allclose(a, p.grad, atol=1e-6)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -18,7 +19,7 @@ def test_warmup_then_cosine_to_floor() -> None:
     assert lr_multiplier(110, **kw) == pytest.approx(0.1)
     assert lr_multiplier(500, **kw) == pytest.approx(0.1)
     decay = [lr_multiplier(s, **kw) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(decay, decay[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(decay))
 
 
 def test_no_warmup() -> None:

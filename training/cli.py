@@ -1,0 +1,22 @@
+"""Command-line conventions shared by the entry points (training.train, training.launch).
+
+Standard library only: argument errors must fail in milliseconds, before torch is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+# Bad command line, config or input: restarting cannot help (the launcher stops at once).
+USAGE_EXIT_CODE = 2
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad command line as one ``error: ...`` line on stderr, without the usage
+    dump, and exits with USAGE_EXIT_CODE."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(USAGE_EXIT_CODE)
