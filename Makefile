@@ -43,9 +43,9 @@ test-fast: setup
 
 # Rewrite the committed snapshots from a fresh synth, then show what changed.
 snapshots: setup
-	@UPDATE_SNAPSHOTS=1 $(PYTEST) tests/infra/test_snapshots.py -q
-	@git --no-pager diff --stat -- tests/infra/snapshots
-	@git --no-pager diff -- tests/infra/snapshots
+	@UPDATE_SNAPSHOTS=1 $(PYTEST) tests/stability/test_snapshots.py -q
+	@git --no-pager diff --stat -- tests/stability/snapshots
+	@git --no-pager diff -- tests/stability/snapshots
 
 bench: setup
 	@python benchmarks/synth_time.py

@@ -1,58 +1,61 @@
-"""Shared fixtures: each environment's app is synthesized once per test session."""
+"""Shared fixtures: each environment's app is synthesized once per test session.
+
+Tests that use `synth_all`, `dev`, `staging`, `prod` or `env` must carry
+`pytest.mark.xdist_group(SYNTH_GROUP)` (module-level `pytestmark`), so that under
+`pytest -n 2 --dist loadgroup` the synthesis runs on one worker only; collection stops
+with a usage error naming any test that does not.
+"""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
-from stacks.toolchain import use_bundled_node
-
-REPO = Path(__file__).resolve().parent.parent
-ENVIRONMENTS = ("dev", "staging", "prod")
-
-use_bundled_node()
+from tests.support import ENVIRONMENTS, SYNTH_GROUP, SynthResult, environment, synthesize
 
 
-@dataclass
-class SynthResult:
-    env_name: str
-    outdir: Path
-    stacks: dict  # stack short name ("network", ...) -> aws_cdk.Stack
-    templates: dict  # stack short name -> template dict
-    platform: object  # stacks.platform.PlatformStacks
-
-    def template(self, short_name: str):
-        from aws_cdk.assertions import Template
-
-        return Template.from_json(self.templates[short_name])
-
-    def template_path(self, short_name: str) -> Path:
-        return self.outdir / f"{self.stacks[short_name].stack_name}.template.json"
-
-
-def synthesize(env_name: str, outdir: Path, *, config_dir: Path | None = None) -> SynthResult:
-    """Build and synthesize one environment exactly as app.py does (nag plugin included)."""
-    from config.loader import CONFIG_DIR, load_environment
-    from stacks.platform import build_app
-
-    loaded = load_environment(env_name, config_dir or CONFIG_DIR)
-    app, platform = build_app(loaded, outdir=str(outdir))
-    app.synth()
-    stacks = platform.by_name()
-    templates = {
-        name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        for name, stack in stacks.items()
+def _groups(item: pytest.Item) -> set[str]:
+    return {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
     }
-    return SynthResult(env_name, outdir, stacks, templates, platform)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = [
+        item.nodeid
+        for item in items
+        if "synth_all" in getattr(item, "fixturenames", ()) and _groups(item) != {SYNTH_GROUP}
+    ]
+    if strays:
+        raise pytest.UsageError(
+            "these tests use the session synth fixtures but are not in "
+            f"xdist_group({SYNTH_GROUP!r}) alone; add "
+            "`pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)`: " + ", ".join(strays)
+        )
+    if config.getoption("loadgroup", default=False):
+        _suffix_groups(items)
+
+
+def _suffix_groups(items: list[pytest.Item]) -> None:
+    """On an xdist worker under `--dist loadgroup`: end each grouped test's node ID in
+    `@<group>`, which is how the scheduler groups tests. pytest-xdist 3.8 does this by
+    assigning `item._nodeid`, which pytest 9 no longer reads (a node's ID is `item._id`), so
+    without this every grouped test would be scheduled on its own."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = _groups(item)
+        suffix = f"@{'_'.join(sorted(groups))}"
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(f"{item.nodeid}{suffix}")
 
 
 @pytest.fixture(scope="session")
 def synth_all(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SynthResult]:
     return {
-        env: synthesize(env, tmp_path_factory.mktemp(f"cdk-{env}")) for env in ENVIRONMENTS
+        name: synthesize(environment(name), tmp_path_factory.mktemp(f"cdk-{name}"))
+        for name in ENVIRONMENTS
     }
 
 
@@ -69,3 +72,9 @@ def staging(synth_all: dict[str, SynthResult]) -> SynthResult:
 @pytest.fixture(scope="session")
 def prod(synth_all: dict[str, SynthResult]) -> SynthResult:
     return synth_all["prod"]
+
+
+@pytest.fixture(params=ENVIRONMENTS)
+def env(request: pytest.FixtureRequest, synth_all: dict[str, SynthResult]) -> SynthResult:
+    """Each environment in turn."""
+    return synth_all[request.param]

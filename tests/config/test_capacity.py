@@ -158,7 +158,9 @@ def test_without_secondary_cidr_cluster_subnets_take_the_upper_half():
 
 
 def test_growth_reports_how_many_more_nodes_fit():
-    gpu = plan_group(name="gpu", instance_type="ml.p5.48xlarge", count=16, availability_zone="us-east-1a")
+    gpu = plan_group(
+        name="gpu", instance_type="ml.p5.48xlarge", count=16, availability_zone="us-east-1a"
+    )
     subnet = _layout([gpu]).cluster["us-east-1a"]
     expected = (subnet.cidr.num_addresses - AWS_RESERVED_PER_SUBNET - 16 * 81) // 81
     assert subnet.growth() == {"gpu": expected}
@@ -166,7 +168,9 @@ def test_growth_reports_how_many_more_nodes_fit():
 
 
 def test_plan_that_does_not_fit_names_the_field_and_the_fix():
-    gpu = plan_group(name="gpu", instance_type="ml.p5.48xlarge", count=64, availability_zone="us-east-1a")
+    gpu = plan_group(
+        name="gpu", instance_type="ml.p5.48xlarge", count=64, availability_zone="us-east-1a"
+    )
     with pytest.raises(CapacityError) as caught:
         _layout([gpu], cluster_cidr="10.1.0.0/20")
     assert caught.value.field == "network.cluster_cidr"

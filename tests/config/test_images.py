@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import get_args
 
 import pytest
 
@@ -21,6 +20,7 @@ from config.images import (
     is_private_ecr_in,
     pinned_images,
 )
+from tests.support import eks_config
 
 PINNED = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 REGION = re.compile(r"^[a-z]{2}-[a-z]+-\d$")
@@ -64,10 +64,10 @@ def test_module_is_pure_data():
 
 
 def test_component_names_are_the_override_keys_the_schema_accepts():
-    from config.schema import EksConfig
-
-    (key_type, _) = get_args(EksConfig.model_fields["image_overrides"].annotation)
-    assert set(get_args(key_type)) == set(COMPONENTS)
+    accepted = eks_config(image_overrides=dict.fromkeys(COMPONENTS, MIRROR))
+    assert set(accepted.image_overrides) == set(COMPONENTS)
+    with pytest.raises(ValueError, match="'gpu-plugin' is not a HyperPod dependency component"):
+        eks_config(image_overrides={"gpu-plugin": MIRROR})
 
 
 @pytest.mark.parametrize("region", sorted(HEALTH_MONITORING_AGENT_ACCOUNTS))
@@ -84,10 +84,14 @@ def test_regional_images_are_private_ecr_of_their_region():
         assert REGION.match(region), region
         assert re.fullmatch(r"\d{12}", account), (region, account)
         table = pinned_images(region)
-        assert table[HEALTH_MONITORING_AGENT].startswith(f"{account}.dkr.ecr.{region}.amazonaws.com/")
+        assert table[HEALTH_MONITORING_AGENT].startswith(
+            f"{account}.dkr.ecr.{region}.amazonaws.com/"
+        )
         assert is_private_ecr_in(table[HEALTH_MONITORING_AGENT], region)
         assert is_private_ecr_in(table[EFA_DEVICE_PLUGIN], region)
-    assert len(set(HEALTH_MONITORING_AGENT_ACCOUNTS.values())) == len(HEALTH_MONITORING_AGENT_ACCOUNTS)
+    assert len(set(HEALTH_MONITORING_AGENT_ACCOUNTS.values())) == len(
+        HEALTH_MONITORING_AGENT_ACCOUNTS
+    )
 
 
 def test_region_without_a_published_agent_has_no_regional_defaults():
@@ -97,7 +101,9 @@ def test_region_without_a_published_agent_has_no_regional_defaults():
 def test_private_ecr_means_this_region():
     assert is_private_ecr_in(MIRROR, "us-west-2")
     assert not is_private_ecr_in(MIRROR, "us-east-1")
-    assert not is_private_ecr_in("public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0", "us-west-2")
+    assert not is_private_ecr_in(
+        "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0", "us-west-2"
+    )
     assert not is_private_ecr_in("nvcr.io/nvidia/k8s-device-plugin:v0.16.1", "us-west-2")
 
 
@@ -117,7 +123,12 @@ def test_no_agent_for_the_region_without_override_is_a_problem():
 
 def test_no_agent_for_the_region_is_fine_with_an_override():
     overrides = {HEALTH_MONITORING_AGENT: "111111111111.dkr.ecr.af-south-1.amazonaws.com/hma:1"}
-    assert problems(region="af-south-1", accelerators={"nvidia"}, overrides=overrides, https_egress=True) == []
+    assert (
+        problems(
+            region="af-south-1", accelerators={"nvidia"}, overrides=overrides, https_egress=True
+        )
+        == []
+    )
 
 
 def test_no_agent_is_needed_without_accelerators():
@@ -153,13 +164,22 @@ def test_neuron_plugin_from_public_ecr_without_egress_is_a_problem():
 
 def test_images_from_the_regions_private_ecr_need_no_egress():
     # The agent and the EFA plugin are pulled through the VPC's ECR endpoints.
-    assert problems(accelerators={"nvidia"}, efa=True, overrides={NVIDIA_DEVICE_PLUGIN: MIRROR}) == []
+    assert (
+        problems(accelerators={"nvidia"}, efa=True, overrides={NVIDIA_DEVICE_PLUGIN: MIRROR}) == []
+    )
 
 
 def test_override_resolves_the_problem():
-    assert problems(accelerators={"nvidia", "neuron"}, overrides={
-        NVIDIA_DEVICE_PLUGIN: MIRROR, NEURON_DEVICE_PLUGIN: MIRROR,
-    }) == []
+    assert (
+        problems(
+            accelerators={"nvidia", "neuron"},
+            overrides={
+                NVIDIA_DEVICE_PLUGIN: MIRROR,
+                NEURON_DEVICE_PLUGIN: MIRROR,
+            },
+        )
+        == []
+    )
 
 
 def test_https_egress_allows_external_registries():

@@ -1,30 +1,16 @@
-"""One test per validation rule of the shared schema: each bad value gives exactly one line
-that names the field and says how to fix it."""
+"""One test per validation rule of the whole schema, starting from config/prod.yaml: each bad
+value gives exactly one line that names the field and says how to fix it. Also the loader:
+files, YAML errors, several problems at once."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 
-from config.loader import ConfigError, load_environment, load_file, parse_config, plan_layout
-from config.schema import EnvironmentConfig
-
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-
-
-def base(env: str = "prod") -> dict:
-    return yaml.safe_load((CONFIG_DIR / f"{env}.yaml").read_text())
-
-
-def error_lines(data: dict) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        config = parse_config(data, "test.yaml")
-        plan_layout(config, "test.yaml")
-    return caught.value.lines
+from config.errors import ConfigError
+from config.loader import CONFIG_DIR, load_environment, load_file, parse_config
+from tests.support import config_errors, environment_data, one_error_on
 
 
 def gpu(data: dict) -> dict:
@@ -75,13 +61,43 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
         "network.availability_zones",
         "more than once",
     ),
-    ("az-minimum", set_path("network.availability_zones", ["us-east-1a"]), "network.availability_zones", "at least 2"),
-    ("nat-per-az", set_path("network.nat_gateways", 4), "network.nat_gateways", "at most one per AZ"),
-    ("cidr-syntax", set_path("network.vpc_cidr", "10.0.0.300/16"), "network.vpc_cidr", "not a valid IPv4 CIDR"),
-    ("cidr-host-bits", set_path("network.vpc_cidr", "10.0.0.1/16"), "network.vpc_cidr", "host bits"),
+    (
+        "az-minimum",
+        set_path("network.availability_zones", ["us-east-1a"]),
+        "network.availability_zones",
+        "at least 2",
+    ),
+    (
+        "nat-per-az",
+        set_path("network.nat_gateways", 4),
+        "network.nat_gateways",
+        "at most one per AZ",
+    ),
+    (
+        "cidr-syntax",
+        set_path("network.vpc_cidr", "10.0.0.300/16"),
+        "network.vpc_cidr",
+        "not a valid IPv4 CIDR",
+    ),
+    (
+        "cidr-host-bits",
+        set_path("network.vpc_cidr", "10.0.0.1/16"),
+        "network.vpc_cidr",
+        "host bits",
+    ),
     ("vpc-cidr-size", set_path("network.vpc_cidr", "10.0.0.0/8"), "network.vpc_cidr", "/16 to /28"),
-    ("vpc-cidr-private", set_path("network.vpc_cidr", "8.8.0.0/16"), "network.vpc_cidr", "private range"),
-    ("cidr-overlap", set_path("network.cluster_cidr", "10.0.0.0/16"), "network.cluster_cidr", "overlaps"),
+    (
+        "vpc-cidr-private",
+        set_path("network.vpc_cidr", "8.8.0.0/16"),
+        "network.vpc_cidr",
+        "private range",
+    ),
+    (
+        "cidr-overlap",
+        set_path("network.cluster_cidr", "10.0.0.0/16"),
+        "network.cluster_cidr",
+        "overlaps",
+    ),
     (
         "secondary-cidr-range",
         set_path("network.cluster_cidr", "192.168.0.0/16"),
@@ -118,7 +134,12 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
         "eks.admin_role_arns",
         "not an IAM role ARN",
     ),
-    ("k8s-version", set_path("eks.kubernetes_version", "1.21"), "eks.kubernetes_version", "not supported"),
+    (
+        "k8s-version",
+        set_path("eks.kubernetes_version", "1.21"),
+        "eks.kubernetes_version",
+        "not supported",
+    ),
     (
         "public-endpoint-open",
         set_path("eks.public_access_cidrs", ["0.0.0.0/0"]),
@@ -135,7 +156,7 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
         "count-non-negative",
         lambda d: gpu(d).update(count=-1),
         "hyperpod.instance_groups[0].count",
-        "greater than or equal to 0",
+        "-1 is too small; use 0 or more",
     ),
     (
         "min-count-le-count",
@@ -163,13 +184,17 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ),
     (
         "taints-vs-deep-health-checks",
-        lambda d: gpu(d).update(taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
+        lambda d: gpu(d).update(
+            taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+        ),
         "hyperpod.instance_groups[0].taints",
         "cannot be combined with deep_health_checks",
     ),
     (
         "training-plan-arn",
-        lambda d: gpu(d)["training_plan"].update(arn="arn:aws:sagemaker:us-east-1:333333333333:plan/x"),
+        lambda d: gpu(d)["training_plan"].update(
+            arn="arn:aws:sagemaker:us-east-1:333333333333:plan/x"
+        ),
         "hyperpod.instance_groups[0].training_plan.arn",
         "not a training plan ARN",
     ),
@@ -190,7 +215,9 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("prod-retains", set_path("retain_stateful", False), "retain_stateful", "prod must retain"),
     (
         "az-letter-has-slot",
-        set_path("network.availability_zones", ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1i"]),
+        set_path(
+            "network.availability_zones", ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1i"]
+        ),
         "network.availability_zones[3]",
         "AZ letters a-h",
     ),
@@ -203,7 +230,9 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     (
         "plan-in-fsx-az",
         lambda d: (
-            d["network"].update(availability_zones=["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]),
+            d["network"].update(
+                availability_zones=["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+            ),
             gpu(d)["training_plan"].update(availability_zone="us-east-1d"),
         ),
         "hyperpod.instance_groups[0].training_plan.availability_zone",
@@ -263,7 +292,11 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
             d["hyperpod"].update(availability_zones=["eu-west-3a"]),
             d["storage"]["fsx"].update(availability_zone="eu-west-3a"),
             gpu(d).update(training_plan=None),
-            d["eks"].update(image_overrides={"nvidia-device-plugin": "333333333333.dkr.ecr.eu-west-3.amazonaws.com/nvidia/k8s-device-plugin:v0.16.1"}),
+            d["eks"].update(
+                image_overrides={
+                    "nvidia-device-plugin": "333333333333.dkr.ecr.eu-west-3.amazonaws.com/nvidia/k8s-device-plugin:v0.16.1"
+                }
+            ),
         ),
         "eks.image_overrides",
         "no pinned health-monitoring-agent image for eu-west-3",
@@ -291,15 +324,8 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
 
 @pytest.mark.parametrize(("rule", "mutate", "field", "words"), RULES, ids=[r[0] for r in RULES])
 def test_each_rule_gives_one_line_naming_the_field(rule, mutate, field, words):
-    data = copy.deepcopy(base())
-    mutate(data)
-    lines = error_lines(data)
-    assert len(lines) == 1, lines
-    line = lines[0]
-    assert "\n" not in line
-    assert line.startswith(f"{field}: "), line
+    line = one_error_on(field, mutate, base="prod")
     assert words in line, line
-    assert "Traceback" not in line
 
 
 def test_rule_ids_are_unique():
@@ -307,35 +333,12 @@ def test_rule_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
-def test_shipped_environments_are_valid(env):
-    loaded = load_environment(env)
-    assert isinstance(loaded.config, EnvironmentConfig)
-    assert loaded.config.environment == env
-
-
-def test_prod_is_the_documented_shape():
-    config = load_environment("prod").config
-    groups = {g.name: g for g in config.hyperpod.instance_groups}
-    assert groups["gpu-p5"].instance_type == "ml.p5.48xlarge"
-    assert groups["gpu-p5"].count == 16
-    assert groups["gpu-p5"].training_plan is not None
-    assert config.training_availability_zone == groups["gpu-p5"].training_plan.availability_zone
-    assert INSTANCE_ACCELERATOR(groups["system"].instance_type) == "none"
-    assert config.retain_stateful is True
-
-
-def INSTANCE_ACCELERATOR(name: str) -> str:  # noqa: N802 - reads like a table lookup
-    from config.instance_types import INSTANCE_TYPES
-
-    return INSTANCE_TYPES[name].accelerator
-
-
 def test_several_problems_give_one_line_each():
-    data = base()
-    data["account"] = "x"
-    data["network"]["nat_gateways"] = 9
-    lines = error_lines(data)
+    def mutate(data: dict) -> None:
+        data["account"] = "x"
+        data["network"]["nat_gateways"] = 9
+
+    lines = config_errors(mutate, base="prod")
     assert len(lines) == 2
     assert {line.split(":")[0] for line in lines} == {"account", "network.nat_gateways"}
 
@@ -343,6 +346,7 @@ def test_several_problems_give_one_line_each():
 def test_unknown_environment_lists_the_known_ones():
     with pytest.raises(ConfigError) as caught:
         load_environment("qa")
+    assert caught.value.source == "-c env"
     assert caught.value.lines == ["unknown environment 'qa'; use one of dev, prod, staging"]
 
 
@@ -371,10 +375,10 @@ def test_file_name_must_match_environment(tmp_path):
 
 
 def test_groups_are_ordered_by_name_not_by_file_position():
-    data = base()
+    data = environment_data("prod")
     data["hyperpod"]["instance_groups"].reverse()
     reordered = parse_config(data, "x").hyperpod.groups_by_name()
-    original = parse_config(base(), "x").hyperpod.groups_by_name()
+    original = parse_config(environment_data("prod"), "x").hyperpod.groups_by_name()
     assert [g.name for g in reordered] == [g.name for g in original] == ["gpu-p5", "system"]
 
 

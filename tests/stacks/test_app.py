@@ -1,4 +1,7 @@
-"""The app as `cdk synth` runs it: the CDK CLI from package-lock.json, offline, no credentials."""
+"""The app as `cdk synth` runs it: the CDK CLI from package-lock.json, offline, no credentials.
+
+Each test starts the CLI (Node, then app.py): seconds each, so the module is `slow`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO, environment_data
+
+pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
@@ -28,7 +33,12 @@ def cdk_synth(*args: str, outdir: Path, home: Path) -> subprocess.CompletedProce
     }
     return subprocess.run(
         [str(BIN / "npx"), "cdk", "synth", *args, "--quiet", "--output", str(outdir)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -38,7 +48,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _write_broken(tmp_path: Path, mutate) -> Path:
-    data = yaml.safe_load((REPO / "config" / "prod.yaml").read_text())
+    data = environment_data("prod")
     mutate(data)
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -48,8 +58,10 @@ def _write_broken(tmp_path: Path, mutate) -> Path:
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.p99.48xlarge"),
-         "hyperpod.instance_groups[0].instance_type"),
+        (
+            lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.p99.48xlarge"),
+            "hyperpod.instance_groups[0].instance_type",
+        ),
         (lambda d: d["network"].update(cluster_cidr="10.1.0.0/22"), "network.cluster_cidr"),
     ],
     ids=["unknown-instance-type", "plan-does-not-fit"],

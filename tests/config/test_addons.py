@@ -1,0 +1,131 @@
+"""The EKS add-on table (config/addons.py) and the overrides an environment may pin under
+`eks.addons`: known name, EKS build format, at least the table's minimum."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.addons import (
+    ADDONS,
+    FSX_CSI_DRIVER,
+    KUBE_PROXY,
+    TRAINING_OPERATOR,
+    VERSION_FORMAT,
+    parse_version,
+)
+from config.schema import SUPPORTED_KUBERNETES_VERSIONS
+from tests.support import ENVIRONMENTS, eks_config, environment, one_error_on
+
+
+def _override(name: str, version: str):
+    return lambda d: d["eks"].setdefault("addons", {}).update({name: version})
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@pytest.mark.parametrize("name", sorted(ADDONS))
+def test_every_pin_is_an_eks_build_at_or_above_its_minimum(name):
+    addon = ADDONS[name]
+    assert addon.name == name
+    parsed = parse_version(addon.version)
+    assert parsed is not None, f"{addon.version} is not {VERSION_FORMAT}"
+    assert parsed >= addon.minimum, addon
+
+
+def test_documented_minimums():
+    # vpc-cni 1.18.3 is HyperPod's documented minimum.
+    assert ADDONS["vpc-cni"].minimum == (1, 18, 3)
+
+
+def test_kube_proxy_pin_is_built_for_a_supported_kubernetes_version():
+    major, minor, _ = parse_version(ADDONS[KUBE_PROXY].version)
+    assert f"{major}.{minor}" in SUPPORTED_KUBERNETES_VERSIONS
+
+
+def test_ordering_only_names_add_ons_placed_with_it():
+    # `after` is applied among the add-ons that need nodes (the cluster add-ons stack).
+    for addon in ADDONS.values():
+        for earlier in addon.after:
+            assert earlier in ADDONS, (addon.name, earlier)
+            assert addon.needs_nodes and ADDONS[earlier].needs_nodes, (addon.name, earlier)
+    assert ADDONS[TRAINING_OPERATOR].after == ("cert-manager",)
+
+
+def test_service_accounts_belong_to_the_add_ons_that_call_aws_apis():
+    with_identity = {name for name, a in ADDONS.items() if a.service_account is not None}
+    assert with_identity == {FSX_CSI_DRIVER, TRAINING_OPERATOR}
+    assert ADDONS[FSX_CSI_DRIVER].service_account.namespace == "kube-system"
+    assert ADDONS[FSX_CSI_DRIVER].service_account.name == "fsx-csi-controller-sa"
+    assert ADDONS[TRAINING_OPERATOR].service_account.namespace == "aws-hyperpod"
+    assert (
+        ADDONS[TRAINING_OPERATOR].service_account.name == "hp-training-operator-controller-manager"
+    )
+
+
+def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():
+    assert ADDONS["vpc-cni"].configuration == {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
+
+
+def test_placement_daemonsets_without_nodes_the_rest_after_the_cluster():
+    nodeless = {name for name, a in ADDONS.items() if not a.needs_nodes}
+    assert nodeless == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
+    assert set(ADDONS) - nodeless == {
+        "coredns",
+        "cert-manager",
+        FSX_CSI_DRIVER,
+        TRAINING_OPERATOR,
+    }
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+@pytest.mark.parametrize("env_name", ENVIRONMENTS)
+def test_environments_install_every_add_on_at_its_pin(env_name):
+    eks = environment(env_name).config.eks
+    assert eks.addons == {}
+    assert {name: eks.addon_version(name) for name in ADDONS} == {
+        name: addon.version for name, addon in ADDONS.items()
+    }
+
+
+def test_an_override_replaces_only_its_own_pin():
+    eks = eks_config(addons={"coredns": "v1.11.4-eksbuild.20"})
+    assert eks.addon_version("coredns") == "v1.11.4-eksbuild.20"
+    for name in set(ADDONS) - {"coredns"}:
+        assert eks.addon_version(name) == ADDONS[name].version
+
+
+def test_an_override_at_the_minimum_is_accepted():
+    eks = eks_config(addons={"vpc-cni": "v1.18.3-eksbuild.1"})
+    assert eks.addon_version("vpc-cni") == "v1.18.3-eksbuild.1"
+
+
+def test_override_must_be_an_eks_build():
+    line = one_error_on("eks.addons", _override("vpc-cni", "1.20.4"))
+    assert "vpc-cni" in line and "vMAJOR.MINOR.PATCH-eksbuild.N" in line
+
+
+def test_override_below_the_minimum_is_rejected():
+    line = one_error_on("eks.addons", _override("vpc-cni", "v1.18.2-eksbuild.1"))
+    assert "v1.18.3" in line
+
+
+def test_override_of_an_unknown_add_on_is_rejected():
+    line = one_error_on("eks.addons", _override("vpc-cnii", "v1.20.4-eksbuild.1"))
+    assert "vpc-cnii" in line
+
+
+def test_kube_proxy_minor_must_match_the_cluster():
+    line = one_error_on("eks.addons.kube-proxy", _override("kube-proxy", "v1.31.2-eksbuild.1"))
+    assert "1.31" in line and "1.32" in line
+
+
+def test_other_cluster_versions_need_the_matching_kube_proxy():
+    line = one_error_on(
+        "eks.addons.kube-proxy", lambda d: d["eks"].update(kubernetes_version="1.33")
+    )
+    assert ADDONS[KUBE_PROXY].version in line
+    eks = eks_config(kubernetes_version="1.33", addons={KUBE_PROXY: "v1.33.0-eksbuild.1"})
+    assert eks.addon_version(KUBE_PROXY) == "v1.33.0-eksbuild.1"

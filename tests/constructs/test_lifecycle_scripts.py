@@ -1,0 +1,52 @@
+"""The lifecycle-script delivery construct on a bare stack: what it refuses, what it grants."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+
+from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSettings
+from stacks.hyperpod_stack import LIFECYCLE_DIR
+from tests.support import bare_stack, resources_of, template_of
+
+SETTINGS = LifecycleSettings(fsx_efa_enabled=True)
+
+
+def scripts(stack, *, source_dir=LIFECYCLE_DIR, prefix="lifecycle/") -> LifecycleScripts:
+    bucket = s3.Bucket.from_bucket_name(stack, "Artifacts", "artifacts")
+    return LifecycleScripts(
+        stack, "Lifecycle", source_dir=source_dir, bucket=bucket, prefix=prefix, settings=SETTINGS
+    )
+
+
+@pytest.mark.parametrize("prefix", ["", "/lifecycle/", "lifecycle"])
+def test_prefix_must_be_relative_and_end_with_a_slash(prefix):
+    with pytest.raises(ValueError, match="must be relative and end with '/'"):
+        scripts(bare_stack(), prefix=prefix)
+
+
+def test_a_folder_without_on_create_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"on_create\.sh"):
+        scripts(bare_stack(), source_dir=tmp_path)
+
+
+def test_nodes_read_only_the_lifecycle_prefix():
+    stack = bare_stack()
+    lifecycle = scripts(stack)
+    assert lifecycle.s3_uri == "s3://artifacts/lifecycle/"
+    assert lifecycle.on_create == "on_create.sh"
+    assert SETTINGS.as_json()["fsx_efa_enabled"] is True
+    role = iam.Role(stack, "Nodes", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    lifecycle.grant_read(role)
+    statements = {
+        s["Sid"]: s
+        for policy in resources_of(template_of(stack), "AWS::IAM::Policy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "Sid" in s
+    }
+    read, listing = statements["ReadLifecycleScripts"], statements["ListLifecycleScripts"]
+    assert read["Action"] == "s3:GetObject"
+    assert read["Resource"]["Fn::Join"][1][-1] == ":s3:::artifacts/lifecycle/*"
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["lifecycle/*"]}}

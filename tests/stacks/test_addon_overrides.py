@@ -1,0 +1,88 @@
+"""An `eks.addons` override reaches the synthesized add-on, and only that one: both EKS
+stacks built on their own from an EksConfig (no environment file)."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+
+from config.addons import ADDONS
+from stacks.cluster_addons_stack import ClusterAddonsStack
+from stacks.eks_stack import EksStack
+from tests.support import (
+    ACCOUNT,
+    REGION,
+    eks_config,
+    imported_cluster,
+    resources_of,
+    template_of,
+)
+
+OVERRIDES = {"coredns": "v1.11.4-eksbuild.20", "vpc-cni": "v1.19.0-eksbuild.1"}
+EKS = eks_config(addons=OVERRIDES)
+ENV = cdk.Environment(account=ACCOUNT, region=REGION)
+
+
+def addon_versions(stack: cdk.Stack) -> dict[str, str]:
+    return {
+        a["Properties"]["AddonName"]: a["Properties"]["AddonVersion"]
+        for a in resources_of(template_of(stack), "AWS::EKS::Addon").values()
+    }
+
+
+def expected(needs_nodes: bool) -> dict[str, str]:
+    return {
+        name: OVERRIDES.get(name, addon.version)
+        for name, addon in ADDONS.items()
+        if addon.needs_nodes == needs_nodes
+    }
+
+
+def test_overrides_reach_the_cluster_addons_stack():
+    app = cdk.App()
+    scope = cdk.Stack(app, "Cluster", env=ENV)
+    stack = ClusterAddonsStack(
+        app,
+        "Addons",
+        env=ENV,
+        eks=EKS,
+        cluster_name="c",
+        kubernetes=imported_cluster(scope),
+        hyperpod_cluster_arn=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdef012345",
+        file_system_id="fs-0123456789abcdef0",
+        file_system_arn=f"arn:aws:fsx:{REGION}:{ACCOUNT}:file-system/fs-0123456789abcdef0",
+        file_system_dns_name=f"fs-0123456789abcdef0.fsx.{REGION}.amazonaws.com",
+        file_system_mount_name="abcdefgh",
+        file_system_capacity_gib=1200,
+    )
+    assert addon_versions(stack) == expected(needs_nodes=True)
+    assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"
+
+
+def test_overrides_reach_the_eks_stack():
+    app = cdk.App()
+    network = cdk.Stack(app, "Network", env=ENV)
+    vpc = ec2.Vpc(
+        network,
+        "Vpc",
+        availability_zones=[f"{REGION}a", f"{REGION}b"],
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="infra", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        ],
+    )
+    stack = EksStack(
+        app,
+        "Eks",
+        env=ENV,
+        eks=EKS,
+        cluster_name="c",
+        instance_groups=[],
+        vpc=vpc,
+        infra_subnets={s.availability_zone: s for s in vpc.isolated_subnets},
+        node_security_group=ec2.SecurityGroup(network, "Nodes", vpc=vpc),
+        endpoint_security_group=ec2.SecurityGroup(network, "Endpoints", vpc=vpc),
+        s3_prefix_list_id="pl-0123456789abcdef0",
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    assert addon_versions(stack) == expected(needs_nodes=False)
+    assert addon_versions(stack)["vpc-cni"] == "v1.19.0-eksbuild.1"

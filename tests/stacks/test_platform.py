@@ -1,0 +1,59 @@
+"""The app `build_app` assembles for every environment: stack names, account and Region, the
+deploy order, tags, and an offline synth (no context lookups)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support import SYNTH_GROUP
+
+pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
+
+UNITS = {
+    "network": "network",
+    "storage": "storage",
+    "eks": "eks",
+    "hyperpod": "hyperpod",
+    "cluster_addons": "cluster-addons",
+}
+
+
+def test_stacks_are_named_after_the_environment_and_deployed_into_its_account(env):
+    names = env.config.names
+    assert set(env.stacks) == set(UNITS)
+    for short, unit in UNITS.items():
+        stack = env.stacks[short]
+        assert stack.stack_name == names.stack(unit) == f"hyperpod-{env.env_name}-{unit}"
+        assert (stack.account, stack.region) == (env.config.account, env.config.region)
+        assert env.template_path(short).is_file()
+
+
+def test_deploy_order_follows_what_each_stack_uses(env):
+    stacks = env.stacks
+    assert stacks["network"].dependencies == []
+    assert set(stacks["storage"].dependencies) == {stacks["network"]}
+    assert set(stacks["eks"].dependencies) == {stacks["network"]}
+    assert set(stacks["hyperpod"].dependencies) == {
+        stacks["network"],
+        stacks["storage"],
+        stacks["eks"],
+    }
+    assert set(stacks["cluster_addons"].dependencies) == {
+        stacks["storage"],
+        stacks["eks"],
+        stacks["hyperpod"],
+    }
+
+
+def test_environment_tags_reach_the_resources(env):
+    vpc = next(iter(env.resources("network", "AWS::EC2::VPC").values()))
+    tags = {t["Key"]: t["Value"] for t in vpc["Properties"]["Tags"]}
+    assert env.config.tags
+    assert env.config.tags.items() <= tags.items()
+
+
+def test_synth_needs_no_context_lookup(env):
+    manifest = json.loads((env.outdir / "manifest.json").read_text())
+    assert not manifest.get("missing"), manifest.get("missing")

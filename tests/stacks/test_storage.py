@@ -1,0 +1,329 @@
+"""Storage stack of every environment: FSx for Lustre, its data repository association, the
+buckets, the KMS key and removal policies. Templates come from the session fixtures (dev,
+staging, prod); pinned logical IDs and replacement-only values are in tests/stability/."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import RemovalPolicy
+from aws_cdk.assertions import Match, Template
+
+from platform_constructs.retention import stateful_removal_policy
+from tests.support import SYNTH_GROUP, SynthResult
+
+pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
+
+RETAINED = {"dev": False, "staging": True, "prod": True}
+TRAINING_AZ = {"dev": "us-west-2a", "staging": "us-west-2b", "prod": "us-east-1a"}
+FSX_UPDATABLE = {
+    "dev": {"StorageCapacity": 1200, "PerUnitStorageThroughput": 125, "Weekly": "6:03:00"},
+    "staging": {"StorageCapacity": 4800, "PerUnitStorageThroughput": 250, "Weekly": "6:03:00"},
+    "prod": {"StorageCapacity": 24000, "PerUnitStorageThroughput": 500, "Weekly": "7:03:00"},
+}
+CHECKPOINT_NONCURRENT_DAYS = {"dev": 3, "staging": 7, "prod": 14}
+ACCESS_LOG_DAYS = {"dev": 90, "staging": 365, "prod": 731}
+BUCKET_PREFIX = {"dev": "", "staging": "", "prod": "datasets/"}
+BUCKETS = ("access_log_bucket", "data_bucket", "checkpoint_bucket", "artifact_bucket")
+LOGGED_BUCKETS = {
+    "data_bucket": "DataBucket/",
+    "checkpoint_bucket": "CheckpointBucket/",
+    "artifact_bucket": "ArtifactBucket/",
+}
+STATEFUL_TYPES = (
+    "AWS::FSx::FileSystem",
+    "AWS::FSx::DataRepositoryAssociation",
+    "AWS::S3::Bucket",
+    "AWS::KMS::Key",
+    "AWS::Logs::LogGroup",
+)
+
+
+def storage(result: SynthResult) -> Template:
+    return result.template("storage")
+
+
+def raw(result: SynthResult) -> dict:
+    return result.templates["storage"]
+
+
+def resources(result: SynthResult, type_: str) -> dict[str, dict]:
+    return result.resources("storage", type_)
+
+
+def storage_ids(result: SynthResult) -> dict[str, str]:
+    """Logical IDs of the stack's stateful resources, by role."""
+    stack = result.stacks["storage"]
+    return {
+        "kms_key": result.logical_id("storage", stack.kms_key),
+        "file_system": result.logical_id("storage", stack.file_system.resource),
+        "data_repository": result.logical_id("storage", stack.file_system.data_repository),
+    } | {name: result.logical_id("storage", getattr(stack, name)) for name in BUCKETS}
+
+
+def file_system(result: SynthResult) -> dict:
+    return raw(result)["Resources"][storage_ids(result)["file_system"]]
+
+
+def bucket(result: SynthResult, name: str) -> dict:
+    return raw(result)["Resources"][storage_ids(result)[name]]
+
+
+# --------------------------------------------------------------------------- FSx
+
+
+def test_one_persistent2_lustre_file_system(env):
+    storage(env).resource_count_is("AWS::FSx::FileSystem", 1)
+    updatable = FSX_UPDATABLE[env.env_name]
+    storage(env).has_resource_properties(
+        "AWS::FSx::FileSystem",
+        {
+            "FileSystemType": "LUSTRE",
+            "FileSystemTypeVersion": "2.15",
+            "StorageType": "SSD",
+            "StorageCapacity": updatable["StorageCapacity"],
+            "LustreConfiguration": {
+                "DeploymentType": "PERSISTENT_2",
+                "PerUnitStorageThroughput": updatable["PerUnitStorageThroughput"],
+                "DataCompressionType": "LZ4",
+                "WeeklyMaintenanceStartTime": updatable["Weekly"],
+                "EfaEnabled": False,
+                "MetadataConfiguration": {"Mode": "AUTOMATIC"},
+            },
+        },
+    )
+
+
+def test_file_system_uses_the_rotating_customer_key(env):
+    key = storage_ids(env)["kms_key"]
+    assert file_system(env)["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    storage(env).resource_count_is("AWS::KMS::Key", 1)
+    storage(env).has_resource_properties(
+        "AWS::KMS::Key",
+        {"EnableKeyRotation": True, "PendingWindowInDays": 30 if RETAINED[env.env_name] else 7},
+    )
+
+
+def test_file_system_sits_in_the_training_azs_cluster_subnet(env):
+    assert env.platform.storage is env.stacks["storage"]
+    assert env.config.training_availability_zone == TRAINING_AZ[env.env_name]
+    (subnet,) = file_system(env)["Properties"]["SubnetIds"]
+    expected = env.stacks["network"].cluster_subnets[TRAINING_AZ[env.env_name]]
+    assert env.exported(subnet) == ("network", {"Ref": env.logical_id("network", expected)})
+    subnet_resource = env.templates["network"]["Resources"][env.logical_id("network", expected)]
+    assert subnet_resource["Properties"]["AvailabilityZone"] == TRAINING_AZ[env.env_name]
+
+
+def test_file_system_uses_the_efa_security_group(env):
+    (group,) = file_system(env)["Properties"]["SecurityGroupIds"]
+    efa = env.logical_id("network", env.stacks["network"].efa_security_group)
+    assert env.exported(group) == ("network", {"Fn::GetAtt": [efa, "GroupId"]})
+
+
+def test_data_repository_association_links_the_data_bucket(env):
+    ids = storage_ids(env)
+    storage(env).resource_count_is("AWS::FSx::DataRepositoryAssociation", 1)
+    events = ["NEW", "CHANGED", "DELETED"]
+    storage(env).has_resource_properties(
+        "AWS::FSx::DataRepositoryAssociation",
+        {
+            "FileSystemId": {"Ref": ids["file_system"]},
+            "FileSystemPath": "/data",
+            "BatchImportMetaDataOnCreate": True,
+            "S3": {"AutoImportPolicy": {"Events": events}, "AutoExportPolicy": {"Events": events}},
+        },
+    )
+    dra = raw(env)["Resources"][ids["data_repository"]]
+    prefix = BUCKET_PREFIX[env.env_name]
+    parts = ["s3://", {"Ref": ids["data_bucket"]}] + ([f"/{prefix}"] if prefix else [])
+    assert dra["Properties"]["DataRepositoryPath"] == {"Fn::Join": ["", parts]}
+
+
+def test_stack_exposes_file_system_attributes_for_mounts(env):
+    stack = env.stacks["storage"]
+    resolve = stack.resolve
+    file_system_id = storage_ids(env)["file_system"]
+    assert resolve(stack.file_system_id) == {"Ref": file_system_id}
+    assert resolve(stack.dns_name) == {"Fn::GetAtt": [file_system_id, "DNSName"]}
+    assert resolve(stack.mount_name) == {"Fn::GetAtt": [file_system_id, "LustreMountName"]}
+    assert stack.file_system.file_system_id == stack.file_system_id
+    assert stack.file_system.dns_name == stack.dns_name
+    assert stack.file_system.mount_name == stack.mount_name
+    config = env.config
+    assert resolve(stack.file_system_arn) == {
+        "Fn::Join": [
+            "",
+            [f"arn:aws:fsx:{config.region}:{config.account}:file-system/", {"Ref": file_system_id}],
+        ]
+    }
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+def test_four_buckets_and_no_auto_delete_handler(env):
+    storage(env).resource_count_is("AWS::S3::Bucket", 4)
+    storage(env).resource_count_is("Custom::S3AutoDeleteObjects", 0)
+    storage(env).resource_count_is("AWS::Lambda::Function", 0)
+    stack = env.stacks["storage"]
+    for name in BUCKETS:
+        assert stack.resolve(getattr(stack, name).bucket_name) == {"Ref": storage_ids(env)[name]}
+
+
+@pytest.mark.parametrize("name", BUCKETS)
+def test_bucket_baseline(env, name):
+    props = bucket(env, name)["Properties"]
+    assert props["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+        ]
+    }
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    assert "BucketName" not in props  # physical names are left to CloudFormation
+    assert {
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+        "Id": "abort-incomplete-multipart-uploads",
+        "Status": "Enabled",
+    } in props["LifecycleConfiguration"]["Rules"]
+
+
+@pytest.mark.parametrize("name", BUCKETS)
+def test_bucket_policy_denies_plain_http_and_old_tls(env, name):
+    logical = storage_ids(env)[name]
+    arn = {"Fn::GetAtt": [logical, "Arn"]}
+    resources_ = [arn, {"Fn::Join": ["", [arn, "/*"]]}]
+    storage(env).has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "Bucket": {"Ref": logical},
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Action": "s3:*",
+                            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            "Effect": "Deny",
+                            "Principal": {"AWS": "*"},
+                            "Resource": resources_,
+                        },
+                        {
+                            "Action": "s3:*",
+                            "Condition": {"NumericLessThan": {"s3:TlsVersion": 1.2}},
+                            "Effect": "Deny",
+                            "Principal": {"AWS": "*"},
+                            "Resource": resources_,
+                        },
+                    ]
+                )
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize("name", ["data_bucket", "checkpoint_bucket", "artifact_bucket"])
+def test_data_checkpoint_and_artifact_buckets_are_versioned(env, name):
+    assert bucket(env, name)["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+
+
+def test_access_log_bucket_is_not_versioned_and_expires_logs(env):
+    props = bucket(env, "access_log_bucket")["Properties"]
+    assert "VersioningConfiguration" not in props
+    assert "LoggingConfiguration" not in props  # it does not log into itself
+    assert {
+        "ExpirationInDays": ACCESS_LOG_DAYS[env.env_name],
+        "Id": "expire-access-logs",
+        "Status": "Enabled",
+    } in props["LifecycleConfiguration"]["Rules"]
+
+
+def test_checkpoint_noncurrent_versions_expire_per_environment(env):
+    rules = bucket(env, "checkpoint_bucket")["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {
+        "Id": "expire-noncurrent-checkpoints",
+        "NoncurrentVersionExpiration": {"NoncurrentDays": CHECKPOINT_NONCURRENT_DAYS[env.env_name]},
+        "Status": "Enabled",
+    } in rules
+
+
+def test_data_noncurrent_versions_expire(env):
+    rules = bucket(env, "data_bucket")["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {
+        "Id": "expire-noncurrent-data",
+        "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
+        "Status": "Enabled",
+    } in rules
+
+
+def test_artifact_versions_are_kept(env):
+    rules = bucket(env, "artifact_bucket")["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert all(
+        "NoncurrentVersionExpiration" not in r and "ExpirationInDays" not in r for r in rules
+    )
+
+
+@pytest.mark.parametrize(("name", "prefix"), sorted(LOGGED_BUCKETS.items()))
+def test_buckets_log_to_the_access_log_bucket(env, name, prefix):
+    ids = storage_ids(env)
+    assert bucket(env, name)["Properties"]["LoggingConfiguration"] == {
+        "DestinationBucketName": {"Ref": ids["access_log_bucket"]},
+        "LogFilePrefix": prefix,
+    }
+    log_bucket_arn = {"Fn::GetAtt": [ids["access_log_bucket"], "Arn"]}
+    storage(env).has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "Bucket": {"Ref": ids["access_log_bucket"]},
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": "s3:PutObject",
+                                "Effect": "Allow",
+                                "Principal": {"Service": "logging.s3.amazonaws.com"},
+                                "Resource": {"Fn::Join": ["", [log_bucket_arn, f"/{prefix}*"]]},
+                                "Condition": {
+                                    "ArnLike": {
+                                        "aws:SourceArn": {"Fn::GetAtt": [ids[name], "Arn"]}
+                                    },
+                                    "StringEquals": {
+                                        "aws:SourceAccount": env.stacks["storage"].account
+                                    },
+                                },
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
+
+
+# --------------------------------------------------------------------------- removal
+
+
+def test_stateful_resources_are_retained_or_deleted_per_environment(env):
+    policy = "Retain" if RETAINED[env.env_name] else "Delete"
+    assert env.config.retain_stateful is RETAINED[env.env_name]
+    assert stateful_removal_policy(env.config.retain_stateful) == (
+        RemovalPolicy.RETAIN if RETAINED[env.env_name] else RemovalPolicy.DESTROY
+    )
+    found = 0
+    for type_ in STATEFUL_TYPES:
+        for logical, resource in resources(env, type_).items():
+            found += 1
+            assert resource.get("DeletionPolicy") == policy, logical
+            assert resource.get("UpdateReplacePolicy") == policy, logical
+    assert found == len(storage_ids(env))
+
+
+@pytest.mark.parametrize("name", ["staging", "prod"])
+def test_retaining_environments_retain_every_stateful_resource(synth_all, name):
+    template = storage(synth_all[name])
+    for type_ in STATEFUL_TYPES[:4]:
+        template.all_resources(type_, {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
