@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
@@ -71,7 +72,33 @@ def launch(
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
-    """One fault-free run that every fault test compares against."""
-    result = launch(tmp_path_factory.mktemp("reference"))
+    """One fault-free run that every fault test compares against.
+
+    Run once per test session even under xdist: the first worker to get here runs it into
+    the session's shared temporary root, the others wait on the lock and read its result.
+    So the fault tests themselves spread over the workers (tests only read the run)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        # One process: nothing to share (and the parent of basetemp outlives the session).
+        result = launch(tmp_path_factory.mktemp("reference_run"))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+    # Under xdist the parent of each worker's basetemp is this session's own root.
+    shared = tmp_path_factory.getbasetemp().parent
+    record = shared / "reference_run.json"
+    with FileLock(str(shared / "reference_run.lock")):
+        if record.exists():
+            fields = json.loads(record.read_text())
+            result = LaunchResult(
+                fields["returncode"], fields["stdout"], fields["stderr"], Path(fields["out"])
+            )
+        else:
+            result = launch(shared / "reference_run")
+            fields = {
+                "returncode": result.returncode,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "out": str(result.out),
+            }
+            record.write_text(json.dumps(fields))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result

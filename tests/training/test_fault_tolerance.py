@@ -22,9 +22,6 @@ from training.metrics import CKPT_FMT, START_FMT
 
 # Every test here trains through the launcher (2 processes, seconds each).
 pytestmark = pytest.mark.slow
-# Tests that compare with the session's reference run share one xdist worker, so that
-# `pytest -n 2 --dist loadgroup` builds the reference run once.
-uses_reference_run = pytest.mark.xdist_group("reference_run")
 
 START = loglines.line_pattern(START_FMT, world="2", preset="tiny")
 
@@ -44,7 +41,6 @@ def _steps_per_attempt(r: LaunchResult) -> list[list[int]]:
     return [[int(s["step"]) for s in loglines.find(loglines.STEP, c)] for c in chunks]
 
 
-@uses_reference_run
 def test_reference_run(reference_run: LaunchResult) -> None:
     s = reference_run.summary
     assert s["steps"] == STEPS and s["restarts"] == 0 and s["exit_reason"] == "completed"
@@ -61,7 +57,6 @@ def test_reference_run(reference_run: LaunchResult) -> None:
     assert len(list_committed(reference_run.out / "ckpt" / "fast", "fast")) == 3
 
 
-@uses_reference_run
 def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--kill-rank", "1", "--kill-at-step", "23")
     _ok(r)
@@ -76,7 +71,6 @@ def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Pa
     assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
 
 
-@uses_reference_run
 def test_kill_during_checkpoint_never_loads_torn(
     reference_run: LaunchResult, tmp_path: Path
 ) -> None:
@@ -105,7 +99,6 @@ def _committed_steps(listing: dict[str, list[str]]) -> list[tuple[int, str]]:
     return sorted(found, key=lambda c: (-c[0], c[1] != "fast"))
 
 
-@uses_reference_run
 def test_corrupt_newest_falls_back_to_previous(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--kill-rank", "0", "--kill-at-step", "23", "--corrupt-newest")
     _ok(r)
@@ -161,7 +154,6 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
     assert again.summary["steps"] == 20
 
 
-@uses_reference_run
 def test_hung_rank_trips_watchdog(reference_run: LaunchResult, tmp_path: Path) -> None:
     r = launch(tmp_path, "--hang-rank", "1", "--hang-at-step", "9", "--watchdog-s", "3")
     _ok(r)
@@ -189,7 +181,6 @@ def test_hsdp_with_activation_checkpointing_trains(tmp_path: Path) -> None:
     )
 
 
-@uses_reference_run
 def test_intact_but_incompatible_checkpoints_are_not_discarded(
     reference_run: LaunchResult, tmp_path: Path
 ) -> None:
