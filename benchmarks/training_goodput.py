@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
@@ -30,6 +31,8 @@ def main() -> int:
     ap.add_argument("--kill-every-s", type=float, default=100.0)
     ap.add_argument("--steps", type=int, default=1000)
     args = ap.parse_args()
+
+    from training import launch
 
     out = Path(tempfile.mkdtemp(prefix="goodput-bench-"))
     overrides = [
@@ -45,18 +48,8 @@ def main() -> int:
         "checkpoint.fast_interval=25",
         "checkpoint.durable_interval=250",
     ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.launch",
-        "--nproc",
-        "2",
-        "--preset",
-        "tiny",
-        "--steps",
-        str(args.steps),
-        "--out",
-        str(out),
+    cmd = launch.command(
+        out,
         "--max-restarts",
         str(args.faults),
         "--chaos-kill-every-s",
@@ -65,9 +58,9 @@ def main() -> int:
         "3",
         "--timeout-s",
         "1500",
-    ]
-    for o in overrides:
-        cmd += ["--set", o]
+        steps=args.steps,
+        overrides=overrides,
+    )
     try:
         proc = subprocess.run(
             cmd,

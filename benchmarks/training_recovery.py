@@ -35,21 +35,12 @@ def main() -> int:
     ap.add_argument("--fast-interval", type=int, default=10)
     args = ap.parse_args()
 
+    from training import launch
     from training.metrics import read_records
 
     out = Path(tempfile.mkdtemp(prefix="recovery-bench-"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.launch",
-        "--nproc",
-        "2",
-        "--preset",
-        "tiny",
-        "--steps",
-        str(args.steps),
-        "--out",
-        str(out),
+    cmd = launch.command(
+        out,
         "--max-restarts",
         str(args.faults),
         "--chaos-kill-every-s",
@@ -58,11 +49,12 @@ def main() -> int:
         "7",
         "--timeout-s",
         "900",
-        "--set",
-        f"checkpoint.fast_interval={args.fast_interval}",
-        "--set",
-        "checkpoint.durable_interval=100",
-    ]
+        steps=args.steps,
+        overrides=[
+            f"checkpoint.fast_interval={args.fast_interval}",
+            "checkpoint.durable_interval=100",
+        ],
+    )
     try:
         proc = subprocess.run(
             cmd,

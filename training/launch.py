@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -390,6 +391,24 @@ class Launcher:
         summary["launcher"] = launcher
         summary["restarts"] = launcher["restarts"]
         fileio.write_json_atomic(path, summary, indent=2, sort_keys=True)
+
+
+def command(
+    out: Path,
+    *options: str,
+    nproc: int = 2,
+    preset: str = "tiny",
+    steps: int,
+    overrides: Sequence[str] = (),
+) -> list[str]:
+    """The argv that runs this launcher (benchmarks and tests start it as a subprocess):
+    `options` are further launcher flags (faults, restarts, --timeout-s), `overrides` are
+    `--set key=value` config overrides."""
+    argv = [sys.executable, "-m", "training.launch", "--nproc", str(nproc), "--preset", preset]
+    argv += ["--steps", str(steps), "--out", str(out), *options]
+    for override in overrides:
+        argv += ["--set", override]
+    return argv
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobConfig, list[str]]:

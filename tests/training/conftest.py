@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from filelock import FileLock
+
+from training.launch import command
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
@@ -47,24 +48,14 @@ def launch(
     overrides: list[str] | None = None,
     timeout: float = 150,
 ) -> LaunchResult:
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.launch",
-        "--nproc",
-        "2",
-        "--preset",
-        "tiny",
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
+    cmd = command(
+        out,
         "--timeout-s",
         str(timeout - 10),
         *extra,
-    ]
-    for o in BASE_OVERRIDES + (overrides or []):
-        cmd += ["--set", o]
+        steps=steps,
+        overrides=BASE_OVERRIDES + (overrides or []),
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     return LaunchResult(proc.returncode, proc.stdout, proc.stderr, out)
