@@ -14,12 +14,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
 VERSION_FORMAT = "vMAJOR.MINOR.PATCH-eksbuild.N"
 
 Version = tuple[int, int, int]
+AddonStack = Literal["eks", "cluster-addons", "governance"]
 
 
 def parse_version(version: str) -> Version | None:
@@ -40,8 +41,10 @@ class ServiceAccount:
 class Addon:
     """One EKS add-on.
 
-    `needs_nodes`: the add-on only becomes ACTIVE once pods run (Deployments), so it is
-    created after the HyperPod cluster; DaemonSet add-ons are ACTIVE with zero nodes.
+    `stack`: where it is created. DaemonSet add-ons are ACTIVE with zero nodes and go with
+    the EKS cluster (`eks`); an add-on that only becomes ACTIVE once its pods run
+    (Deployments) is created after the HyperPod cluster (`cluster-addons`), or with the
+    quotas whose queues it serves (`governance`).
     `service_account`: the controller's, for an add-on that calls AWS APIs through EKS Pod
     Identity. `after`: add-ons that must be ACTIVE first.
     """
@@ -49,7 +52,7 @@ class Addon:
     name: str
     version: str
     minimum: Version
-    needs_nodes: bool
+    stack: AddonStack
     configuration: Mapping[str, Any] | None = None
     service_account: ServiceAccount | None = None
     after: tuple[str, ...] = field(default=())
@@ -69,35 +72,50 @@ _TABLE = (
         name="vpc-cni",
         version="v1.20.4-eksbuild.1",
         minimum=(1, 18, 3),
-        needs_nodes=False,
+        stack="eks",
         configuration=VPC_CNI_CONFIGURATION,
     ),
-    Addon(name="kube-proxy", version="v1.32.6-eksbuild.2", minimum=(1, 31, 0), needs_nodes=False),
+    Addon(name="kube-proxy", version="v1.32.6-eksbuild.2", minimum=(1, 31, 0), stack="eks"),
     Addon(
         name="eks-pod-identity-agent",
         version="v1.3.8-eksbuild.2",
         minimum=(1, 3, 0),
-        needs_nodes=False,
+        stack="eks",
     ),
-    Addon(name="coredns", version="v1.11.4-eksbuild.14", minimum=(1, 11, 1), needs_nodes=True),
-    Addon(name="cert-manager", version="v1.18.2-eksbuild.1", minimum=(1, 16, 0), needs_nodes=True),
+    Addon(
+        name="coredns", version="v1.11.4-eksbuild.14", minimum=(1, 11, 1), stack="cluster-addons"
+    ),
+    Addon(
+        name="cert-manager",
+        version="v1.18.2-eksbuild.1",
+        minimum=(1, 16, 0),
+        stack="cluster-addons",
+    ),
     Addon(
         name="aws-fsx-csi-driver",
         version="v1.6.0-eksbuild.1",
         minimum=(1, 2, 0),
-        needs_nodes=True,
+        stack="cluster-addons",
         service_account=ServiceAccount(namespace="kube-system", name="fsx-csi-controller-sa"),
     ),
     Addon(
         name="amazon-sagemaker-hyperpod-training-operator",
         version="v1.1.0-eksbuild.1",
         minimum=(1, 0, 0),
-        needs_nodes=True,
+        stack="cluster-addons",
         service_account=ServiceAccount(
             namespace="aws-hyperpod", name="hp-training-operator-controller-manager"
         ),
         # The operator's webhooks take their certificates from cert-manager.
         after=("cert-manager",),
+    ),
+    # Installs Kueue and turns the scheduler config and compute quotas into Kueue queues
+    # and priority classes (HyperPod task governance setup guide); calls no AWS API itself.
+    Addon(
+        name="amazon-sagemaker-hyperpod-taskgovernance",
+        version="v1.6.0-eksbuild.1",
+        minimum=(1, 5, 0),
+        stack="governance",
     ),
 )
 
@@ -107,3 +125,4 @@ ADDONS: Mapping[str, Addon] = MappingProxyType({addon.name: addon for addon in _
 KUBE_PROXY = "kube-proxy"
 FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
+TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"

@@ -1,4 +1,4 @@
-"""Add-ons that need running nodes (the `needs_nodes` rows of config/addons.py), the FSx CSI
+"""Add-ons that need running nodes (the `cluster-addons` rows of config/addons.py), the FSx CSI
 driver's static FSx volume, and the HyperPod training operator. Deployed after the HyperPod
 stack, so their CloudFormation resources (which wait for the add-on to become ACTIVE) find
 nodes to run on."""
@@ -61,7 +61,7 @@ class ClusterAddonsStack(cdk.Stack):
         self.addons: dict[str, PinnedAddon] = {}
         self.identities: dict[str, AddonWithPodIdentity] = {}
         for addon in ADDONS.values():
-            if not addon.needs_nodes:
+            if addon.stack != "cluster-addons":
                 continue
             version = eks.addon_version(addon.name)
             build = with_identity.get(addon.name)

@@ -96,7 +96,7 @@ class EksStack(cdk.Stack):
                 configuration=addon.configuration,
             )
             for addon in ADDONS.values()
-            if not addon.needs_nodes
+            if addon.stack == "eks"
         }
 
         self.hyperpod_dependencies = HyperPodDependencies(

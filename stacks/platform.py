@@ -20,6 +20,7 @@ from config.loader import LoadedEnvironment
 from platform_constructs.retention import stateful_removal_policy
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
+from stacks.governance_stack import GovernanceStack
 from stacks.hyperpod_stack import HyperPodStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
@@ -34,16 +35,19 @@ class PlatformStacks:
     eks: EksStack
     hyperpod: HyperPodStack
     cluster_addons: ClusterAddonsStack
+    governance: GovernanceStack | None
 
     def by_name(self) -> dict[str, cdk.Stack]:
-        """Short name ("network", "cluster_addons", ...) -> stack."""
-        return {
+        """Short name ("network", "cluster_addons", ...) -> stack, for the stacks built."""
+        stacks: dict[str, cdk.Stack | None] = {
             "network": self.network,
             "storage": self.storage,
             "eks": self.eks,
             "hyperpod": self.hyperpod,
             "cluster_addons": self.cluster_addons,
+            "governance": self.governance,
         }
+        return {name: stack for name, stack in stacks.items() if stack is not None}
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -119,7 +123,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         artifact_bucket=storage.artifact_bucket,
         removal_policy=removal_policy,
     )
-    # Add-ons that need running nodes (the table's `needs_nodes` rows) deploy after the
+    # Add-ons that need running nodes (the table's `cluster-addons` rows) deploy after the
     # HyperPod cluster so they never wait on nodes that do not exist yet.
     cluster_addons = ClusterAddonsStack(
         scope,
@@ -136,8 +140,28 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         file_system_capacity_gib=config.storage.fsx.storage_capacity_gib,
     )
     cluster_addons.add_stack_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
+    governance = None
+    if config.governance is not None:
+        governance = GovernanceStack(
+            scope,
+            names.stack("governance"),
+            env=env,
+            governance=config.governance,
+            eks=config.eks,
+            instance_groups=config.hyperpod.instance_groups,
+            names=names,
+            eks_cluster_name=eks.cluster_name,
+            hyperpod_cluster_arn=hyperpod.cluster_arn,
+        )
+        # Kueue's controller runs on the nodes, with the cluster DNS deployed there.
+        governance.add_stack_dependency(cluster_addons, "Kueue runs on nodes with cluster DNS")
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(
-        network=network, storage=storage, eks=eks, hyperpod=hyperpod, cluster_addons=cluster_addons
+        network=network,
+        storage=storage,
+        eks=eks,
+        hyperpod=hyperpod,
+        cluster_addons=cluster_addons,
+        governance=governance,
     )

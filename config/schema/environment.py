@@ -14,6 +14,12 @@ from config.instance_types import INSTANCE_TYPES
 from config.names import PlatformNames
 from config.schema.base import Name, Strict
 from config.schema.eks import EksConfig
+from config.schema.governance import (
+    GOVERNANCE_REGIONS,
+    MAX_RESOURCE_NAME,
+    GovernanceConfig,
+    quota_problems,
+)
 from config.schema.hyperpod import HyperPodConfig
 from config.schema.network import NetworkConfig
 from config.schema.storage import StorageConfig
@@ -33,6 +39,11 @@ class EnvironmentConfig(Strict):
     storage: StorageConfig
     eks: EksConfig
     hyperpod: HyperPodConfig
+    governance: GovernanceConfig | None = Field(
+        default=None,
+        description="Task governance: priority classes and the teams sharing the cluster. "
+        "Without it, every job runs unqueued and unprioritised.",
+    )
 
     @field_validator("tags")
     @classmethod
@@ -125,7 +136,28 @@ class EnvironmentConfig(Strict):
             https_egress=bool(self.network.https_egress_cidrs),
         ):
             raise FieldError(path, message)
+        if self.governance is not None:
+            self._check_governance(self.governance)
         return self
+
+    def _check_governance(self, governance: GovernanceConfig) -> None:
+        if self.region not in GOVERNANCE_REGIONS:
+            raise FieldError(
+                "governance",
+                f"CloudFormation in {self.region} does not offer the scheduler config and "
+                f"compute quota resources yet (it does in {', '.join(sorted(GOVERNANCE_REGIONS))}); "
+                "remove the section for this environment",
+            )
+        for index, team in enumerate(governance.teams):
+            name = self.names.compute_quota(team.name)
+            if len(name) > MAX_RESOURCE_NAME:
+                raise FieldError(
+                    f"governance.teams[{index}].name",
+                    f"the quota would be named {name!r} ({len(name)} characters, at most "
+                    f"{MAX_RESOURCE_NAME}); use a shorter team name",
+                )
+        for path, message in quota_problems(governance, self.hyperpod.instance_groups):
+            raise FieldError(path, message)
 
     @property
     def training_availability_zone(self) -> str:

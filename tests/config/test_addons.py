@@ -9,6 +9,7 @@ from config.addons import (
     ADDONS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
+    TASK_GOVERNANCE,
     TRAINING_OPERATOR,
     VERSION_FORMAT,
     parse_version,
@@ -48,7 +49,7 @@ def test_ordering_only_names_add_ons_placed_with_it():
     for addon in ADDONS.values():
         for earlier in addon.after:
             assert earlier in ADDONS, (addon.name, earlier)
-            assert addon.needs_nodes and ADDONS[earlier].needs_nodes, (addon.name, earlier)
+            assert addon.stack == ADDONS[earlier].stack == "cluster-addons", (addon.name, earlier)
     assert ADDONS[TRAINING_OPERATOR].after == ("cert-manager",)
 
 
@@ -68,14 +69,17 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():
 
 
 def test_placement_daemonsets_without_nodes_the_rest_after_the_cluster():
-    nodeless = {name for name, a in ADDONS.items() if not a.needs_nodes}
-    assert nodeless == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
-    assert set(ADDONS) - nodeless == {
+    def placed(stack: str) -> set[str]:
+        return {name for name, a in ADDONS.items() if a.stack == stack}
+
+    assert placed("eks") == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
+    assert placed("cluster-addons") == {
         "coredns",
         "cert-manager",
         FSX_CSI_DRIVER,
         TRAINING_OPERATOR,
     }
+    assert placed("governance") == {TASK_GOVERNANCE}
 
 
 # --------------------------------------------------------------------------- overrides

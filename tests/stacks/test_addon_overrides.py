@@ -30,11 +30,11 @@ def addon_versions(stack: cdk.Stack) -> dict[str, str]:
     }
 
 
-def expected(needs_nodes: bool) -> dict[str, str]:
+def expected(stack: str) -> dict[str, str]:
     return {
         name: OVERRIDES.get(name, addon.version)
         for name, addon in ADDONS.items()
-        if addon.needs_nodes == needs_nodes
+        if addon.stack == stack
     }
 
 
@@ -55,7 +55,7 @@ def test_overrides_reach_the_cluster_addons_stack():
         file_system_mount_name="abcdefgh",
         file_system_capacity_gib=1200,
     )
-    assert addon_versions(stack) == expected(needs_nodes=True)
+    assert addon_versions(stack) == expected("cluster-addons")
     assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"
 
 
@@ -84,5 +84,5 @@ def test_overrides_reach_the_eks_stack():
         s3_prefix_list_id="pl-0123456789abcdef0",
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )
-    assert addon_versions(stack) == expected(needs_nodes=False)
+    assert addon_versions(stack) == expected("eks")
     assert addon_versions(stack)["vpc-cni"] == "v1.19.0-eksbuild.1"

@@ -63,7 +63,7 @@ def test_node_dependent_addons_are_pinned_to_config(env):
     assert {
         a["Properties"]["AddonName"] for a in _resources(env, "AWS::EKS::Addon").values()
     } == names
-    assert names == {n for n, a in ADDONS.items() if a.needs_nodes}
+    assert names == {n for n, a in ADDONS.items() if a.stack == "cluster-addons"}
     assert set(env.stacks["cluster_addons"].addons) == names
 
 

@@ -228,7 +228,7 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes(env):
 
 def test_node_dependent_addons_are_not_in_the_eks_stack(env):
     names = {a["Properties"]["AddonName"] for a in env.resources("eks", "AWS::EKS::Addon").values()}
-    assert names == NODELESS_ADDONS == {n for n, a in ADDONS.items() if not a.needs_nodes}
+    assert names == NODELESS_ADDONS == {n for n, a in ADDONS.items() if a.stack == "eks"}
     assert set(env.stacks["eks"].addons) == names
     assert env.resources("eks", "AWS::EKS::PodIdentityAssociation") == {}
 

@@ -1,0 +1,212 @@
+"""Task governance rules: one test per rule, each a planted violation in prod's file that
+must come back as exactly one line naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import cfnlint
+import pytest
+
+from config.schema.governance import GOVERNANCE_REGIONS
+from tests.support import environment, one_error_on
+
+
+def _team(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in data["governance"]["teams"] if t["name"] == name)
+
+
+def test_prod_ships_three_teams_sharing_the_p5_group():
+    governance = environment("prod").config.governance
+    assert [t.name for t in governance.teams_by_name()] == ["evaluation", "foundation", "research"]
+    p5 = [q.count for t in governance.teams for q in t.quotas if q.instance_group == "gpu-p5"]
+    assert sum(p5) == 16
+
+
+def test_priority_classes_are_at_most_ten():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["priority_classes"] = [{"name": f"c{i}", "weight": i} for i in range(11)]
+
+    assert "at most 10" in one_error_on("governance.priority_classes", mutate, base="prod")
+
+
+def test_priority_weight_is_0_to_100():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["priority_classes"][0]["weight"] = 101
+
+    line = one_error_on("governance.priority_classes[0].weight", mutate, base="prod")
+    assert "101 is too large; use 100 or less" in line
+
+
+def test_priority_class_names_are_unique():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["priority_classes"][1]["name"] = d["governance"]["priority_classes"][0][
+            "name"
+        ]
+
+    assert "list each priority class once" in one_error_on(
+        "governance.priority_classes", mutate, base="prod"
+    )
+
+
+def test_team_names_are_unique():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][1]["name"] = d["governance"]["teams"][0]["name"]
+
+    assert "list each team once" in one_error_on("governance.teams", mutate, base="prod")
+
+
+@pytest.mark.parametrize("name", ["Research", "team_a", "-research"])
+def test_team_name_follows_the_namespace_rule(name):
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["name"] = name
+
+    assert "wrong format" in one_error_on("governance.teams[0].name", mutate, base="prod")
+
+
+def test_team_name_fits_the_queue_label():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["name"] = "a" * 41
+
+    line = one_error_on("governance.teams[0].name", mutate, base="prod")
+    assert "-localqueue" in line and "at most 40 characters" in line
+
+
+def test_priority_class_name_fits_the_priority_label():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["priority_classes"][0]["name"] = "p" * 55
+
+    line = one_error_on("governance.priority_classes[0].name", mutate, base="prod")
+    assert "-priority" in line and "at most 54 characters" in line
+
+
+def test_team_name_keeps_the_quota_name_within_63_characters():
+    def mutate(d: dict[str, Any]) -> None:
+        d["environment"] = "p" * 30
+        d["governance"]["teams"][0]["name"] = "t" * 30
+
+    line = one_error_on("governance.teams[0].name", mutate, base="prod")
+    assert "at most 63" in line and "shorter team name" in line
+
+
+def test_sharing_strategy_is_an_api_value():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["sharing"] = "Borrow"
+
+    one_error_on("governance.teams[0].sharing", mutate, base="prod")
+
+
+def test_borrow_limit_needs_lend_and_borrow():
+    def mutate(d: dict[str, Any]) -> None:
+        team = _team(d, "evaluation")
+        team["borrow_limit_percent"] = 50
+
+    index = [t["name"] for t in environment_teams()].index("evaluation")
+    line = one_error_on(f"governance.teams[{index}].borrow_limit_percent", mutate, base="prod")
+    assert "LendAndBorrow" in line
+
+
+def test_fair_share_weight_is_0_to_100():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["fair_share_weight"] = -1
+
+    one_error_on("governance.teams[0].fair_share_weight", mutate, base="prod")
+
+
+def test_quota_names_a_real_group():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["quotas"][0]["instance_group"] = "gpu-p4"
+
+    line = one_error_on("governance.teams[0].quotas[0].instance_group", mutate, base="prod")
+    assert "gpu-p4" in line and "gpu-p5, system" in line
+
+
+def test_quota_needs_an_amount():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["quotas"][0] = {"instance_group": "gpu-p5"}
+
+    assert "needs an amount" in one_error_on(
+        "governance.teams[0].quotas[0].count", mutate, base="prod"
+    )
+
+
+def test_a_team_names_each_group_once():
+    def mutate(d: dict[str, Any]) -> None:
+        team = d["governance"]["teams"][0]
+        team["quotas"] = [team["quotas"][0], dict(team["quotas"][0])]
+
+    one_error_on("governance.teams[0].quotas", mutate, base="prod")
+
+
+def test_guaranteed_nodes_never_exceed_the_group():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][-1]["quotas"][0]["count"] = 3  # 8 + 6 + 3 > 16
+
+    line = one_error_on("governance.teams[2].quotas[0].count", mutate, base="prod")
+    assert "17" in line and "gpu-p5" in line and "16" in line
+
+
+def test_guaranteed_accelerators_never_exceed_the_group():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][-1]["quotas"][0] = {
+            "instance_group": "gpu-p5",
+            "accelerators": 129,
+        }
+
+    line = one_error_on("governance.teams[2].quotas[0].accelerators", mutate, base="prod")
+    assert "128" in line
+
+
+def test_accelerators_only_on_groups_that_have_them():
+    def mutate(d: dict[str, Any]) -> None:
+        _team(d, "research")["quotas"][1] = {"instance_group": "system", "accelerators": 1}
+
+    index = [t["name"] for t in environment_teams()].index("research")
+    line = one_error_on(f"governance.teams[{index}].quotas[1].accelerators", mutate, base="prod")
+    assert "no accelerators" in line
+
+
+def test_a_quota_is_per_instance_type():
+    def mutate(d: dict[str, Any]) -> None:
+        groups = d["hyperpod"]["instance_groups"]
+        twin = dict(groups[0], name="gpu-p5b", count=2, min_count=2)
+        twin.pop("training_plan")
+        groups.append(twin)
+        d["governance"]["teams"][0]["quotas"].append({"instance_group": "gpu-p5b", "count": 1})
+
+    line = one_error_on("governance.teams[0].quotas[1].instance_group", mutate, base="prod")
+    assert "per instance type" in line
+
+
+def test_governance_only_where_cloudformation_offers_it():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"] = environment_data_prod()["governance"]
+
+    line = one_error_on("governance", mutate, base="dev")
+    assert "us-west-2" in line and "us-east-1" in line
+
+
+def test_governance_regions_match_the_cloudformation_specifications():
+    # The pinned cfn-lint carries CloudFormation's resource specification per Region.
+    providers = Path(cfnlint.__file__).parent / "data" / "schemas" / "providers"
+    offered = None
+    for type_name in ("AWS::SageMaker::ClusterSchedulerConfig", "AWS::SageMaker::ComputeQuota"):
+        regions = {
+            path.stem
+            for path in providers.glob("*.json")
+            if type_name in json.loads(path.read_text())
+        }
+        offered = regions if offered is None else offered & regions
+    assert offered == set(GOVERNANCE_REGIONS)
+
+
+def environment_teams() -> list[dict[str, Any]]:
+    return environment_data_prod()["governance"]["teams"]
+
+
+def environment_data_prod() -> dict[str, Any]:
+    from tests.support import environment_data
+
+    return environment_data("prod")
