@@ -3,7 +3,7 @@ placement and settings.
 
 Both EKS stacks iterate over it: add-ons that run without nodes go with the EKS cluster,
 the others after the HyperPod cluster. An environment may override a pin
-(`eks.addon_versions`), e.g. to try an upgrade in dev first; the schema checks overrides
+(`eks.addons`), e.g. to try an upgrade in dev first; the schema checks overrides
 against the minimum here. Adding an add-on is a row here plus, where it calls AWS APIs, its
 construct (its pod identity and permissions).
 """

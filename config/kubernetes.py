@@ -71,3 +71,9 @@ def local_queue(team: str) -> str:
 def priority_class(name: str) -> str:
     """The Kueue WorkloadPriorityClass task governance creates for a priority class `name`."""
     return f"{name}{PRIORITY_CLASS_SUFFIX}"
+
+
+# Jobs carry the queue and priority-class names as label values, so a team or priority class
+# name can only be as long as those labels allow.
+MAX_TEAM_LENGTH: Final = LABEL_VALUE_MAX - len(local_queue(""))
+MAX_PRIORITY_LENGTH: Final = LABEL_VALUE_MAX - len(priority_class(""))

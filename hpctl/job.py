@@ -34,7 +34,8 @@ from config.kubernetes import (
     INSTANCE_TYPE_LABEL,
     LABEL_KEY,
     LABEL_VALUE,
-    LOCAL_QUEUE_SUFFIX,
+    MAX_PRIORITY_LENGTH,
+    MAX_TEAM_LENGTH,
     NODE_HEALTH_LABEL,
     PRIORITY_CLASS_SUFFIX,
     PRIORITY_LABEL,
@@ -77,9 +78,6 @@ _IMAGE = re.compile(
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
 
-# Label values are capped at 63 characters; the queue label is the longest one built from team.
-MAX_TEAM_LENGTH = 63 - len(TEAM_NAMESPACE_PREFIX) - len(LOCAL_QUEUE_SUFFIX)
-MAX_PRIORITY_LENGTH = 63 - len(PRIORITY_CLASS_SUFFIX)
 
 # --- Log-monitoring patterns, one per trainer line they must recognise ---------------------
 _NUM = r"\d+(?:\.\d+)?"

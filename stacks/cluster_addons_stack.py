@@ -65,6 +65,11 @@ class ClusterAddonsStack(cdk.Stack):
                 continue
             version = eks.addon_version(addon.name)
             build = with_identity.get(addon.name)
+            if build is None and addon.service_account is not None:
+                raise ValueError(
+                    f"{addon.name} calls AWS APIs (its table row names a service account) but "
+                    "has no construct granting its permissions; add one to `with_identity`"
+                )
             if build is None:
                 self.addons[addon.name] = PinnedAddon(
                     self,

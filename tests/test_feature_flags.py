@@ -33,6 +33,12 @@ REPO = Path(__file__).resolve().parent.parent
 # target-partitions keep the unconfigured (old) behaviour because the recommended value
 # changes the synthesized templates.
 NON_RECOMMENDED: dict[str, str] = {
+    "@aws-cdk/core:explicitStackTags": (
+        "true stops `Tags.of(app)` from becoming stack tags (the cloud assembly's manifest, "
+        "not the templates, so no snapshot shows it); CloudFormation copies stack tags to "
+        "resources CDK cannot tag itself, such as the raw AWS::SageMaker::ComputeQuota, so "
+        "the environment tags would silently disappear from those on the next deploy."
+    ),
     "@aws-cdk/core:defaultCrossStackReferences": (
         "'strong' (the unconfigured behaviour) keeps the Export/Fn::ImportValue references "
         "between the stacks; 'weak' turns them into Fn::GetStackOutput, which "

@@ -144,9 +144,9 @@ class EnvironmentConfig(Strict):
         if self.region not in GOVERNANCE_REGIONS:
             raise FieldError(
                 "governance",
-                f"CloudFormation in {self.region} does not offer the scheduler config and "
-                f"compute quota resources yet (it does in {', '.join(sorted(GOVERNANCE_REGIONS))}); "
-                "remove the section for this environment",
+                f"CloudFormation in {self.region} does not offer AWS::SageMaker::"
+                "ClusterSchedulerConfig and AWS::SageMaker::ComputeQuota together yet (it does "
+                f"in {', '.join(sorted(GOVERNANCE_REGIONS))}); remove the section here",
             )
         for index, team in enumerate(governance.teams):
             name = self.names.compute_quota(team.name)

@@ -10,13 +10,20 @@ the namespace hyperpod-ns-<team>), sharing strategies Lend, DontLend and LendAnd
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from config.errors import FieldError
 from config.instance_types import INSTANCE_TYPES
-from config.kubernetes import LABEL_VALUE_MAX, local_queue, priority_class
+from config.kubernetes import (
+    LABEL_VALUE_MAX,
+    MAX_PRIORITY_LENGTH,
+    MAX_TEAM_LENGTH,
+    local_queue,
+    priority_class,
+)
 from config.schema.base import Strict, unique
 from config.schema.hyperpod import InstanceGroupConfig
 
@@ -51,10 +58,9 @@ GOVERNANCE_REGIONS = frozenset(
 MAX_RESOURCE_NAME = 63
 
 
-def _fits_label(value: str, label_value: str, what: str) -> str:
+def _fits_label(value: str, label_value: str, longest: int, what: str) -> str:
     """Jobs carry `label_value` (derived from `value`) as a Kubernetes label value."""
-    if len(label_value) > LABEL_VALUE_MAX:
-        longest = LABEL_VALUE_MAX - (len(label_value) - len(value))
+    if len(value) > longest:
         raise ValueError(
             f"{value!r} is too long: jobs carry the label value {label_value!r}, at most "
             f"{LABEL_VALUE_MAX} characters; use a {what} of at most {longest} characters"
@@ -69,7 +75,7 @@ class PriorityClassConfig(Strict):
     @field_validator("name")
     @classmethod
     def _label_length(cls, value: str) -> str:
-        return _fits_label(value, priority_class(value), "priority class name")
+        return _fits_label(value, priority_class(value), MAX_PRIORITY_LENGTH, "priority class name")
 
 
 class QuotaConfig(Strict):
@@ -116,7 +122,7 @@ class TeamConfig(Strict):
     @field_validator("name")
     @classmethod
     def _label_length(cls, value: str) -> str:
-        return _fits_label(value, local_queue(value), "team name")
+        return _fits_label(value, local_queue(value), MAX_TEAM_LENGTH, "team name")
 
     @field_validator("quotas")
     @classmethod
@@ -168,10 +174,19 @@ def quota_problems(
     governance: GovernanceConfig, groups: Sequence[InstanceGroupConfig]
 ) -> Iterator[tuple[str, str]]:
     """(field path, message) for quotas the cluster cannot honour: unknown groups, two groups
-    of one instance type in a team (quotas are per type), and guarantees that add up to more
-    than a group has."""
+    of one instance type in a team, and guarantees that add up to more than the cluster has.
+
+    Quotas are per instance type across the cluster (the API's ComputeQuotaResources), and a
+    quota may be given in nodes, accelerators, vCPU or memory: each quota takes the largest
+    share of the type's capacity that any of its amounts asks for, and the teams' shares of
+    a type add up to at most the whole."""
     by_name = {g.name: g for g in groups}
-    guaranteed: dict[str, dict[str, int]] = {}
+    nodes_of_type: dict[str, int] = {}
+    for member in groups:
+        nodes_of_type[member.instance_type] = (
+            nodes_of_type.get(member.instance_type, 0) + member.count
+        )
+    promised: dict[str, Fraction] = {}
     for t, team in enumerate(governance.teams):
         types_seen: dict[str, str] = {}
         for q, quota in enumerate(team.quotas):
@@ -185,35 +200,43 @@ def quota_problems(
                     f"use one of {known}",
                 )
                 continue
-            earlier = types_seen.setdefault(group.instance_type, group.name)
+            type_name = group.instance_type
+            earlier = types_seen.setdefault(type_name, group.name)
             if earlier != group.name:
                 yield (
                     f"{where}.instance_group",
-                    f"{group.name} and {earlier} are both {group.instance_type}, and a quota is "
-                    f"per instance type; give team {team.name} one quota for the two",
+                    f"{group.name} and {earlier} are both {type_name}, and a quota is per "
+                    f"instance type; give team {team.name} one quota for the two",
                 )
-            instance = INSTANCE_TYPES[group.instance_type]
+                continue
+            instance = INSTANCE_TYPES[type_name]
             if quota.accelerators and instance.accelerator_count == 0:
                 yield (
                     f"{where}.accelerators",
-                    f"{group.instance_type} (group {group.name}) has no accelerators; "
+                    f"{type_name} (group {group.name}) has no accelerators; "
                     "set count, vcpu or memory_gib instead",
                 )
-            capacity = {
-                "count": group.count,
-                "accelerators": group.count * instance.accelerator_count,
-                "vcpu": group.count * instance.vcpus,
-                "memory_gib": group.count * instance.memory_gib,
+                continue
+            nodes = nodes_of_type[type_name]
+            per_node = {
+                "count": 1,
+                "accelerators": instance.accelerator_count,
+                "vcpu": instance.vcpus,
+                "memory_gib": instance.memory_gib,
             }
-            totals = guaranteed.setdefault(group.name, dict.fromkeys(capacity, 0))
-            for field, limit in capacity.items():
-                amount = getattr(quota, field)
-                if amount is None:
-                    continue
-                totals[field] += amount
-                if totals[field] > limit:
-                    yield (
-                        f"{where}.{field}",
-                        f"teams guarantee {totals[field]} {field} of group {group.name}, which "
-                        f"has {limit}; lower the quotas or grow the group",
-                    )
+            share = max(
+                (
+                    Fraction(amount, max(nodes * unit, 1))
+                    for field, unit in per_node.items()
+                    if (amount := getattr(quota, field)) is not None
+                ),
+                default=Fraction(0),
+            )
+            promised[type_name] = promised.get(type_name, Fraction(0)) + share
+            if promised[type_name] > 1:
+                yield (
+                    where,
+                    f"teams guarantee {float(promised[type_name]) * nodes:.4g} nodes' worth of "
+                    f"{type_name}, and the cluster has {nodes}; lower the quotas or grow "
+                    f"group {group.name}",
+                )

@@ -11,7 +11,7 @@ import cfnlint
 import pytest
 
 from config.schema.governance import GOVERNANCE_REGIONS
-from tests.support import environment, one_error_on
+from tests.support import environment, environment_data, loaded_from, one_error_on
 
 
 def _team(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -140,23 +140,46 @@ def test_a_team_names_each_group_once():
     one_error_on("governance.teams[0].quotas", mutate, base="prod")
 
 
-def test_guaranteed_nodes_never_exceed_the_group():
+def test_guaranteed_nodes_never_exceed_the_cluster():
     def mutate(d: dict[str, Any]) -> None:
         d["governance"]["teams"][-1]["quotas"][0]["count"] = 3  # 8 + 6 + 3 > 16
 
-    line = one_error_on("governance.teams[2].quotas[0].count", mutate, base="prod")
-    assert "17" in line and "gpu-p5" in line and "16" in line
+    line = one_error_on("governance.teams[2].quotas[0]", mutate, base="prod")
+    assert "17 nodes' worth of ml.p5.48xlarge" in line and "has 16" in line
 
 
-def test_guaranteed_accelerators_never_exceed_the_group():
+def test_guarantees_in_other_units_count_against_the_same_nodes():
+    # 8 + 6 nodes are promised; 17 GPUs are more than the 2 nodes (16 GPUs) left.
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][-1]["quotas"][0] = {"instance_group": "gpu-p5", "accelerators": 17}
+
+    line = one_error_on("governance.teams[2].quotas[0]", mutate, base="prod")
+    assert "16.12 nodes' worth" in line
+
+
+def test_a_quota_takes_its_largest_share():
+    # 2 nodes but 24 GPUs (3 nodes' worth) on the 2 nodes left: over by one node.
     def mutate(d: dict[str, Any]) -> None:
         d["governance"]["teams"][-1]["quotas"][0] = {
             "instance_group": "gpu-p5",
-            "accelerators": 129,
+            "count": 2,
+            "accelerators": 24,
         }
 
-    line = one_error_on("governance.teams[2].quotas[0].accelerators", mutate, base="prod")
-    assert "128" in line
+    line = one_error_on("governance.teams[2].quotas[0]", mutate, base="prod")
+    assert "17 nodes' worth" in line
+
+
+def test_quotas_are_checked_per_instance_type_across_groups():
+    # A second p5 group of 8 nodes makes room for a 16-node quota on the first group.
+    def mutate(d: dict[str, Any]) -> None:
+        groups = d["hyperpod"]["instance_groups"]
+        twin = dict(groups[0], name="gpu-p5b", count=8, min_count=8)
+        twin.pop("training_plan")
+        groups.append(twin)
+        d["governance"]["teams"][0]["quotas"][0]["count"] = 16  # 16 + 6 + 2 <= 24
+
+    assert loaded_from(mutated("prod", mutate)).config.governance is not None
 
 
 def test_accelerators_only_on_groups_that_have_them():
@@ -207,6 +230,10 @@ def environment_teams() -> list[dict[str, Any]]:
 
 
 def environment_data_prod() -> dict[str, Any]:
-    from tests.support import environment_data
-
     return environment_data("prod")
+
+
+def mutated(name: str, mutate: Any) -> dict[str, Any]:
+    data = environment_data(name)
+    mutate(data)
+    return data
