@@ -34,7 +34,11 @@ class ConfigError(Exception):
     def __init__(self, source: str, lines: Sequence[str]) -> None:
         self.source = source
         self.lines = list(lines)
-        super().__init__("\n".join(f"{source}: {line}" for line in self.lines))
+        super().__init__("\n".join(self.located_lines()))
+
+    def located_lines(self) -> list[str]:
+        """Each problem prefixed with the file (or option) it was found in."""
+        return [f"{self.source}: {line}" for line in self.lines]
 
 
 def dotted_path(loc: Location) -> str:

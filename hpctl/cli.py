@@ -25,7 +25,6 @@ from config.capacity import (
 from config.errors import ConfigError
 from config.instance_types import (
     INSTANCE_TYPES,
-    INTERFACE_TYPES,
     InterfaceType,
     known_instance_types,
     lookup,
@@ -57,12 +56,7 @@ class InterfaceChoice(StrEnum):
 
 
 def _interface_type(choice: InterfaceChoice | None) -> InterfaceType | None:
-    return next((t for t in INTERFACE_TYPES if choice is not None and t == choice.value), None)
-
-
-def config_problems(error: ConfigError) -> list[str]:
-    """One line per problem of an invalid environment file, each naming the file."""
-    return [f"{error.source}: {line}" for line in error.lines]
+    return None if choice is None else choice.value
 
 
 @app.command()
@@ -76,7 +70,7 @@ def validate(
         try:
             loaded = load_file(path)
         except ConfigError as error:
-            problems += config_problems(error)
+            problems += error.located_lines()
             continue
         groups = len(loaded.config.hyperpod.instance_groups)
         stdout.print(
@@ -216,7 +210,7 @@ def capacity(
         try:
             loaded = load_file(config)
         except ConfigError as error:
-            fail(ctx, *config_problems(error), code=ExitCode.FAILED)
+            fail(ctx, *error.located_lines(), code=ExitCode.FAILED)
         layout = loaded.layout.as_dict()
         groups = {g.name: g for s in loaded.layout.cluster.values() for g in s.groups}
         layout["groups"] = [groups[name].as_dict() for name in sorted(groups)]

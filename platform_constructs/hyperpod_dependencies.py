@@ -145,6 +145,7 @@ def render_components(
         "namespace": load_manifest("hyperpod-namespace.yaml"),
         "deep-health-check": load_manifest("deep-health-check-rbac.yaml"),
         "hyperpod-patching": load_manifest("hyperpod-patching-rbac.yaml"),
+        "job-auto-restart": load_manifest("job-auto-restart-rbac.yaml"),
     }
 
     def image(component: str) -> str:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from stacks.platform import cdk_json_context
+from stacks.toolchain import use_bundled_node
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,11 +71,6 @@ NON_RECOMMENDED: dict[str, str] = {
 }
 
 
-def cdk_json_context() -> dict[str, Any]:
-    context: dict[str, Any] = json.loads((REPO / "cdk.json").read_text())["context"]
-    return context
-
-
 def recommended_by_cdk_init() -> dict[str, Any]:
     """The context `cdk init` writes for the installed aws-cdk-lib."""
     spec = importlib.util.find_spec("aws_cdk")
@@ -98,9 +94,7 @@ def recommended_by_cdk_init() -> dict[str, Any]:
 def feature_flag_report(outdir: Path) -> dict[str, dict[str, Any]]:
     """Name -> {recommendedValue, unconfiguredBehavesLike, ...} for every flag the library
     knows, from the report an empty App writes (what the CLI reads)."""
-    bundled_node = Path(sys.executable).parent / "node"
-    if bundled_node.exists():
-        os.environ.setdefault("JSII_NODE", str(bundled_node))
+    use_bundled_node()
     import aws_cdk as cdk
 
     cdk.App(outdir=str(outdir)).synth()

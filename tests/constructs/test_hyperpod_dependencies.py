@@ -80,7 +80,30 @@ def test_every_component_is_a_valid_kubernetes_object_for_the_cluster_versions()
 
 
 def test_cpu_only_cluster_gets_no_device_plugins():
-    assert set(render(CPU)) == {"namespace", "deep-health-check", "hyperpod-patching"}
+    assert set(render(CPU)) == {
+        "namespace",
+        "deep-health-check",
+        "hyperpod-patching",
+        "job-auto-restart",
+    }
+
+
+def test_hyperpod_service_may_restart_jobs():
+    # The service's Kubernetes user deletes a failed job's pods and marks nodes; without this
+    # binding HyperPod cannot auto-restart jobs after a node fault.
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(CPU)["job-auto-restart"]}
+    binding = objects[("ClusterRoleBinding", "job-auto-restart")]
+    assert binding["subjects"] == [
+        {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "User",
+            "name": "hyperpod-service-linked-role",
+        }
+    ]
+    assert binding["roleRef"]["name"] == "job-auto-restart"
+    rules = objects[("ClusterRole", "job-auto-restart")]["rules"]
+    assert any("pods" in r["resources"] and "delete" in r["verbs"] for r in rules)
+    assert any("nodes" in r["resources"] and "patch" in r["verbs"] for r in rules)
 
 
 def test_region_without_a_published_agent_needs_an_override():

@@ -344,6 +344,7 @@ def test_dependency_components_applied_without_waiting(env):
         ("Namespace", "aws-hyperpod"),
         ("ClusterRoleBinding", "deep-health-check-service-account-role-binding"),
         ("ClusterRoleBinding", "hyperpod-patching"),
+        ("ClusterRoleBinding", "job-auto-restart"),
         ("DaemonSet", "health-monitoring-agent"),
         ("DaemonSet", "nvidia-device-plugin-daemonset"),
         ("DaemonSet", "aws-efa-k8s-device-plugin"),

@@ -56,6 +56,14 @@ def test_environment_tags_reach_the_resources(env):
     assert env.config.tags.items() <= tags.items()
 
 
+def test_environment_tags_are_stack_tags(env):
+    # CloudFormation copies stack tags to resources CDK cannot tag (the raw compute quota);
+    # they live in the assembly's manifest, which no template snapshot covers.
+    manifest = json.loads((env.outdir / "manifest.json").read_text())
+    for stack in env.stacks.values():
+        assert manifest["artifacts"][stack.artifact_id]["properties"]["tags"] == env.config.tags
+
+
 def test_synth_needs_no_context_lookup(env):
     manifest = json.loads((env.outdir / "manifest.json").read_text())
     assert not manifest.get("missing"), manifest.get("missing")
