@@ -14,6 +14,12 @@ INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 INSTANCE_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
 NODE_HEALTH_LABEL: Final = "sagemaker.amazonaws.com/node-health-status"
 
+# Extended resources a pod requests, each advertised by a device plugin DaemonSet
+# (platform_constructs/hyperpod_dependencies.py ADVERTISED_BY).
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+NEURON_RESOURCE: Final = "aws.amazon.com/neuron"
+EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
+
 # Kueue labels a job carries so task governance admits it to its team's queue.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"

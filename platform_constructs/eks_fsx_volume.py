@@ -15,6 +15,7 @@ Nothing enforces either figure for a CSI file system; binding only needs request
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks_v2
@@ -26,6 +27,17 @@ CSI_DRIVER = "fsx.csi.aws.com"
 # The smallest FSx for Lustre size: never above the PV's capacity, whatever size the file
 # system is or grows to, so the claim binds and never changes (see the module docstring).
 CLAIM_REQUEST_GIB = 1200
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreFileSystem:
+    """The FSx for Lustre file system the volumes point at (`arn` for IAM grants)."""
+
+    file_system_id: str
+    arn: str
+    dns_name: str
+    mount_name: str
+    capacity_gib: int
 
 
 def persistent_volume_name(namespace: str) -> str:
@@ -41,23 +53,17 @@ class FsxStaticVolume(Construct):
         construct_id: str,
         *,
         cluster: eks_v2.ICluster,
-        file_system_id: str,
-        dns_name: str,
-        mount_name: str,
-        capacity_gib: int,
+        file_system: LustreFileSystem,
         namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,),
     ) -> None:
         super().__init__(scope, construct_id)
-        if capacity_gib < CLAIM_REQUEST_GIB:
+        if file_system.capacity_gib < CLAIM_REQUEST_GIB:
             raise ValueError(
-                f"{capacity_gib} GiB is below the smallest FSx for Lustre size "
+                f"{file_system.capacity_gib} GiB is below the smallest FSx for Lustre size "
                 f"({CLAIM_REQUEST_GIB} GiB)"
             )
         self._cluster = cluster
-        self._file_system_id = file_system_id
-        self._dns_name = dns_name
-        self._mount_name = mount_name
-        self._capacity = f"{capacity_gib}Gi"
+        self._file_system = file_system
         self.claims: dict[str, eks_v2.KubernetesManifest] = {}
         for namespace in namespaces:
             self.add_namespace(namespace)
@@ -82,7 +88,7 @@ class FsxStaticVolume(Construct):
             "kind": "PersistentVolume",
             "metadata": {"name": persistent_volume_name(namespace)},
             "spec": {
-                "capacity": {"storage": self._capacity},
+                "capacity": {"storage": f"{self._file_system.capacity_gib}Gi"},
                 "volumeMode": "Filesystem",
                 "accessModes": ["ReadWriteMany"],
                 # Deleting a claim must never touch the data: the file system is owned and
@@ -94,10 +100,10 @@ class FsxStaticVolume(Construct):
                 "mountOptions": ["flock"],
                 "csi": {
                     "driver": CSI_DRIVER,
-                    "volumeHandle": self._file_system_id,
+                    "volumeHandle": self._file_system.file_system_id,
                     "volumeAttributes": {
-                        "dnsname": self._dns_name,
-                        "mountname": self._mount_name,
+                        "dnsname": self._file_system.dns_name,
+                        "mountname": self._file_system.mount_name,
                     },
                 },
             },

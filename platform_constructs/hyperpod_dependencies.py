@@ -27,9 +27,15 @@ from config.images import (
     pinned_images,
 )
 from config.instance_types import INSTANCE_TYPES
-from config.kubernetes import INSTANCE_TYPE_LABEL
+from config.kubernetes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL, NEURON_RESOURCE
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
+# The vendored DaemonSet that advertises each extended resource on a node.
+ADVERTISED_BY = {
+    GPU_RESOURCE: "nvidia-device-plugin-daemonset",
+    EFA_RESOURCE: "aws-efa-k8s-device-plugin",
+    NEURON_RESOURCE: "neuron-device-plugin-daemonset",
+}
 
 # Images: `config.images.pinned_images` (pure data, so config validation can check before
 # synth that the nodes can pull every image); eks.image_overrides win over it.
@@ -172,9 +178,9 @@ def render_components(
                 hma.remove(daemonset)  # a DaemonSet with an empty type list is invalid
         components[HEALTH_MONITORING_AGENT] = hma
     device_plugins = (
-        (NVIDIA_DEVICE_PLUGIN, "nvidia-device-plugin.yaml", "nvidia-device-plugin-daemonset", nodes.nvidia),
-        (EFA_DEVICE_PLUGIN, "efa-device-plugin.yaml", "aws-efa-k8s-device-plugin", nodes.efa),
-        (NEURON_DEVICE_PLUGIN, "neuron-device-plugin.yaml", "neuron-device-plugin-daemonset", nodes.neuron),
+        (NVIDIA_DEVICE_PLUGIN, "nvidia-device-plugin.yaml", ADVERTISED_BY[GPU_RESOURCE], nodes.nvidia),
+        (EFA_DEVICE_PLUGIN, "efa-device-plugin.yaml", ADVERTISED_BY[EFA_RESOURCE], nodes.efa),
+        (NEURON_DEVICE_PLUGIN, "neuron-device-plugin.yaml", ADVERTISED_BY[NEURON_RESOURCE], nodes.neuron),
     )  # fmt: skip
     for component, manifest, daemonset_name, node_class in device_plugins:
         if not node_class:

@@ -3,8 +3,10 @@
 The execution role follows AWS's list for HyperPod with EKS orchestration (the statements of
 AmazonSageMakerClusterInstanceRolePolicy plus the VPC CNI, ECR and Pod Identity permissions),
 written as inline statements scoped as far as each API allows (this VPC, its cluster subnets,
-this cluster's log group, the EKS cluster, the checkpoint bucket) instead of attaching the
-broad managed policy. Actions that AWS does not authorize per resource (EC2 Describe*,
+this cluster's log group, the EKS cluster) instead of attaching the broad managed policy.
+Nodes get no checkpoint access: training pods cannot use the node role (only host-network
+pods reach instance metadata), and each team's pods get their own prefix through EKS Pod
+Identity (platform_constructs/team_workspace.py). Actions that AWS does not authorize per resource (EC2 Describe*,
 ecr:GetAuthorizationToken, cloudwatch:PutMetricData, ssmmessages) keep `*`, narrowed by a
 condition key where one exists, and every wildcard is acknowledged on its own.
 """
@@ -17,7 +19,6 @@ import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from platform_constructs.nag import acknowledge, acknowledge_resource
@@ -41,7 +42,6 @@ class HyperPodExecutionRole(Construct):
         subnets: Sequence[ec2.ISubnet],
         security_group: ec2.ISecurityGroup,
         eks_cluster_arn: str,
-        checkpoint_bucket: s3.IBucket,
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -64,7 +64,6 @@ class HyperPodExecutionRole(Construct):
         repositories = stack.format_arn(
             service="ecr", resource="repository", resource_name="*", account="*"
         )
-        checkpoint_objects = checkpoint_bucket.arn_for_objects("*")
         log_group = stack.format_arn(
             service="logs",
             resource="log-group",
@@ -170,24 +169,6 @@ class HyperPodExecutionRole(Construct):
                 ],
                 resources=["*"],
             ),
-            # The S3 tier of managed tiered checkpointing (and the trainer's durable
-            # checkpoints): objects of the checkpoint bucket, multipart uploads included.
-            iam.PolicyStatement(
-                sid="CheckpointObjects",
-                actions=[
-                    "s3:GetObject",
-                    "s3:PutObject",
-                    "s3:DeleteObject",
-                    "s3:AbortMultipartUpload",
-                    "s3:ListMultipartUploadParts",
-                ],
-                resources=[checkpoint_objects],
-            ),
-            iam.PolicyStatement(
-                sid="CheckpointListing",
-                actions=["s3:ListBucket", "s3:ListBucketMultipartUploads"],
-                resources=[checkpoint_bucket.bucket_arn],
-            ),
         ]
 
         self.role = iam.Role(
@@ -197,10 +178,6 @@ class HyperPodExecutionRole(Construct):
             description=f"Nodes of HyperPod cluster {cluster_name}",
             inline_policies={"HyperPodNode": iam.PolicyDocument(statements=statements)},
         )
-        # A checkpoint bucket encrypted with a customer key also needs the key: decrypt to
-        # read checkpoints, data keys to write them, nothing else. (SSE-S3 buckets need none.)
-        if checkpoint_bucket.encryption_key is not None:
-            checkpoint_bucket.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
         # Policies attached later (lifecycle read access) are kept with the role too.
         cdk.Aspects.of(self).add(_Retention(removal_policy))
         self._acknowledge(
@@ -208,7 +185,6 @@ class HyperPodExecutionRole(Construct):
             instances=instances,
             repositories=repositories,
             log_group=log_group,
-            checkpoint_objects=checkpoint_objects,
         )
 
     def _acknowledge(
@@ -218,7 +194,6 @@ class HyperPodExecutionRole(Construct):
         instances: str,
         repositories: str,
         log_group: str,
-        checkpoint_objects: str,
     ) -> None:
         role = self.role
         for resource, reason in (
@@ -246,11 +221,6 @@ class HyperPodExecutionRole(Construct):
                 f"{log_group}:log-stream:*",
                 "Log streams are named per instance group and instance at launch; limited to "
                 "this cluster's log group.",
-            ),
-            (
-                checkpoint_objects,
-                "The checkpoint bucket holds only checkpoints; the S3 tier of managed tiered "
-                "checkpointing writes object keys chosen per job and step.",
             ),
         ):
             acknowledge_resource(role, "IAM5", reason, resource=resource)

@@ -20,7 +20,7 @@ from platform_constructs.eks_addons import (
     PinnedAddon,
     TrainingOperator,
 )
-from platform_constructs.eks_fsx_volume import FsxStaticVolume
+from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 
 
 class ClusterAddonsStack(cdk.Stack):
@@ -33,11 +33,7 @@ class ClusterAddonsStack(cdk.Stack):
         cluster_name: str,
         kubernetes: eks_v2.ICluster,
         hyperpod_cluster_arn: str,
-        file_system_id: str,
-        file_system_arn: str,
-        file_system_dns_name: str,
-        file_system_mount_name: str,
-        file_system_capacity_gib: int,
+        file_system: LustreFileSystem,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -48,7 +44,7 @@ class ClusterAddonsStack(cdk.Stack):
                 "FsxCsiDriver",
                 cluster_name=cluster_name,
                 version=version,
-                file_system_arn=file_system_arn,
+                file_system_arn=file_system.arn,
             ),
             TRAINING_OPERATOR: lambda version: TrainingOperator(
                 self,
@@ -90,10 +86,7 @@ class ClusterAddonsStack(cdk.Stack):
             self,
             "FsxVolume",
             cluster=kubernetes,
-            file_system_id=file_system_id,
-            dns_name=file_system_dns_name,
-            mount_name=file_system_mount_name,
-            capacity_gib=file_system_capacity_gib,
+            file_system=file_system,
         )
         # The PV names the CSI driver; registering the driver first avoids a window where
         # pods referencing the claim fail to mount.

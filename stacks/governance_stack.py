@@ -1,6 +1,8 @@
 """Task governance of one environment: the task governance add-on, the cluster's scheduler
-config and one compute quota per team. Deployed after the HyperPod cluster (both SageMaker
-resources reference it, and the add-on's Kueue controller runs on its nodes)."""
+config, one compute quota per team, and in every team namespace what the team's jobs name
+(FSx claim, service account with its pod identity, the team ConfigMap). Deployed after the
+HyperPod cluster (both SageMaker resources reference it, and the add-on's Kueue controller
+runs on its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks_v2
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.addons import ADDONS
+from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
+from config.teams import (
+    MANAGED_TIER_PATH_KEY,
+    TEAM_CONFIG_MAP,
+    TRAINING_METRICS_NAMESPACE,
+    TRAINING_SERVICE_ACCOUNT,
+    checkpoint_prefix,
+    managed_tier_prefix,
+)
 from platform_constructs.eks_addons import PinnedAddon
+from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from platform_constructs.task_governance import (
     ComputeQuota,
     PriorityClass,
@@ -22,6 +36,7 @@ from platform_constructs.task_governance import (
     SchedulerConfig,
     TeamQuota,
 )
+from platform_constructs.team_workspace import TeamWorkspace, TeamWorkspaceProps
 
 
 def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQuota:
@@ -45,8 +60,23 @@ def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQ
     )
 
 
+def workspace_props(team: str, checkpoint_bucket_name: str) -> TeamWorkspaceProps:
+    """The names config/teams.py promises a team's jobs, for `team`."""
+    return TeamWorkspaceProps(
+        team=team,
+        namespace=team_namespace(team),
+        service_account=TRAINING_SERVICE_ACCOUNT,
+        config_map=TEAM_CONFIG_MAP,
+        config={
+            MANAGED_TIER_PATH_KEY: f"s3://{checkpoint_bucket_name}/{managed_tier_prefix(team)}"
+        },
+        checkpoint_prefix=checkpoint_prefix(team),
+        metrics_namespace=TRAINING_METRICS_NAMESPACE,
+    )
+
+
 class GovernanceStack(cdk.Stack):
-    """Exports `quotas` (team name -> ComputeQuota)."""
+    """Exports `quotas` and `workspaces` (team name -> ComputeQuota / TeamWorkspace)."""
 
     def __init__(
         self,
@@ -58,7 +88,11 @@ class GovernanceStack(cdk.Stack):
         instance_groups: Sequence[InstanceGroupConfig],
         names: PlatformNames,
         eks_cluster_name: str,
+        kubernetes: eks_v2.ICluster,
         hyperpod_cluster_arn: str,
+        file_system: LustreFileSystem,
+        checkpoint_bucket: s3.IBucket,
+        data_bucket: s3.IBucket,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -102,3 +136,27 @@ class GovernanceStack(cdk.Stack):
             # by the same controller: create them once the cluster policy exists.
             quota.node.add_dependency(self.scheduler_config)
             self.quotas[team.name] = quota
+
+        # One PV + claim per team namespace, all on the same file system.
+        self.fsx_volume = FsxStaticVolume(
+            self,
+            "FsxVolume",
+            cluster=kubernetes,
+            file_system=file_system,
+            namespaces=(),
+        )
+        self.workspaces: dict[str, TeamWorkspace] = {
+            team: TeamWorkspace(
+                self,
+                f"Workspace-{team}",
+                props=workspace_props(team, checkpoint_bucket.bucket_name),
+                cluster=kubernetes,
+                cluster_name=eks_cluster_name,
+                volume=self.fsx_volume,
+                checkpoint_bucket=checkpoint_bucket,
+                data_bucket=data_bucket,
+                # Creating the quota creates the team's namespace.
+                created_after=quota,
+            )
+            for team, quota in self.quotas.items()
+        }

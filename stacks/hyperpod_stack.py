@@ -72,7 +72,6 @@ class HyperPodStack(cdk.Stack):
         vpc: ec2.IVpc,
         cluster_subnets: Mapping[str, ec2.ISubnet],
         node_security_group: ec2.ISecurityGroup,
-        checkpoint_bucket: s3.IBucket,
         artifact_bucket: s3.IBucket,
         removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
@@ -88,7 +87,6 @@ class HyperPodStack(cdk.Stack):
             subnets=[subnets_by_az[az] for az in sorted(subnets_by_az)],
             security_group=node_security_group,
             eks_cluster_arn=eks_cluster_arn,
-            checkpoint_bucket=checkpoint_bucket,
             removal_policy=removal_policy,
         )
         lifecycle = LifecycleScripts(

@@ -17,6 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from config.loader import LoadedEnvironment
+from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.retention import stateful_removal_policy
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
@@ -119,9 +120,15 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         vpc=network.vpc,
         cluster_subnets=network.cluster_subnets,
         node_security_group=network.efa_security_group,
-        checkpoint_bucket=storage.checkpoint_bucket,
         artifact_bucket=storage.artifact_bucket,
         removal_policy=removal_policy,
+    )
+    file_system = LustreFileSystem(
+        file_system_id=storage.file_system_id,
+        arn=storage.file_system_arn,
+        dns_name=storage.dns_name,
+        mount_name=storage.mount_name,
+        capacity_gib=config.storage.fsx.storage_capacity_gib,
     )
     # Add-ons that need running nodes (the table's `cluster-addons` rows) deploy after the
     # HyperPod cluster so they never wait on nodes that do not exist yet.
@@ -133,11 +140,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         cluster_name=eks.cluster_name,
         kubernetes=eks.kubernetes,
         hyperpod_cluster_arn=hyperpod.cluster_arn,
-        file_system_id=storage.file_system_id,
-        file_system_arn=storage.file_system_arn,
-        file_system_dns_name=storage.dns_name,
-        file_system_mount_name=storage.mount_name,
-        file_system_capacity_gib=config.storage.fsx.storage_capacity_gib,
+        file_system=file_system,
     )
     cluster_addons.add_stack_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
     governance = None
@@ -151,10 +154,17 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             instance_groups=config.hyperpod.instance_groups,
             names=names,
             eks_cluster_name=eks.cluster_name,
+            kubernetes=eks.kubernetes,
             hyperpod_cluster_arn=hyperpod.cluster_arn,
+            file_system=file_system,
+            checkpoint_bucket=storage.checkpoint_bucket,
+            data_bucket=storage.data_bucket,
         )
-        # Kueue's controller runs on the nodes, with the cluster DNS deployed there.
-        governance.add_stack_dependency(cluster_addons, "Kueue runs on nodes with cluster DNS")
+        # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the
+        # team claims need the FSx CSI driver.
+        governance.add_stack_dependency(
+            cluster_addons, "Kueue runs on nodes with cluster DNS; claims need the FSx driver"
+        )
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(

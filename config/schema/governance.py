@@ -170,6 +170,26 @@ class GovernanceConfig(Strict):
         return sorted(self.teams, key=lambda t: t.name)
 
 
+def quota_share(quota: QuotaConfig, instance_type: str, nodes: int) -> Fraction:
+    """The share of all `nodes` of `instance_type` that `quota` guarantees: the largest share
+    any of its amounts (nodes, accelerators, vCPU, memory) asks for."""
+    instance = INSTANCE_TYPES[instance_type]
+    per_node = {
+        "count": 1,
+        "accelerators": instance.accelerator_count,
+        "vcpu": instance.vcpus,
+        "memory_gib": instance.memory_gib,
+    }
+    return max(
+        (
+            Fraction(amount, max(nodes * unit, 1))
+            for field, unit in per_node.items()
+            if (amount := getattr(quota, field)) is not None
+        ),
+        default=Fraction(0),
+    )
+
+
 def quota_problems(
     governance: GovernanceConfig, groups: Sequence[InstanceGroupConfig]
 ) -> Iterator[tuple[str, str]]:
@@ -218,21 +238,9 @@ def quota_problems(
                 )
                 continue
             nodes = nodes_of_type[type_name]
-            per_node = {
-                "count": 1,
-                "accelerators": instance.accelerator_count,
-                "vcpu": instance.vcpus,
-                "memory_gib": instance.memory_gib,
-            }
-            share = max(
-                (
-                    Fraction(amount, max(nodes * unit, 1))
-                    for field, unit in per_node.items()
-                    if (amount := getattr(quota, field)) is not None
-                ),
-                default=Fraction(0),
+            promised[type_name] = promised.get(type_name, Fraction(0)) + quota_share(
+                quota, type_name, nodes
             )
-            promised[type_name] = promised.get(type_name, Fraction(0)) + share
             if promised[type_name] > 1:
                 yield (
                     where,

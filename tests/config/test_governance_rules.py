@@ -9,6 +9,7 @@ from typing import Any
 
 import cfnlint
 import pytest
+import yaml
 
 from config.schema.governance import GOVERNANCE_REGIONS
 from tests.support import environment, environment_data, loaded_from, one_error_on
@@ -204,11 +205,21 @@ def test_a_quota_is_per_instance_type():
 
 
 def test_governance_only_where_cloudformation_offers_it():
-    def mutate(d: dict[str, Any]) -> None:
-        d["governance"] = environment_data_prod()["governance"]
+    def move_to_us_west_2(d: dict[str, Any]) -> None:
+        # dev, keeping its governance section, in a Region that lacks the scheduler config.
+        moved = yaml.safe_load(yaml.safe_dump(d).replace("us-east-1", "us-west-2"))
+        d.clear()
+        d.update(moved)
 
-    line = one_error_on("governance", mutate, base="dev")
-    assert "us-west-2" in line and "us-east-1" in line
+    line = one_error_on("governance", move_to_us_west_2, base="dev")
+    assert "us-west-2" in line and "us-east-1" in line and "remove the section" in line
+
+
+def test_every_environment_has_teams():
+    for name in ("dev", "staging", "prod"):
+        governance = environment(name).config.governance
+        assert governance is not None and governance.teams, name
+    assert [t.name for t in environment("dev").config.governance.teams] == ["sandbox"]
 
 
 def test_governance_regions_match_the_cloudformation_specifications():

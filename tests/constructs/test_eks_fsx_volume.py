@@ -7,7 +7,7 @@ import json
 import pytest
 
 from config.kubernetes import DEFAULT_NAMESPACE, FSX_CLAIM_NAME
-from platform_constructs.eks_fsx_volume import FsxStaticVolume
+from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from tests.support import bare_stack, imported_cluster, only, resources_of, template_of
 
 FILE_SYSTEM_ID = "fs-0123456789abcdef0"
@@ -19,10 +19,13 @@ def static_volume(capacity_gib: int) -> tuple[FsxStaticVolume, object]:
         stack,
         "Fsx",
         cluster=imported_cluster(stack),
-        file_system_id=FILE_SYSTEM_ID,
-        dns_name=f"{FILE_SYSTEM_ID}.fsx.us-west-2.amazonaws.com",
-        mount_name="abcdefgh",
-        capacity_gib=capacity_gib,
+        file_system=LustreFileSystem(
+            file_system_id=FILE_SYSTEM_ID,
+            arn=f"arn:aws:fsx:us-east-1:111111111111:file-system/{FILE_SYSTEM_ID}",
+            dns_name=f"{FILE_SYSTEM_ID}.fsx.us-east-1.amazonaws.com",
+            mount_name="abcdefgh",
+            capacity_gib=capacity_gib,
+        ),
     )
     return volume, stack
 

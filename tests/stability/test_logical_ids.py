@@ -20,34 +20,25 @@ pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 # The VPC, its secondary CIDR association, the internet gateway and every subnet (keyed by
 # AZ name, never by list position). A subnet cannot be replaced while anything uses it, and
 # its replacement would collide with its own CIDR.
-_US_WEST_2 = {
-    "public:us-west-2a": "NetworkPublicSubnetuswest2aSubnet72400BCD",
-    "public:us-west-2b": "NetworkPublicSubnetuswest2bSubnet4485427F",
-    "public:us-west-2c": "NetworkPublicSubnetuswest2cSubnetED3A6579",
-    "infra:us-west-2a": "NetworkInfraSubnetuswest2aSubnet0A4D2901",
-    "infra:us-west-2b": "NetworkInfraSubnetuswest2bSubnetBBDD9A47",
-    "infra:us-west-2c": "NetworkInfraSubnetuswest2cSubnetCF8BBABD",
-    "cluster:us-west-2a": "NetworkClusterSubnetuswest2aSubnetBC1A81A2",
-    "cluster:us-west-2b": "NetworkClusterSubnetuswest2bSubnetDB2532D6",
-    "cluster:us-west-2c": "NetworkClusterSubnetuswest2cSubnet3DE2424D",
+# All environments run in us-east-1 (dev and staging moved there, with prod, while none held
+# data: a Region change is a new deployment, not an update).
+_US_EAST_1 = {
+    "public:us-east-1a": "NetworkPublicSubnetuseast1aSubnet7D6ED900",
+    "public:us-east-1b": "NetworkPublicSubnetuseast1bSubnet88E237C2",
+    "public:us-east-1c": "NetworkPublicSubnetuseast1cSubnet527AC3FD",
+    "infra:us-east-1a": "NetworkInfraSubnetuseast1aSubnetCDC8D1A0",
+    "infra:us-east-1b": "NetworkInfraSubnetuseast1bSubnetCA25B456",
+    "infra:us-east-1c": "NetworkInfraSubnetuseast1cSubnet56631B8F",
+    "cluster:us-east-1a": "NetworkClusterSubnetuseast1aSubnetBC60B358",
+    "cluster:us-east-1b": "NetworkClusterSubnetuseast1bSubnet2ABC252B",
+    "cluster:us-east-1c": "NetworkClusterSubnetuseast1cSubnet2C5E9783",
 }
 _COMMON = {"vpc": "NetworkVpc7FB7348F", "igw": "NetworkVpcIGW6BEA7B02"}
+_SECONDARY_CIDR = {"secondary-cidr": "NetworkClusterCidr94778D2C"}
 NETWORK_LOGICAL_IDS: dict[str, dict[str, str]] = {
-    "dev": _COMMON | {k: v for k, v in _US_WEST_2.items() if not k.endswith("2c")},
-    "staging": _COMMON | {"secondary-cidr": "NetworkClusterCidr94778D2C"} | _US_WEST_2,
-    "prod": _COMMON
-    | {
-        "secondary-cidr": "NetworkClusterCidr94778D2C",
-        "public:us-east-1a": "NetworkPublicSubnetuseast1aSubnet7D6ED900",
-        "public:us-east-1b": "NetworkPublicSubnetuseast1bSubnet88E237C2",
-        "public:us-east-1c": "NetworkPublicSubnetuseast1cSubnet527AC3FD",
-        "infra:us-east-1a": "NetworkInfraSubnetuseast1aSubnetCDC8D1A0",
-        "infra:us-east-1b": "NetworkInfraSubnetuseast1bSubnetCA25B456",
-        "infra:us-east-1c": "NetworkInfraSubnetuseast1cSubnet56631B8F",
-        "cluster:us-east-1a": "NetworkClusterSubnetuseast1aSubnetBC60B358",
-        "cluster:us-east-1b": "NetworkClusterSubnetuseast1bSubnet2ABC252B",
-        "cluster:us-east-1c": "NetworkClusterSubnetuseast1cSubnet2C5E9783",
-    },
+    "dev": _COMMON | {k: v for k, v in _US_EAST_1.items() if not k.endswith("1c")},
+    "staging": _COMMON | _SECONDARY_CIDR | _US_EAST_1,
+    "prod": _COMMON | _SECONDARY_CIDR | _US_EAST_1,
 }
 
 # Every stateful resource of the storage stack (the same in every environment): FSx data,
@@ -70,7 +61,7 @@ STORAGE_STATEFUL_TYPES = (
     "AWS::Logs::LogGroup",
 )
 
-TRAINING_AZ = {"dev": "us-west-2a", "staging": "us-west-2b", "prod": "us-east-1a"}
+TRAINING_AZ = {"dev": "us-east-1a", "staging": "us-east-1b", "prod": "us-east-1a"}
 # The replacement-only values per environment, written out: a diff here is a replacement.
 FSX_PINNED_VALUES: dict[str, dict[str, object]] = {
     env: {

@@ -7,6 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 
 from config.addons import ADDONS
+from platform_constructs.eks_fsx_volume import LustreFileSystem
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
 from tests.support import (
@@ -49,11 +50,13 @@ def test_overrides_reach_the_cluster_addons_stack():
         cluster_name="c",
         kubernetes=imported_cluster(scope),
         hyperpod_cluster_arn=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdef012345",
-        file_system_id="fs-0123456789abcdef0",
-        file_system_arn=f"arn:aws:fsx:{REGION}:{ACCOUNT}:file-system/fs-0123456789abcdef0",
-        file_system_dns_name=f"fs-0123456789abcdef0.fsx.{REGION}.amazonaws.com",
-        file_system_mount_name="abcdefgh",
-        file_system_capacity_gib=1200,
+        file_system=LustreFileSystem(
+            file_system_id="fs-0123456789abcdef0",
+            arn=f"arn:aws:fsx:{REGION}:{ACCOUNT}:file-system/fs-0123456789abcdef0",
+            dns_name=f"fs-0123456789abcdef0.fsx.{REGION}.amazonaws.com",
+            mount_name="abcdefgh",
+            capacity_gib=1200,
+        ),
     )
     assert addon_versions(stack) == expected("cluster-addons")
     assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"

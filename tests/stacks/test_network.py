@@ -292,8 +292,8 @@ def test_public_subnets_route_to_the_internet_gateway(env):
 
 def test_dev_sends_the_second_azs_cluster_traffic_through_the_only_nat(dev):
     nat_az = _nat_az(dev)
-    assert list(nat_az.values()) == ["us-west-2a"]
-    subnet = dev.stacks["network"].cluster_subnets["us-west-2b"]
+    assert list(nat_az.values()) == ["us-east-1a"]
+    subnet = dev.stacks["network"].cluster_subnets["us-east-1b"]
     network(dev).has_resource_properties(
         "AWS::EC2::Route",
         {

@@ -14,7 +14,7 @@ from tests.support import SYNTH_GROUP, SynthResult
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
 RETAINED = {"dev": False, "staging": True, "prod": True}
-TRAINING_AZ = {"dev": "us-west-2a", "staging": "us-west-2b", "prod": "us-east-1a"}
+TRAINING_AZ = {"dev": "us-east-1a", "staging": "us-east-1b", "prod": "us-east-1a"}
 FSX_UPDATABLE = {
     "dev": {"StorageCapacity": 1200, "PerUnitStorageThroughput": 125, "Weekly": "6:03:00"},
     "staging": {"StorageCapacity": 4800, "PerUnitStorageThroughput": 250, "Weekly": "6:03:00"},
