@@ -249,11 +249,43 @@ def imported_cluster(stack: cdk.Stack, name: str = "c") -> eks_v2.ICluster:
 
 
 def kubernetes_objects(template: dict[str, Any] | Template) -> list[dict[str, Any]]:
-    """Every Kubernetes object the template applies (manifests without tokens are JSON)."""
-    objects: list[dict[str, Any]] = []
+    """Every Kubernetes object the template applies. A CloudFormation value inside a
+    manifest (a bucket name from another stack) reads as `<token N>`; `manifest_tokens`
+    gives the values behind them."""
+    texts, _ = _manifests(template)
+    return [o for text in texts for o in json.loads(text)]
+
+
+def manifest_tokens(template: dict[str, Any] | Template) -> dict[str, Any]:
+    """`<token N>` placeholder -> the CloudFormation value it stands for, over every manifest
+    of the template (the numbering `kubernetes_objects` uses)."""
+    return _manifests(template)[1]
+
+
+def _manifests(template: dict[str, Any] | Template) -> tuple[list[str], dict[str, Any]]:
+    texts: list[str] = []
+    tokens: dict[str, Any] = {}
     for resource in resources_of(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
-        objects.extend(json.loads(resource["Properties"]["Manifest"]))
-    return objects
+        text, found = _manifest_text(resource["Properties"]["Manifest"], start=len(tokens))
+        texts.append(text)
+        tokens.update(found)
+    return texts, tokens
+
+
+def _manifest_text(manifest: Any, start: int = 0) -> tuple[str, dict[str, Any]]:
+    if isinstance(manifest, str):
+        return manifest, {}
+    separator, parts = manifest["Fn::Join"]
+    tokens: dict[str, Any] = {}
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        else:
+            placeholder = f"<token {start + len(tokens)}>"
+            tokens[placeholder] = part
+            texts.append(placeholder)
+    return separator.join(texts), tokens
 
 
 def instance_type_affinity(daemonset: dict[str, Any]) -> list[str]:

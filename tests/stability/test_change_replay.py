@@ -3,7 +3,8 @@ real app and compared with a prod baseline synthesized here, so this module runs
 worker (xdist group "variants") next to the main synth.
 
 - everyday changes (FSx throughput and maintenance window, bucket retention, node counts, the
-  GPU group's training plan removed, a new instance group, a deliberate HTTPS egress CIDR)
+  GPU group's training plan removed, a new instance group, a deliberate HTTPS egress CIDR,
+  team quotas, sharing and fair-share weights edited, a priority class reweighted)
   and an AZ list that is reordered and grows by one AZ replace nothing in the network and
   storage stacks and leave the HyperPod cluster's create-only properties alone;
 - instance groups reordered in the file with one group added change nothing but the new
@@ -61,6 +62,7 @@ EXTRA_GROUP = {
 CHANGED_NETWORK_AZS = ["us-east-1c", "us-east-1a", "us-east-1d", "us-east-1b"]
 CHANGED_HYPERPOD_AZS = ["us-east-1c", "us-east-1a", "us-east-1b"]
 ADDED_AZ = "us-east-1d"
+EDITED_TEAM = "foundation"
 
 
 def _everyday_changes(data: dict) -> None:
@@ -76,6 +78,11 @@ def _everyday_changes(data: dict) -> None:
     del groups[0]["training_plan"]
     groups.append(copy.deepcopy(VARIANT_GROUP))
     data["network"]["https_egress_cidrs"] = ["203.0.113.10/32"]
+    teams = {team["name"]: team for team in data["governance"]["teams"]}
+    teams[EDITED_TEAM]["quotas"][0]["count"] += 2
+    teams[EDITED_TEAM]["borrow_limit_percent"] = 25
+    teams[EDITED_TEAM]["fair_share_weight"] = 55
+    data["governance"]["priority_classes"][0]["weight"] = 90
 
 
 def _az_changes(data: dict) -> None:
@@ -183,6 +190,33 @@ def test_config_changes_leave_the_hyperpod_clusters_create_only_properties_uncha
             assert dig(after[logical]["Properties"], path) == dig(resource["Properties"], path), (
                 path
             )
+
+
+def test_quota_edits_update_the_governance_stack_in_place(baseline, variant):
+    """Quotas, the scheduler config and the team workspaces keep their logical IDs and
+    create-only properties: a quota edit is an update, never a delete-then-create (which
+    would drop the team's namespace under its running jobs)."""
+    before, after = raw(baseline, "governance"), raw(variant, "governance")
+    assert set(after["Resources"]) == set(before["Resources"])
+    checked = set()
+    for logical, resource in before["Resources"].items():
+        for path in replacement_paths(resource["Type"]):
+            new = after["Resources"][logical].get("Properties", {})
+            assert dig(new, path) == dig(resource.get("Properties", {}), path), (logical, path)
+            checked.add(resource["Type"])
+    assert {
+        "AWS::SageMaker::ComputeQuota",
+        "AWS::SageMaker::ClusterSchedulerConfig",
+        "AWS::EKS::PodIdentityAssociation",
+    } <= checked
+    quota = next(
+        q["Properties"]
+        for q in variant.resources("governance", "AWS::SageMaker::ComputeQuota").values()
+        if q["Properties"]["ComputeQuotaTarget"]["TeamName"] == EDITED_TEAM
+    )
+    assert quota["ComputeQuotaConfig"]["ResourceSharingConfig"]["BorrowLimit"] == 25
+    assert quota["ComputeQuotaTarget"]["FairShareWeight"] == 55
+    assert quota["ComputeQuotaConfig"]["ComputeQuotaResources"][0]["Count"] == 10
 
 
 def test_the_changes_took_effect(variant, az_variant):

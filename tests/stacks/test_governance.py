@@ -1,13 +1,15 @@
-"""Governance stack of prod (the environments in Regions where CloudFormation offers the
-task governance resources): the add-on, one scheduler config, one quota per team, in order."""
+"""Governance stack: the add-on, one scheduler config, one quota per team, and each team's
+workspace (after the namespace its quota creates), in order, in every environment."""
 
 from __future__ import annotations
 
 import pytest
 
 from config.addons import ADDONS, TASK_GOVERNANCE
+from config.kubernetes import team_namespace
+from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP, managed_tier_prefix
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE
-from tests.support import SYNTH_GROUP, SynthResult, only
+from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 def test_only_environments_with_governance_get_the_stack(synth_all):
     with_stack = {name for name, result in synth_all.items() if "governance" in result.stacks}
     assert with_stack == {n for n, r in synth_all.items() if r.config.governance is not None}
-    assert "prod" in with_stack
+    assert with_stack == set(synth_all)
 
 
 def test_task_governance_add_on_at_its_pin(prod: SynthResult):
@@ -65,3 +67,38 @@ def test_governance_deploys_after_the_cluster_add_ons(prod: SynthResult):
     dependencies = {s.stack_name for s in prod.stacks["governance"].dependencies}
     assert prod.stacks["cluster_addons"].stack_name in dependencies
     assert prod.stacks["hyperpod"].stack_name in dependencies
+
+
+def _quota_of(result: SynthResult, team: str) -> str:
+    (logical_id,) = [
+        k
+        for k, q in result.resources("governance", COMPUTE_QUOTA_TYPE).items()
+        if q["Properties"]["ComputeQuotaTarget"]["TeamName"] == team
+    ]
+    return logical_id
+
+
+def test_every_team_namespace_is_awaited_after_its_quota(env: SynthResult):
+    waits = env.resources("governance", "Custom::AWSCDK-EKS-KubernetesObjectValue")
+    awaited = {w["Properties"]["ObjectName"]: w["DependsOn"] for w in waits.values()}
+    teams = [t.name for t in env.config.governance.teams]
+    assert set(awaited) == {team_namespace(t) for t in teams}
+    for team in teams:
+        assert _quota_of(env, team) in awaited[team_namespace(team)]
+
+
+def test_team_config_map_names_the_checkpoint_buckets_team_prefix(env: SynthResult):
+    template = env.templates["governance"]
+    tokens = manifest_tokens(template)
+    bucket = env.resolved("storage", env.platform.storage.checkpoint_bucket.bucket_name)
+    config_maps = {
+        o["metadata"]["namespace"]: o["data"]
+        for o in kubernetes_objects(template)
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == TEAM_CONFIG_MAP
+    }
+    assert set(config_maps) == {team_namespace(t.name) for t in env.config.governance.teams}
+    for team in env.config.governance.teams:
+        path = config_maps[team_namespace(team.name)][MANAGED_TIER_PATH_KEY]
+        placeholder, key = path.removeprefix("s3://").split("/", 1)
+        assert env.exported(tokens[placeholder]) == ("storage", bucket)
+        assert key == managed_tier_prefix(team.name)
