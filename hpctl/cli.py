@@ -32,9 +32,10 @@ from config.instance_types import (
 from config.loader import load_file
 from hpctl import errors
 from hpctl.cluster import app as cluster_app
-from hpctl.errors import ExitCode, fail
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.job_cmd import app as job_app
 from hpctl.plans import app as plans_app
+from hpctl.teams_cmd import teams
 
 app = typer.Typer(
     name="hpctl",
@@ -264,6 +265,7 @@ def instance_types(
     stdout.print(table)
 
 
+app.command("teams", cls=OneLineUsageErrors)(teams)
 app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
 app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
 app.add_typer(cluster_app, name="cluster", help="Cluster status, nodes, reboot and replace.")

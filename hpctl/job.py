@@ -1,11 +1,17 @@
 """Render a HyperPodPyTorchJob (HyperPod training operator, `sagemaker.amazonaws.com/v1`).
 
-`JobSpec` holds what a user chooses; everything the hardware dictates (accelerators, EFA
-interfaces, CPU and memory) comes from `config.instance_types`. `render_job` is pure: the same
-spec always gives the same manifest, so it can be diffed, reviewed and tested without a cluster.
-Kubernetes and task-governance names (labels, namespace, queue, priority class) come from
-`config.kubernetes`, the names the stacks create. The renderer belongs to `hpctl`, not to the
-training image: it reads the trainer's presets (`training.config`), never the other way round.
+`JobSpec` holds a validated job: what a user chooses plus what the cluster dictates.
+`spec_for_environment` builds one from an environment's config and the user's options: the
+team, its priority classes and its quota (`config.teams`), the instance group's type and
+taints, and whether the cluster has managed tiered checkpointing all come from the config, so
+a job can only ask for what the platform deployed. Everything the hardware dictates
+(accelerators, EFA interfaces, CPU and memory) comes from `config.instance_types`.
+`render_job` is pure: the same spec always gives the same manifest, so it can be diffed,
+reviewed and tested without a cluster. Kubernetes and task-governance names (labels,
+namespace, queue, priority class, service account, the team ConfigMap) come from
+`config.kubernetes` and `config.teams`, the names the stacks create. The renderer belongs to
+`hpctl`, not to the training image: it reads the trainer's presets (`training.config`), never
+the other way round.
 
 The log-monitoring rules match the trainer's fixed `HPTRAIN ...` lines. The elastic agent inside
 the container applies each rule with Python `re.match` (anchored at the start of the line, hence
@@ -19,16 +25,30 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from config.errors import Location, problem_lines
 from config.instance_types import InstanceType, lookup
 from config.kubernetes import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    EFA_RESOURCE,
     FSX_CLAIM_NAME,
+    GPU_RESOURCE,
     INSTANCE_GROUP_LABEL,
     INSTANCE_GROUP_NAME,
     INSTANCE_TYPE_LABEL,
@@ -36,6 +56,7 @@ from config.kubernetes import (
     LABEL_VALUE,
     MAX_PRIORITY_LENGTH,
     MAX_TEAM_LENGTH,
+    NEURON_RESOURCE,
     NODE_HEALTH_LABEL,
     PRIORITY_CLASS_SUFFIX,
     PRIORITY_LABEL,
@@ -44,6 +65,14 @@ from config.kubernetes import (
     local_queue,
     priority_class,
     team_namespace,
+)
+from config.schema import EnvironmentConfig
+from config.teams import (
+    MANAGED_TIER_PATH_KEY,
+    TEAM_CONFIG_MAP,
+    TRAINING_SERVICE_ACCOUNT,
+    GroupCapacity,
+    team_capacity,
 )
 from training.config import PRESETS, ConfigError, JobConfig, build_config
 
@@ -58,6 +87,9 @@ AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads 
 TRAINER_MODULE = "training.train"
 CONTAINER_NAME = "trainer"
 REPLICA_NAME = "worker"
+# Where the trainer (training/managed_tier.py) reads the S3 tier of managed tiered
+# checkpointing; the value comes from the team's ConfigMap (the bucket is named at deploy time).
+MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
 
 # Share of a node's vCPUs and memory the trainer requests: the rest stays for the kubelet's
 # reservation and HyperPod's daemon sets (health agent, device plugins, CNI, FSx CSI).
@@ -154,6 +186,8 @@ class JobSpec(BaseModel):
     nodes: PositiveInt = 1
     spares: Annotated[int, Field(ge=0)] = 0
     fsx_claim: str = FSX_CLAIM_NAME
+    # The team's Kubernetes service account (its IAM role through EKS Pod Identity).
+    service_account: str = TRAINING_SERVICE_ACCOUNT
     # The trainer's run directory (summary, attempt ledger, final export); default
     # /fsx/runs/<name>. It must be shared so every attempt and node sees the same ledger.
     run_dir: str | None = None
@@ -291,6 +325,16 @@ class JobSpec(BaseModel):
             raise ValueError(
                 f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
                 "digits, '-' and '.' (e.g. fsx-claim)"
+            )
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str) -> str:
+        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid service account name; use lowercase letters, "
+                f"digits, '-' and '.' (e.g. {TRAINING_SERVICE_ACCOUNT})"
             )
         return value
 
@@ -446,7 +490,7 @@ def log_rules(spec: JobSpec) -> list[dict[str, Any]]:
     return rules
 
 
-def _env(spec: JobSpec) -> list[dict[str, str]]:
+def _env(spec: JobSpec) -> list[dict[str, Any]]:
     instance = spec.instance
     env = {
         # Workers write to files the agent tails; unbuffered output keeps the hang clock honest.
@@ -464,14 +508,26 @@ def _env(spec: JobSpec) -> list[dict[str, str]]:
         env["FI_EFA_FORK_SAFE"] = "1"
         if instance.family in RDMA_FAMILIES:
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return [{"name": key, "value": value} for key, value in env.items()]
+    items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
+    if spec.managed_fast_tier:
+        # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
+        # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.
+        items.append(
+            {
+                "name": MANAGED_S3_PATH_ENV,
+                "valueFrom": {
+                    "configMapKeyRef": {"name": TEAM_CONFIG_MAP, "key": MANAGED_TIER_PATH_KEY}
+                },
+            }
+        )
+    return items
 
 
 def _resources(instance: InstanceType) -> dict[str, dict[str, int | str]]:
-    accelerator = "nvidia.com/gpu" if instance.accelerator == "nvidia" else "aws.amazon.com/neuron"
+    accelerator = GPU_RESOURCE if instance.accelerator == "nvidia" else NEURON_RESOURCE
     devices: dict[str, int | str] = {accelerator: instance.accelerator_count}
     if instance.supports_efa:
-        devices["vpc.amazonaws.com/efa"] = instance.efa_interfaces
+        devices[EFA_RESOURCE] = instance.efa_interfaces
     memory = f"{int(instance.memory_gib * NODE_SHARE)}Gi"
     return {
         "requests": {**devices, "cpu": str(int(instance.vcpus * NODE_SHARE)), "memory": memory},
@@ -534,6 +590,7 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         "securityContext": {"allowPrivilegeEscalation": False},
     }
     pod_spec: dict[str, Any] = {
+        "serviceAccountName": spec.service_account,
         "nodeSelector": {
             INSTANCE_GROUP_LABEL: spec.instance_group,
             INSTANCE_TYPE_LABEL: spec.instance_type,
@@ -612,3 +669,247 @@ def render_job(spec: JobSpec) -> dict[str, Any]:
 def to_yaml(manifest: dict[str, Any]) -> str:
     """YAML for `manifest`, keys in the order they were built (readable, stable diffs)."""
     return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100)
+
+
+# --- From an environment's config and a user's options to a JobSpec -------------------------
+
+MAX_JOB_NAME: Final = 63
+# JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
+DERIVED_FIELDS: Final = frozenset(
+    {"instance_type", "taints", "fsx_claim", "service_account", "managed_fast_tier"}
+)
+# JobSpec fields whose problems a user fixes through another option (or not at all: the
+# environment's config); the rest map to --field-name.
+_OPTION_FOR_FIELD: Final = {
+    "instance_type": "--instance-group",
+    "taints": "--instance-group",
+    "fsx_claim": "--env",
+    "service_account": "--env",
+    "managed_fast_tier": "--env",
+}
+
+
+class JobRequestError(ValueError):
+    """Options that do not make a job in the environment: one `--option: problem; fix` line
+    per problem (`problems`); `str()` joins them with "; "."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def option_for(loc: Location) -> str:
+    """The CLI option a JobSpec error location stands for: `--nodes`, `--instance-group`."""
+    if not loc:
+        return ""
+    return _OPTION_FOR_FIELD.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def nodes_figure(value: Fraction) -> int | float:
+    """A node count for people: whole numbers as they are, fractions to 2 decimals."""
+    return int(value) if value.denominator == 1 else round(float(value), 2)
+
+
+def default_priority(config: EnvironmentConfig) -> str:
+    """The environment's lowest-weight priority class (ties: the first by name)."""
+    if config.governance is None:
+        raise JobRequestError([_no_governance(config)])
+    return min(config.governance.priority_classes, key=lambda c: (c.weight, c.name)).name
+
+
+def default_job_name(team: str, preset: str, now: datetime) -> str:
+    """`<team>-<preset>-<UTC YYYYmmdd-HHMMSS>`, the team cut short to fit 63 characters.
+    A naive `now` is taken as UTC."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    stamp = now.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
+    # The preset is validated on its own; only its shape matters here.
+    tag = re.sub(r"[^a-z0-9]+", "-", preset.lower()).strip("-")[:16].strip("-") or "job"
+    suffix = f"-{tag}-{stamp}"
+    stem = team if team[:1].isalpha() else f"job-{team}"  # job names start with a letter
+    return stem[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def _no_governance(config: EnvironmentConfig) -> str:
+    env = config.environment
+    return (
+        f"--env: {env} has no governance section, so it has no teams, queues or priority "
+        f"classes for jobs; add one to config/{env}.yaml or use an environment with task "
+        "governance"
+    )
+
+
+def _unknown(option: str, what: str, value: str, known: list[str], env: str, hint: str) -> str:
+    fix = f"use {hint!r}" if hint in known else f"use one of {', '.join(known)}"
+    return f"{option}: unknown {what} {value!r} in {env}; {fix}"
+
+
+def _accelerated(instance_type: str) -> bool:
+    instance = lookup(instance_type)
+    return instance.accelerator != "none" and instance.accelerator_count > 0
+
+
+def _quota_problem(
+    team: str, capacity: GroupCapacity, usable: list[str], nodes: int, spares: int
+) -> str | None:
+    """Why `nodes` + `spares` on the group do not fit `team`'s capacity there, if they don't."""
+    asked, limit = nodes + spares, capacity.max_job_nodes
+    if asked <= limit:
+        return None
+    group = capacity.instance_group
+    elsewhere = (
+        f"use a group where it has one ({', '.join(usable)})"
+        if usable
+        else "ask the platform team for a quota"
+    )
+    if capacity.guaranteed == 0 and capacity.borrowable == 0:
+        return (
+            f"--instance-group: team {team} has no quota on {group} ({capacity.instance_type}); "
+            f"{elsewhere}"
+        )
+    total = capacity.guaranteed + capacity.borrowable
+    figures = (
+        f"{nodes_figure(capacity.guaranteed)} guaranteed + "
+        f"{nodes_figure(capacity.borrowable)} borrowable = {nodes_figure(total)}"
+    )
+    if capacity.group_nodes < total:
+        figures += f", and the group has {capacity.group_nodes} nodes"
+    if limit == 0:
+        return (
+            f"--instance-group: team {team} may use less than one node on {group}: {figures}; "
+            f"{elsewhere}"
+        )
+    fix = f"ask for at most {limit}" + (" nodes and spares together" if spares else "")
+    return (
+        f"--nodes: {nodes} nodes (+{spares} spares) exceed what team {team} may use on "
+        f"{group}: {figures}; {fix}"
+    )
+
+
+_NODES = TypeAdapter(PositiveInt)
+_SPARES = TypeAdapter(Annotated[int, Field(ge=0)])
+
+
+def _counts(nodes: object, spares: object) -> tuple[int, int] | None:
+    """Nodes and spares as JobSpec reads them, or None where JobSpec will reject them."""
+    try:
+        return _NODES.validate_python(nodes), _SPARES.validate_python(spares)
+    except ValidationError:
+        return None
+
+
+def _lines(error: ValidationError) -> list[str]:
+    return problem_lines(error, where=option_for, missing="missing; pass {where}")
+
+
+def spec_for_environment(
+    config: EnvironmentConfig,
+    *,
+    team: str,
+    instance_group: str,
+    nodes: int | str,
+    image: str,
+    priority: str | None = None,
+    name: str | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    **choices: Any,
+) -> JobSpec:
+    """The JobSpec for a job of `team` on `instance_group` of the environment `config`.
+
+    From the config: the group's instance type and taints (tolerations), the team's queue and
+    priority classes, the training service account, the FSx claim, and the managed fast tier
+    exactly when the cluster has tiered storage. `priority` defaults to the lowest-weight
+    class, `name` to `<team>-<preset>-<UTC time from clock>`. `choices` are the other JobSpec
+    fields a user picks (preset, steps, spares, min_tokens_per_s, ...), as values or text.
+
+    Raises JobRequestError (one `--option: problem; fix` line per problem) for an environment
+    without governance, an unknown team, group or priority class, a group without
+    accelerators, an invalid choice, or more nodes (spares included) than the team may use on
+    the group; TypeError when `choices` name a field the config decides.
+    """
+    derived = sorted(DERIVED_FIELDS & choices.keys())
+    if derived:
+        raise TypeError(f"{', '.join(derived)}: decided by the environment's config, not a choice")
+    governance, env = config.governance, config.environment
+    if governance is None:
+        raise JobRequestError([_no_governance(config)])
+    problems: list[str] = []
+    teams = {t.name: t for t in governance.teams}
+    chosen_team = teams.get(team)
+    if chosen_team is None:
+        hint = team.removeprefix(TEAM_NAMESPACE_PREFIX)
+        problems.append(_unknown("--team", "team", team, sorted(teams), env, hint))
+    groups = {g.name: g for g in config.hyperpod.instance_groups}
+    group = groups.get(instance_group)
+    if group is None:
+        problems.append(
+            _unknown("--instance-group", "instance group", instance_group, sorted(groups), env, "")
+        )
+    elif not _accelerated(group.instance_type):
+        accelerated = sorted(n for n, g in groups.items() if _accelerated(g.instance_type))
+        fix = (
+            f"use a GPU or Trainium group ({', '.join(accelerated)})"
+            if accelerated
+            else f"add a GPU or Trainium group to config/{env}.yaml"
+        )
+        problems.append(
+            f"--instance-group: group {group.name} is {group.instance_type}, and "
+            f"{group.instance_type} has no accelerators; {fix}"
+        )
+    if priority is None:
+        priority = default_priority(config)
+    else:
+        classes = sorted(governance.priority_classes, key=lambda c: (-c.weight, c.name))
+        known = [c.name for c in classes]
+        if priority not in known:
+            hint = priority.removesuffix(PRIORITY_CLASS_SUFFIX)
+            problems.append(_unknown("--priority", "priority class", priority, known, env, hint))
+    if problems or chosen_team is None or group is None:
+        raise JobRequestError(problems)
+    preset = choices.get("preset", JobSpec.model_fields["preset"].default)
+    fields: dict[str, Any] = {
+        **choices,
+        "name": name if name is not None else default_job_name(team, str(preset), clock()),
+        "team": team,
+        "priority": priority,
+        "image": image,
+        "instance_type": group.instance_type,
+        "instance_group": group.name,
+        "nodes": nodes,
+        "taints": tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in group.taints),
+        "fsx_claim": FSX_CLAIM_NAME,
+        "service_account": TRAINING_SERVICE_ACCOUNT,
+        "managed_fast_tier": config.hyperpod.tiered_storage.enabled,
+    }
+    # The quota first: a job the team may not run at all needs another size before anything
+    # else about it matters (a size the preset cannot split is a --nodes problem as well).
+    quota: list[str] = []
+    counts = _counts(nodes, choices.get("spares", JobSpec.model_fields["spares"].default))
+    if counts is not None:
+        capacity = team_capacity(governance, chosen_team, config.hyperpod.instance_groups)
+        usable = [
+            c.instance_group
+            for c in capacity
+            if c.max_job_nodes > 0 and _accelerated(c.instance_type)
+        ]
+        (on_group,) = (c for c in capacity if c.instance_group == group.name)
+        problem = _quota_problem(team, on_group, usable, *counts)
+        quota = [] if problem is None else [problem]
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as error:
+        if quota:  # the quota's line stands for every other problem of --nodes
+            error_lines = [
+                line
+                for item, line in zip(error.errors(), _lines(error), strict=True)
+                if item["loc"][:1] not in (("nodes",), ("spares",))
+            ]
+            raise JobRequestError(quota + error_lines) from None
+        raise JobRequestError(_lines(error)) from None
+    if quota:
+        raise JobRequestError(quota)
+    return spec

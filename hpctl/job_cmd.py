@@ -1,4 +1,9 @@
-"""`hpctl job ...`: render HyperPodPyTorchJob manifests from a few validated options.
+"""`hpctl job ...`: render HyperPodPyTorchJob manifests for an environment from a few options.
+
+The environment's config (`--env`, config/<env>.yaml) decides everything that is a fact of
+the cluster: the instance group's type and taints, the team's queue, priority classes and
+quota, the service account, the FSx claim and whether checkpoints use managed tiered storage.
+The user picks the team, the group, the node count, the image and the run's own settings.
 
 Every bad input ends the same way: one line on stderr, `hpctl job render: --option: problem;
 fix` (several problems joined with "; "), exit code 2, no traceback. Options are read as text
@@ -8,21 +13,24 @@ invalid value.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
-from config.errors import Location, problem_lines
-from config.kubernetes import FSX_CLAIM_NAME, PRIORITY_CLASS_SUFFIX, team_namespace
+from config.errors import ConfigError
+from config.kubernetes import PRIORITY_CLASS_SUFFIX, team_namespace
+from config.loader import CONFIG_DIR, load_environment
+from config.schema import EnvironmentConfig
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job import JobSpec, render_job, to_yaml
+from hpctl.job import JobRequestError, render_job, spec_for_environment, to_yaml, utc_now
 
-# JobSpec fields that have a CLI option of another name; the rest use --field-name.
-_OPTION_FOR_FIELD = {"taints": "--toleration"}
-_TOLERATION = re.compile(r"^(?P<key>[^=:]+)(?:=(?P<value>[^:]*))?:(?P<effect>[^:]+)$")
+# Where --env NAME is looked up (config/NAME.yaml); tests point it elsewhere.
+config_dir: Path = CONFIG_DIR
+# The clock a default job name is stamped with; tests replace it.
+clock: Callable[[], datetime] = utc_now
 
 
 app = typer.Typer(
@@ -37,55 +45,47 @@ def _job() -> None:
     """Render HyperPod training jobs (HyperPodPyTorchJob manifests)."""
 
 
-def option_for(loc: Location) -> str:
-    """The CLI option a JobSpec error location stands for: `--nodes`, `--toleration #2`."""
-    if not loc:
-        return ""
-    option = _OPTION_FOR_FIELD.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
-    if len(loc) > 1 and isinstance(loc[1], int):
-        option += f" #{loc[1] + 1}"
-    return option
-
-
-def format_errors(error: ValidationError) -> str:
-    """All problems on one line: `--option: message; --option: message`."""
-    return "; ".join(problem_lines(error, where=option_for, missing="missing; pass {where}"))
-
-
-def _parse_toleration(ctx: typer.Context, text: str, position: int) -> dict[str, Any]:
-    match = _TOLERATION.fullmatch(text)
-    if not match:
-        fail(
-            ctx,
-            f"--toleration #{position}: {text!r} is not KEY[=VALUE]:EFFECT; "
-            "e.g. nvidia.com/gpu:NoSchedule or dedicated=training:NoSchedule",
-            code=ExitCode.USAGE,
-        )
-    return {key: value for key, value in match.groupdict().items() if value is not None}
+def load_environment_option(ctx: typer.Context, name: str) -> EnvironmentConfig:
+    """config/<name>.yaml, validated; an unknown name or an invalid file ends the command
+    with one `--env: ...` line and exit 2."""
+    try:
+        return load_environment(name, config_dir=config_dir).config
+    except ConfigError as error:
+        # Problems in a file name the file; an unknown name has no file to name.
+        lines = error.located_lines() if error.source.endswith(".yaml") else error.lines
+        fail(ctx, "--env: " + "; ".join(lines), code=ExitCode.USAGE)
 
 
 @app.command("render", cls=OneLineUsageErrors)
 def render(
     ctx: typer.Context,
-    name: Annotated[str | None, typer.Option(help="Job name (DNS label).")] = None,
+    env: Annotated[
+        str | None, typer.Option(help="Environment (config/<env>.yaml), e.g. dev or prod.")
+    ] = None,
     team: Annotated[
         str | None,
         typer.Option(help=f"Task-governance team; namespace {team_namespace('<team>')}."),
     ] = None,
-    priority: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Priority class name without '{PRIORITY_CLASS_SUFFIX}' (e.g. training)."
-        ),
+    instance_group: Annotated[
+        str | None, typer.Option(help="HyperPod instance group of the environment.")
+    ] = None,
+    nodes: Annotated[
+        str | None, typer.Option(metavar="INTEGER", help="Nodes the job trains on.")
     ] = None,
     image: Annotated[
         str | None, typer.Option(help="Training image, pinned by tag or digest.")
     ] = None,
-    instance_type: Annotated[str | None, typer.Option(help="e.g. ml.p5.48xlarge.")] = None,
-    instance_group: Annotated[
-        str | None, typer.Option(help="HyperPod instance group name.")
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Priority class name without '{PRIORITY_CLASS_SUFFIX}' "
+            "(default: the environment's lowest-weight class)."
+        ),
     ] = None,
-    nodes: Annotated[str | None, typer.Option(metavar="INTEGER", help="Nodes (default 1).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Job name (DNS label; default <team>-<preset>-<UTC time>)."),
+    ] = None,
     spares: Annotated[
         str | None, typer.Option(metavar="INTEGER", help="Spare nodes (default 0).")
     ] = None,
@@ -93,51 +93,50 @@ def render(
     steps: Annotated[
         str | None, typer.Option(metavar="INTEGER", help="Training steps (default: the preset's).")
     ] = None,
-    fsx_claim: Annotated[
-        str | None, typer.Option(help=f"FSx PersistentVolumeClaim (default {FSX_CLAIM_NAME}).")
-    ] = None,
     min_tokens_per_s: Annotated[
         str | None,
         typer.Option(metavar="INTEGER", help="Flag the job SLOW below this throughput."),
-    ] = None,
-    managed_fast_tier: Annotated[
-        bool,
-        typer.Option(
-            help="Fast checkpoints in HyperPod managed tiered storage (cluster must enable it)."
-        ),
-    ] = False,
-    toleration: Annotated[
-        list[str] | None,
-        typer.Option(metavar="KEY[=VALUE]:EFFECT", help="Tolerate a node taint (repeatable)."),
     ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", metavar="FILE", help="Write to FILE, not stdout."),
     ] = None,
 ) -> None:
-    """Print a HyperPodPyTorchJob manifest as YAML."""
+    """Print a HyperPodPyTorchJob manifest as YAML for a team's job in an environment."""
+    required = {
+        "--env": env,
+        "--team": team,
+        "--instance-group": instance_group,
+        "--nodes": nodes,
+        "--image": image,
+    }
+    if env is None or team is None or instance_group is None or nodes is None or image is None:
+        missing = [
+            f"{option}: missing; pass {option}" for option, v in required.items() if v is None
+        ]
+        fail(ctx, "; ".join(missing), code=ExitCode.USAGE)
+    config = load_environment_option(ctx, env)
     given = {
-        "name": name,
-        "team": team,
-        "priority": priority,
-        "image": image,
-        "instance_type": instance_type,
-        "instance_group": instance_group,
-        "nodes": nodes,
         "spares": spares,
         "preset": preset,
         "steps": steps,
-        "fsx_claim": fsx_claim,
         "min_tokens_per_s": min_tokens_per_s,
     }
-    fields: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
-    fields["managed_fast_tier"] = managed_fast_tier
-    if toleration:
-        fields["taints"] = [_parse_toleration(ctx, text, i) for i, text in enumerate(toleration, 1)]
+    choices: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     try:
-        spec = JobSpec.model_validate(fields)
-    except ValidationError as error:
-        fail(ctx, format_errors(error), code=ExitCode.USAGE)
+        spec = spec_for_environment(
+            config,
+            team=team,
+            instance_group=instance_group,
+            nodes=nodes,
+            image=image,
+            priority=priority,
+            name=name,
+            clock=clock,
+            **choices,
+        )
+    except JobRequestError as error:
+        fail(ctx, str(error), code=ExitCode.USAGE)
     text = to_yaml(render_job(spec))
     if output is None:
         typer.echo(text, nl=False)

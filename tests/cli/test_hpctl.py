@@ -192,7 +192,7 @@ def test_validate_reports_every_problem_of_every_file_one_line_each(tmp_path):
             ["capacity", "--config", "config/prod.yaml", "--count", "2"],
             "hpctl capacity: --config: use either --config or --instance-type/--count",
         ),
-        (["job", "render", "--nodes", "0"], "hpctl job render: --name: missing; pass --name"),
+        (["job", "render", "--nodes", "0"], "hpctl job render: --env: missing; pass --env"),
         (["job", "render", "--bogus"], "hpctl job render: No such option: --bogus"),
         (["plans", "search"], "hpctl plans search: Missing option '--instance-type'"),
         (["nonsense"], "hpctl: No such command 'nonsense'"),

@@ -1,12 +1,21 @@
-"""Shared builders for the job generator tests."""
+"""Shared builders for the job generator tests: JobSpecs built field by field (`spec_factory`)
+and from an environment's config (`env_spec`), and environment files written to a scratch
+config directory that `hpctl job render --env` reads (`config_dir`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hpctl.job import JobSpec
+from config.schema import EnvironmentConfig
+from hpctl import job_cmd
+from hpctl.job import JobSpec, spec_for_environment
+from tests.support import environment
 
 REQUIRED: dict[str, Any] = {
     "name": "llama-8b",
@@ -16,10 +25,29 @@ REQUIRED: dict[str, Any] = {
     "instance_type": "ml.p5.48xlarge",
     "instance_group": "gpu-p5",
 }
+IMAGE = REQUIRED["image"]
+# The clock every default job name in these tests is stamped with.
+FIXED_NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 
 
 def make_spec(**overrides: Any) -> JobSpec:
     return JobSpec(**{**REQUIRED, **overrides})
+
+
+def env_spec(config: EnvironmentConfig | str, **options: Any) -> JobSpec:
+    """spec_for_environment with the shipped config `config` (a name) or a config object;
+    `options` on top of prod's foundation team, 2 nodes of gpu-p5 and IMAGE."""
+    if isinstance(config, str):
+        config = environment(config).config
+    chosen: dict[str, Any] = {
+        "team": "foundation",
+        "instance_group": "gpu-p5",
+        "nodes": 2,
+        "image": IMAGE,
+        "clock": lambda: FIXED_NOW,
+        **options,
+    }
+    return spec_for_environment(config, **chosen)
 
 
 @pytest.fixture
@@ -30,3 +58,23 @@ def spec_factory():
 @pytest.fixture
 def required_fields() -> dict[str, Any]:
     return dict(REQUIRED)
+
+
+@pytest.fixture
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> datetime:
+    """`hpctl job render` stamps default names with FIXED_NOW."""
+    monkeypatch.setattr(job_cmd, "clock", lambda: FIXED_NOW)
+    return FIXED_NOW
+
+
+@pytest.fixture
+def config_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str, Any], None]:
+    """`hpctl job render --env NAME` reads tmp_path/NAME.yaml; returns a writer
+    `write(name, data)` (data: a dict dumped as YAML, or the file's text)."""
+    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+
+    def write(name: str, data: Any) -> None:
+        text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
+        (tmp_path / f"{name}.yaml").write_text(text, encoding="utf-8")
+
+    return write

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from hpctl.job import render_job
+from hpctl.job import JobSpec, render_job
+from tests.job.conftest import env_spec
+from tests.support import environment_data, loaded_from
 
 SCHEMA = json.loads((Path(__file__).parent / "hyperpodpytorchjob.schema.json").read_text())
 # Oldest and newest Kubernetes minors the platform runs (HyperPod EKS supports 1.30-1.33).
@@ -40,6 +43,25 @@ VARIANTS: list[dict[str, Any]] = [
         "clean_pod_policy": "None",
     },
 ]
+
+
+# Specs as `hpctl job render --env` builds them: dev's g5 group, prod's p5 group with the
+# managed tier's configMapKeyRef variable, a tainted group's tolerations.
+def _tainted_prod() -> Any:
+    data = environment_data("prod")
+    group = data["hyperpod"]["instance_groups"][0]
+    del group["deep_health_checks"]
+    group["taints"] = [
+        {"key": "example.com/dedicated", "value": "training", "effect": "NoSchedule"}
+    ]
+    return loaded_from(data).config
+
+
+ENVIRONMENT_SPECS: dict[str, Callable[[], JobSpec]] = {
+    "dev": lambda: env_spec("dev", team="sandbox", instance_group="gpu-g5", nodes=2),
+    "prod": lambda: env_spec("prod", nodes=8, spares=4),
+    "prod-tainted": lambda: env_spec(_tainted_prod(), team="research", nodes=4),
+}
 
 
 def _validator() -> jsonschema.protocols.Validator:
@@ -75,6 +97,14 @@ def test_pod_template_validates_against_kubernetes(
 ) -> None:
     manifest = render_job(spec_factory(**overrides))
     kubernetes_validate.validate(_pod_template(manifest), version, strict=True)
+
+
+@pytest.mark.parametrize("env", sorted(ENVIRONMENT_SPECS))
+def test_environment_jobs_validate(env: str) -> None:
+    manifest = render_job(ENVIRONMENT_SPECS[env]())
+    assert [error.message for error in _validator().iter_errors(manifest)] == []
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(_pod_template(manifest), version, strict=True)
 
 
 @pytest.mark.parametrize(

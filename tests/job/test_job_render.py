@@ -22,7 +22,8 @@ def _container(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _env(manifest: dict[str, Any]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in _container(manifest)["env"]}
+    """Plain `value` variables (a `valueFrom` one is looked up in the cluster)."""
+    return {item["name"]: item["value"] for item in _container(manifest)["env"] if "value" in item}
 
 
 def test_kind_metadata_queue_and_priority_labels(spec_factory) -> None:
@@ -88,6 +89,28 @@ def test_common_nccl_env(spec_factory) -> None:
     assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["HPTRAIN_JOB_NAME"] == "llama-8b"
+
+
+def test_pods_run_as_the_teams_training_service_account(spec_factory) -> None:
+    assert _pod(render_job(spec_factory()))["serviceAccountName"] == "training"
+    assert _pod(render_job(spec_factory(service_account="vision-sa")))["serviceAccountName"] == (
+        "vision-sa"
+    )
+
+
+def test_managed_fast_tier_reads_the_s3_tier_from_the_team_config_map(spec_factory) -> None:
+    managed = _container(render_job(spec_factory(managed_fast_tier=True)))["env"]
+    assert [item for item in managed if "value" not in item] == [
+        {
+            "name": "HPTRAIN_MANAGED_S3_PATH",
+            "valueFrom": {
+                "configMapKeyRef": {"name": "hyperpod-team", "key": "managed-tier-s3-path"}
+            },
+        }
+    ]
+    local = _container(render_job(spec_factory()))["env"]
+    assert all("value" in item for item in local)
+    assert "HPTRAIN_MANAGED_S3_PATH" not in {item["name"] for item in local}
 
 
 def test_replicas_spares_and_agent_port(spec_factory) -> None:

@@ -44,6 +44,8 @@ INVALID: list[tuple[str, Any, str]] = [
     ("preset", "70b", "use one of tiny, 1b, 8b"),
     ("fsx_claim", "FSx", "PersistentVolumeClaim"),
     ("fsx_claim", "fsx_claim", "PersistentVolumeClaim"),
+    ("service_account", "Training", "service account"),
+    ("service_account", "", "service account"),
     ("fast_checkpoint_dir", "/tmp/ckpt", "mounted volume"),
     ("fast_checkpoint_dir", "checkpoints", "mounted volume"),
     ("fast_checkpoint_dir", "/dev/shm", "mounted volume"),
@@ -121,6 +123,7 @@ def test_unknown_fields_are_forbidden(required_fields) -> None:
         ("instance_type", "ml.g5.12xlarge"),
         ("instance_type", "ml.trn1.32xlarge"),
         ("instance_group", "GPU-p5--a"),
+        ("service_account", "team-a.training"),
         ("fast_checkpoint_dir", "/fsx/fast/llama"),
         ("durable_checkpoint_dir", "/fsx/ckpt/llama"),
         ("run_dir", "/fsx/runs/x"),
@@ -145,6 +148,7 @@ def test_defaults(spec_factory) -> None:
     assert spec.min_tokens_per_s is None
     assert spec.managed_fast_tier is False
     assert spec.taints == ()
+    assert spec.service_account == "training"
     assert (spec.hang_timeout_s, spec.shutdown_timeout_s) == (1200, 180)
 
 
