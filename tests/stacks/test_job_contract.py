@@ -1,0 +1,364 @@
+"""Contract between `hpctl job render` and the synthesized platform.
+
+For every team of every environment, on every accelerated group it may use, at every priority
+class, a rendered job may only name what the templates create, or what a component they
+install creates from them (AWS documents both):
+
+- its namespace and LocalQueue: task governance creates `hyperpod-ns-<team>` and
+  `hyperpod-ns-<team>-localqueue` for a team's compute quota, and the templates wait for the
+  namespace before applying anything into it;
+- its priority class: task governance creates `<class>-priority` for each class of the
+  cluster's scheduler config;
+- its claim, service account and ConfigMap keys: objects the templates apply in the job's
+  namespace; the service account has an EKS pod identity association; the claim's volume is
+  the platform's FSx file system;
+- its node selector, node affinity and tolerations: HyperPod labels every node with its
+  instance group and type and applies the group's labels and taints;
+- its extended resources: a device plugin DaemonSet pinned to the job's instance type;
+- its kind and Kueue labels: the training operator and task governance add-ons.
+
+`contract_problems` knows no team, group or class by name: it reads both sides. The planted
+violations at the end prove each check can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from config.addons import TASK_GOVERNANCE, TRAINING_OPERATOR
+from config.instance_types import INSTANCE_TYPES
+from config.kubernetes import (
+    INSTANCE_GROUP_LABEL,
+    INSTANCE_TYPE_LABEL,
+    NODE_HEALTH_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    local_queue,
+    priority_class,
+    team_namespace,
+)
+from config.teams import team_capacity
+from hpctl.job import render_job, spec_for_environment
+from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
+from tests.support import (
+    SYNTH_GROUP,
+    SynthResult,
+    instance_type_affinity,
+    kubernetes_objects,
+    manifest_tokens,
+)
+
+pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hptrain:1.4.0"
+# Labels HyperPod puts on every node it manages (group, type, health).
+HYPERPOD_NODE_LABELS = frozenset({INSTANCE_GROUP_LABEL, INSTANCE_TYPE_LABEL, NODE_HEALTH_LABEL})
+HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+ObjectKey = tuple[str, str | None, str]  # kind, namespace (None: cluster-scoped), name
+
+
+@dataclass
+class Platform:
+    """What one environment's templates create, read from the templates alone."""
+
+    objects: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
+    addons: set[str] = field(default_factory=set)
+    quota_teams: set[str] = field(default_factory=set)
+    awaited_namespaces: set[str] = field(default_factory=set)
+    priority_classes: set[str] = field(default_factory=set)
+    pod_identities: set[tuple[str, str]] = field(default_factory=set)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    file_system: Any = None
+    # PersistentVolume name -> (stack, value) its CSI volume handle is exported from.
+    volume_handles: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+
+def _with_tokens(value: Any, tokens: dict[str, Any]) -> Any:
+    """`value` with every `<token N>` placeholder string put back as its CloudFormation value."""
+    if isinstance(value, dict):
+        return {k: _with_tokens(v, tokens) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_tokens(v, tokens) for v in value]
+    return tokens.get(value, value) if isinstance(value, str) else value
+
+
+def platform_of(result: SynthResult) -> Platform:
+    platform = Platform()
+    for template in result.templates.values():
+        tokens = manifest_tokens(template)
+        for obj in kubernetes_objects(template):
+            meta = obj["metadata"]
+            key = (obj["kind"], meta.get("namespace"), meta["name"])
+            platform.objects[key] = _with_tokens(obj, tokens)
+            if obj["kind"] == "PersistentVolume":
+                handle = platform.objects[key]["spec"]["csi"]["volumeHandle"]
+                platform.volume_handles[meta["name"]] = result.exported(handle)
+        for resource in template["Resources"].values():
+            props = resource.get("Properties", {})
+            match resource["Type"]:
+                case "AWS::EKS::Addon":
+                    platform.addons.add(props["AddonName"])
+                case "AWS::SageMaker::ComputeQuota":
+                    platform.quota_teams.add(props["ComputeQuotaTarget"]["TeamName"])
+                case "AWS::SageMaker::ClusterSchedulerConfig":
+                    classes = props["SchedulerConfig"]["PriorityClasses"]
+                    platform.priority_classes.update(c["Name"] for c in classes)
+                case "AWS::EKS::PodIdentityAssociation":
+                    platform.pod_identities.add((props["Namespace"], props["ServiceAccount"]))
+                case "Custom::AWSCDK-EKS-KubernetesObjectValue":
+                    if props["ObjectType"] == "namespace":
+                        platform.awaited_namespaces.add(props["ObjectName"])
+                case "AWS::SageMaker::Cluster":
+                    platform.groups.update(
+                        {g["InstanceGroupName"]: g for g in props["InstanceGroups"]}
+                    )
+    storage = result.templates["storage"]["Resources"]
+    (platform.file_system,) = [
+        {"Ref": k} for k, r in storage.items() if r["Type"] == "AWS::FSx::FileSystem"
+    ]
+    return platform
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if toleration.get("key") != taint["Key"]:
+        return False
+    if toleration.get("effect") not in (None, "", taint["Effect"]):
+        return False
+    if toleration.get("operator") == "Exists":
+        return True
+    return bool(toleration.get("value") == taint.get("Value"))
+
+
+def _pod_problems(pod: dict[str, Any], namespace: str, platform: Platform) -> Iterator[str]:
+    objects = platform.objects
+    account = pod.get("serviceAccountName")
+    if ("ServiceAccount", namespace, account) not in objects:
+        yield f"service account {account!r} is not created in {namespace}"
+    if (namespace, account) not in platform.pod_identities:
+        yield f"service account {account!r} in {namespace} has no pod identity association"
+    for volume in pod.get("volumes", []):
+        claim_name = volume.get("persistentVolumeClaim", {}).get("claimName")
+        if claim_name is None:
+            continue
+        claim = objects.get(("PersistentVolumeClaim", namespace, claim_name))
+        if claim is None:
+            yield f"claim {claim_name!r} is not created in {namespace}"
+            continue
+        pv = objects.get(("PersistentVolume", None, claim["spec"]["volumeName"]), {})
+        if pv.get("spec", {}).get("claimRef") != {"namespace": namespace, "name": claim_name}:
+            yield f"claim {claim_name!r} in {namespace} has no volume reserved for it"
+        elif platform.volume_handles.get(pv["metadata"]["name"]) != (
+            "storage",
+            platform.file_system,
+        ):
+            yield f"claim {claim_name!r} in {namespace} is not the platform's file system"
+
+    selector = pod.get("nodeSelector", {})
+    group = platform.groups.get(selector.get(INSTANCE_GROUP_LABEL))
+    if group is None:
+        yield f"node selector names no instance group of the cluster: {selector}"
+        return
+    node_labels = {
+        **group.get("KubernetesConfig", {}).get("Labels", {}),
+        INSTANCE_GROUP_LABEL: group["InstanceGroupName"],
+        INSTANCE_TYPE_LABEL: group["InstanceType"],
+    }
+    for key, value in selector.items():
+        if node_labels.get(key) != value:
+            yield f"node selector {key}={value} matches no node of group {group['InstanceGroupName']}"
+    terms = (
+        pod.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms", [])
+    )
+    for term in terms:
+        for expression in term["matchExpressions"]:
+            if expression["key"] not in HYPERPOD_NODE_LABELS | set(node_labels):
+                yield f"node affinity on {expression['key']}, a label no node carries"
+
+    taints = group.get("KubernetesConfig", {}).get("Taints", [])
+    tolerations = pod.get("tolerations", [])
+    for taint in taints:
+        if taint["Effect"] in HARD_TAINT_EFFECTS and not any(
+            _tolerates(t, taint) for t in tolerations
+        ):
+            yield f"taint {taint['Key']}:{taint['Effect']} of group {group['InstanceGroupName']} is not tolerated"
+    for toleration in tolerations:
+        if not any(_tolerates(toleration, taint) for taint in taints):
+            yield f"toleration {toleration} matches no taint of group {group['InstanceGroupName']}"
+
+    for container in pod["containers"]:
+        for entry in container.get("env", []):
+            ref = entry.get("valueFrom", {}).get("configMapKeyRef")
+            if ref is None:
+                continue
+            config_map = objects.get(("ConfigMap", namespace, ref["name"]))
+            if config_map is None or ref["key"] not in config_map.get("data", {}):
+                yield f"ConfigMap key {ref['name']}/{ref['key']} is not created in {namespace}"
+        for resource in container["resources"].get("limits", {}):
+            if "/" not in resource:
+                continue
+            daemonsets = [
+                obj for (kind, _, name), obj in objects.items()
+                if kind == "DaemonSet" and name == ADVERTISED_BY.get(resource)
+            ]  # fmt: skip
+            if not any(group["InstanceType"] in instance_type_affinity(d) for d in daemonsets):
+                yield f"no device plugin advertises {resource} on {group['InstanceType']}"
+
+
+def contract_problems(job: dict[str, Any], platform: Platform) -> list[str]:
+    """Everything `job` names that the platform does not create (empty: the job can run)."""
+    problems = []
+    if TRAINING_OPERATOR not in platform.addons:
+        problems.append(f"{job['kind']} needs the {TRAINING_OPERATOR} add-on")
+    if TASK_GOVERNANCE not in platform.addons:
+        problems.append(f"Kueue labels need the {TASK_GOVERNANCE} add-on")
+    namespace = job["metadata"]["namespace"]
+    teams = [t for t in platform.quota_teams if team_namespace(t) == namespace]
+    if ("Namespace", None, namespace) not in platform.objects and not teams:
+        problems.append(f"namespace {namespace} is created by nothing")
+    elif teams and namespace not in platform.awaited_namespaces:
+        problems.append(f"namespace {namespace} is not awaited before its objects are applied")
+    labels = job["metadata"].get("labels", {})
+    if labels.get(QUEUE_LABEL) not in {local_queue(t) for t in teams}:
+        problems.append(f"queue {labels.get(QUEUE_LABEL)!r} is not {namespace}'s LocalQueue")
+    if labels.get(PRIORITY_LABEL) not in {priority_class(c) for c in platform.priority_classes}:
+        problems.append(f"priority class {labels.get(PRIORITY_LABEL)!r} is created by nothing")
+    for replica in job["spec"]["replicaSpecs"]:
+        problems.extend(_pod_problems(replica["template"]["spec"], namespace, platform))
+    return problems
+
+
+def rendered_jobs(result: SynthResult) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(description, manifest) for every team x usable accelerated group x priority class."""
+    config = result.config
+    governance = config.governance
+    assert governance is not None
+    for team in governance.teams:
+        usable = [
+            c
+            for c in team_capacity(governance, team, config.hyperpod.instance_groups)
+            if c.max_job_nodes >= 1 and INSTANCE_TYPES[c.instance_type].accelerator_count > 0
+        ]
+        assert usable, f"team {team.name} can run no job in {result.env_name}"
+        for capacity in usable:
+            for priority in governance.priority_classes:
+                spec = spec_for_environment(
+                    config,
+                    team=team.name,
+                    instance_group=capacity.instance_group,
+                    nodes=1,
+                    image=IMAGE,
+                    priority=priority.name,
+                    preset="tiny",
+                    clock=lambda: datetime(2026, 11, 23, tzinfo=UTC),
+                )
+                where = f"{team.name} on {capacity.instance_group} at {priority.name}"
+                yield where, render_job(spec)
+
+
+def test_every_rendered_job_names_only_what_the_platform_creates(env: SynthResult):
+    platform = platform_of(env)
+    jobs = dict(rendered_jobs(env))
+    governance = env.config.governance
+    assert len(jobs) >= len(governance.teams) * len(governance.priority_classes)
+    problems = {where: contract_problems(job, platform) for where, job in jobs.items()}
+    assert {where: found for where, found in problems.items() if found} == {}
+
+
+# --------------------------------------------------------------------------- planted violations
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def plant(job: dict[str, Any]) -> None:
+        target = job
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return plant
+
+
+POD = ("spec", "replicaSpecs", 0, "template", "spec")
+CONTAINER = (*POD, "containers", 0)
+
+
+def _plant_managed_tier_key(job: dict[str, Any]) -> None:
+    container = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["env"].append(
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "hyperpod-team", "key": "nope"}}}
+    )
+
+
+def _plant_fpga(job: dict[str, Any]) -> None:
+    container = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["example.com/fpga"] = 1
+
+
+JOB_VIOLATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "namespace": (_set(("metadata", "namespace"), "hyperpod-ns-nobody"), "created by nothing"),
+    "queue": (_set(("metadata", "labels", QUEUE_LABEL), "other-localqueue"), "LocalQueue"),
+    "priority": (_set(("metadata", "labels", PRIORITY_LABEL), "urgent-priority"), "priority"),
+    "service account": (_set((*POD, "serviceAccountName"), "default"), "service account"),
+    "claim": (
+        _set((*POD, "volumes", 0, "persistentVolumeClaim", "claimName"), "scratch"),
+        "claim 'scratch'",
+    ),
+    "config map key": (_plant_managed_tier_key, "ConfigMap key"),
+    "node group": (_set((*POD, "nodeSelector", INSTANCE_GROUP_LABEL), "gpu-x"), "no instance"),
+    "node label": (_set((*POD, "nodeSelector", "workload"), "other"), "node selector"),
+    "toleration": (
+        _set((*POD, "tolerations"), [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]),
+        "matches no taint",
+    ),
+    "extended resource": (_plant_fpga, "no device plugin"),
+}
+
+
+@pytest.mark.parametrize("violation", sorted(JOB_VIOLATIONS))
+def test_planted_job_violations_are_caught(prod: SynthResult, violation: str):
+    platform = platform_of(prod)
+    _, job = next(rendered_jobs(prod))
+    assert contract_problems(job, platform) == []
+    plant, expected = JOB_VIOLATIONS[violation]
+    broken = copy.deepcopy(job)
+    plant(broken)
+    problems = contract_problems(broken, platform)
+    assert any(expected in p for p in problems), problems
+
+
+def test_planted_platform_gaps_are_caught(prod: SynthResult):
+    _, job = next(rendered_jobs(prod))
+    group = job["spec"]["replicaSpecs"][0]["template"]["spec"]["nodeSelector"][INSTANCE_GROUP_LABEL]
+    namespace = job["metadata"]["namespace"]
+    gaps: dict[str, tuple[Callable[[Platform], None], str]] = {
+        "untolerated taint": (
+            lambda p: (
+                p.groups[group]
+                .setdefault("KubernetesConfig", {})
+                .update({"Taints": [{"Key": "dedicated", "Value": "x", "Effect": "NoSchedule"}]})
+            ),
+            "is not tolerated",
+        ),
+        "no pod identity": (lambda p: p.pod_identities.clear(), "pod identity"),
+        "namespace not awaited": (lambda p: p.awaited_namespaces.clear(), "not awaited"),
+        "no training operator": (lambda p: p.addons.discard(TRAINING_OPERATOR), "add-on"),
+        "claim on another volume": (
+            lambda p: setattr(p, "file_system", {"Ref": "Elsewhere"}),
+            "not the platform's file system",
+        ),
+        "no quota": (lambda p: p.quota_teams.clear(), f"namespace {namespace}"),
+    }
+    for name, (remove, expected) in gaps.items():
+        platform = copy.deepcopy(platform_of(prod))
+        remove(platform)
+        problems = contract_problems(job, platform)
+        assert any(expected in p for p in problems), (name, problems)
