@@ -8,7 +8,7 @@ export NPM_CONFIG_LOGLEVEL := error
 # One worker per core of the 2-core machines CI runs on; each loadgroup is built once.
 PYTEST := python -m pytest -n 2 --dist loadgroup
 
-.PHONY: setup setup-synth synth synth-all check format test test-fast snapshots bench
+.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench
 
 setup:
 	@scripts/bootstrap.sh test
@@ -22,6 +22,15 @@ synth: setup-synth
 
 synth-all: setup-synth
 	@for e in dev staging prod; do $(MAKE) --no-print-directory synth ENV=$$e || exit 1; done
+
+# The delivery pipeline (config/delivery/pipeline.yaml) with every environment as a Stage;
+# the pipeline's own synth step runs this after `make test`.
+synth-pipeline: setup-synth
+	@npx cdk synth -c pipeline=true --quiet --output cdk.out/pipeline
+
+# Once, from the tooling account; afterwards the pipeline updates itself from git.
+deploy-pipeline: setup-synth
+	@npx cdk deploy -c pipeline=true --output cdk.out/pipeline hyperpod-pipeline
 
 # The gate on the Python itself: lint (with import order), format and types.
 check: setup

@@ -7,11 +7,14 @@ exact finding (e.g. the one wildcard resource) where the rule reports one, and a
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import aws_cdk as cdk
 import jsii
 from aws_cdk import Acknowledgment, Validations
+from aws_cdk import aws_iam as iam
 from constructs import IConstruct, IValidation
 
 
@@ -79,3 +82,44 @@ def acknowledge_resource(construct: IConstruct, rule: str, reason: str, *, resou
     """Acknowledge `rule` on `construct` for exactly the policy resource `resource` (the same
     value, token included, that the policy statement uses)."""
     construct.node.add_validation(_AcknowledgeResolvedResource(construct, rule, reason, resource))
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeKnownWildcards:
+    def __init__(self, policy: iam.CfnPolicy, known: Sequence[tuple[re.Pattern[str], str]]) -> None:
+        self._policy = policy
+        self._known = known
+
+    def validate(self) -> list[str]:
+        document = cdk.Stack.of(self._policy).resolve(self._policy.policy_document)
+        for finding in _wildcard_findings(document):
+            for pattern, reason in self._known:
+                if pattern.fullmatch(finding):
+                    acknowledge(self._policy, "IAM5", reason, finding=finding)
+                    break
+        return []
+
+
+def _wildcard_findings(document: dict[str, Any]) -> set[str]:
+    """The IAM5 findings cdk-nag reports for `document`: each wildcard action and resource."""
+    findings: set[str] = set()
+    for statement in document.get("Statement", []):
+        for key, kind in (("Action", "Action"), ("Resource", "Resource")):
+            values = statement.get(key, [])
+            for value in values if isinstance(values, list) else [values]:
+                try:
+                    text = nag_resource_string(value)
+                except ValueError:
+                    continue  # a form written otherwise; never acknowledged here
+                if "*" in text:
+                    findings.add(f"{kind}::{text}")
+    return findings
+
+
+def acknowledge_known_wildcards(
+    policy: iam.CfnPolicy, known: Sequence[tuple[re.Pattern[str], str]]
+) -> None:
+    """Acknowledge IAM5 on `policy` for each wildcard finding that matches one of `known`
+    (pattern, reason); any other wildcard stays a finding. For policies a library generates
+    (CDK Pipelines' roles), whose findings carry generated logical IDs."""
+    policy.node.add_validation(_AcknowledgeKnownWildcards(policy, known))

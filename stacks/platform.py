@@ -81,6 +81,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     network = NetworkStack(
         scope,
         names.stack("network"),
+        stack_name=names.stack("network"),
         env=env,
         network=config.network,
         layout=loaded.layout,
@@ -89,6 +90,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     storage = StorageStack(
         scope,
         names.stack("storage"),
+        stack_name=names.stack("storage"),
         env=env,
         storage=config.storage,
         subnet=network.cluster_subnets[config.training_availability_zone],
@@ -98,6 +100,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     eks = EksStack(
         scope,
         names.stack("eks"),
+        stack_name=names.stack("eks"),
         env=env,
         eks=config.eks,
         cluster_name=names.eks_cluster,
@@ -112,6 +115,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     hyperpod = HyperPodStack(
         scope,
         names.stack("hyperpod"),
+        stack_name=names.stack("hyperpod"),
         env=env,
         hyperpod=config.hyperpod,
         cluster_name=names.hyperpod_cluster,
@@ -135,6 +139,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     cluster_addons = ClusterAddonsStack(
         scope,
         names.stack("cluster-addons"),
+        stack_name=names.stack("cluster-addons"),
         env=env,
         eks=config.eks,
         cluster_name=eks.cluster_name,
@@ -148,6 +153,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         governance = GovernanceStack(
             scope,
             names.stack("governance"),
+            stack_name=names.stack("governance"),
             env=env,
             governance=config.governance,
             eks=config.eks,

@@ -1,0 +1,329 @@
+"""The delivery pipeline (`hyperpod-pipeline`): CDK Pipelines deploying the environments of
+`config/delivery/pipeline.yaml` in order, from one branch, through a CodeConnections
+connection (no stored credentials).
+
+- Synth: one step that runs the project's test command (`make test`), then synthesizes the
+  pipeline app; a failing test or an unacknowledged cdk-nag finding stops everything.
+- Each environment is a Stage built by `build_platform`, the same function `cdk deploy`
+  uses, so it registers cdk-nag inside the Stage (validation plugins do not cross a Stage
+  boundary) and names its stacks exactly as `cdk deploy -c env=<name>` does.
+- Before each Stage: `hpctl guard --env <name>` compares a fresh synth with the templates
+  deployed in the target account (through the CDK bootstrap lookup role, read-only) and
+  stops the pipeline if a stateful resource would be deleted or replaced; then, where
+  configured, a person approves.
+- Failed executions and pending approvals notify an SNS topic encrypted with its own key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_codepipeline as codepipeline
+from aws_cdk import aws_codestarnotifications as notifications
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import pipelines
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+from config.delivery import LoadedPipeline
+from config.loader import LoadedEnvironment
+from config.schema.pipeline import PipelineConfig
+from platform_constructs.cfn_lint import ignore_cfn_lint
+from platform_constructs.l1 import default_resource
+from platform_constructs.nag import acknowledge_known_wildcards
+from platform_constructs.storage import AccessLogBucket
+from stacks.platform import PlatformStacks, build_platform, cdk_json_context
+
+PIPELINE_STACK_NAME = "hyperpod-pipeline"
+# The make targets the pipeline's CodeBuild steps run (see the Makefile).
+TEST_COMMAND = "make test"
+SYNTH_COMMAND = "make synth-pipeline"
+SYNTH_OUTPUT = "cdk.out/pipeline"  # where SYNTH_COMMAND writes the cloud assembly
+SETUP_COMMAND = "make setup"
+# CodeBuild image with Python 3.11/3.12 (what scripts/bootstrap.sh accepts).
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+ACCESS_LOG_RETENTION_DAYS = 365
+GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
+GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
+NOTIFIED_EVENTS = (
+    "codepipeline-pipeline-pipeline-execution-failed",
+    "codepipeline-pipeline-manual-approval-needed",
+)
+
+
+class PlatformStage(cdk.Stage):
+    """One environment, deployed by the pipeline exactly as `cdk deploy -c env=<name>`."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, loaded: LoadedEnvironment, **kwargs: Any
+    ) -> None:
+        config = loaded.config
+        super().__init__(
+            scope,
+            construct_id,
+            env=cdk.Environment(account=config.account, region=config.region),
+            **kwargs,
+        )
+        self.platform: PlatformStacks = build_platform(self, loaded)
+
+
+def lookup_role_arn(account: str, region: str) -> str:
+    """The read-only role `cdk bootstrap --trust` lets the pipeline account assume."""
+    qualifier = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    return (
+        f"arn:{cdk.Aws.PARTITION}:iam::{account}:role/"
+        f"cdk-{qualifier}-lookup-role-{account}-{region}"
+    )
+
+
+def guard_step(source: pipelines.IFileSetProducer, loaded: LoadedEnvironment) -> pipelines.Step:
+    """`hpctl guard --env <name>` with the target account's lookup role (CloudFormation
+    GetTemplate through its read-only policy); a destructive change fails the step."""
+    config = loaded.config
+    role = lookup_role_arn(config.account, config.region)
+    return pipelines.CodeBuildStep(
+        f"Guard-{config.environment}",
+        input=source,
+        commands=[
+            SETUP_COMMAND,
+            f"aws configure set profile.target.role_arn {role}",
+            "aws configure set profile.target.credential_source EcsContainer",
+            f"AWS_PROFILE=target .venv/bin/hpctl guard --env {config.environment}",
+        ],
+        role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role])],
+    )
+
+
+class PipelineStack(cdk.Stack):
+    """Exposes `pipeline`, `stages` (environment name -> PlatformStage) and `topic`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline: PipelineConfig,
+        environments: Sequence[LoadedEnvironment],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        source = pipelines.CodePipelineSource.connection(
+            pipeline.source.repository,
+            pipeline.source.branch,
+            connection_arn=pipeline.source.connection_arn,
+        )
+        self.pipeline = pipelines.CodePipeline(
+            self,
+            "Pipeline",
+            synth=pipelines.ShellStep(
+                "Synth",
+                input=source,
+                commands=[TEST_COMMAND, SYNTH_COMMAND],
+                primary_output_directory=SYNTH_OUTPUT,
+            ),
+            # Artifacts cross into the environment accounts: encrypted with a rotated key.
+            cross_account_keys=True,
+            enable_key_rotation=True,
+            code_build_defaults=pipelines.CodeBuildOptions(
+                build_environment=codebuild.BuildEnvironment(
+                    build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.LARGE
+                )
+            ),
+        )
+        self.stages: dict[str, PlatformStage] = {}
+        for loaded in environments:
+            name = loaded.config.environment
+            stage = PlatformStage(self, name, loaded=loaded)
+            guard = guard_step(source, loaded)
+            pre: list[pipelines.Step] = [guard]
+            if name in pipeline.approval_before:
+                approval = pipelines.ManualApprovalStep(
+                    f"Approve-{name}",
+                    comment=f"Deploy {name}? The guard found no stateful resource replaced.",
+                )
+                # A person approves only what the guard has passed.
+                approval.add_step_dependency(guard)
+                pre.append(approval)
+            self.pipeline.add_stage(stage, pre=pre)
+            self.stages[name] = stage
+        self.pipeline.build_pipeline()
+        self._log_artifact_access()
+        self._acknowledge_generated_grants()
+        self.pull_request_role = self._pull_request_role(pipeline, environments)
+        # CDK Pipelines writes the cross-account action role ARNs with Fn::Join (cfn-lint
+        # prefers Fn::Sub, same value) and a DependsOn on the role it also references.
+        ignore_cfn_lint(
+            default_resource(self.pipeline.pipeline, codepipeline.CfnPipeline), "E3703", "W3005"
+        )
+
+        key = kms.Key(
+            self,
+            "NotificationKey",
+            description="Pipeline notifications",
+            enable_key_rotation=True,
+        )
+        # CodeStar Notifications publishes to the encrypted topic.
+        key.grant(
+            iam.ServicePrincipal("codestar-notifications.amazonaws.com"),
+            "kms:GenerateDataKey*",
+            "kms:Decrypt",
+        )
+        self.topic = sns.Topic(self, "Notifications", master_key=key, enforce_ssl=True)
+        for email in pipeline.notify.emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        notifications.NotificationRule(
+            self,
+            "PipelineEvents",
+            source=self.pipeline.pipeline,
+            events=list(NOTIFIED_EVENTS),
+            targets=[self.topic],
+            detail_type=notifications.DetailType.BASIC,
+        )
+
+    def _log_artifact_access(self) -> None:
+        """Server access logs for the generated artifact bucket (it takes no log bucket)."""
+        logs = AccessLogBucket(
+            self,
+            "AccessLogs",
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            retention_days=ACCESS_LOG_RETENTION_DAYS,
+        )
+        artifacts = self.pipeline.pipeline.artifact_bucket
+        bucket = default_resource(artifacts, s3.CfnBucket)
+        bucket.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=logs.bucket_name, log_file_prefix="artifacts/"
+        )
+        logs.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["s3:PutObject"],
+                resources=[logs.arn_for_objects("artifacts/*")],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": artifacts.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                },
+            )
+        )
+
+    def _acknowledge_generated_grants(self) -> None:
+        artifacts = default_resource(self.pipeline.pipeline.artifact_bucket, s3.CfnBucket)
+        known = _generated_grants(self.get_logical_id(artifacts))
+        for policy in _policies(self.pipeline):
+            acknowledge_known_wildcards(policy, known)
+
+    def _pull_request_role(
+        self, pipeline: PipelineConfig, environments: Sequence[LoadedEnvironment]
+    ) -> iam.Role:
+        """What pull-request checks run as (GitHub OIDC, this repository's pull requests
+        only): assume each environment's read-only lookup role, for `hpctl guard --env`
+        and `cdk diff`. Nothing else; no stored keys."""
+        arn = pipeline.pull_requests.github_oidc_provider_arn
+        provider = (
+            iam.OidcProviderNative.from_oidc_provider_arn(self, "GitHubOidc", arn)
+            if arn
+            else iam.OidcProviderNative(
+                self,
+                "GitHubOidc",
+                url=GITHUB_OIDC_URL,
+                client_ids=[GITHUB_OIDC_AUDIENCE],
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+            )
+        )
+        issuer = GITHUB_OIDC_URL.removeprefix("https://")
+        role = iam.Role(
+            self,
+            "PullRequestRole",
+            description="Read-only plan of pull requests: guard and diff",
+            max_session_duration=cdk.Duration.hours(1),
+            assumed_by=iam.WebIdentityPrincipal(
+                provider.oidc_provider_arn,
+                conditions={
+                    "StringEquals": {
+                        f"{issuer}:aud": GITHUB_OIDC_AUDIENCE,
+                        f"{issuer}:sub": f"repo:{pipeline.source.repository}:pull_request",
+                    }
+                },
+            ),
+            inline_policies={
+                "AssumeLookupRoles": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=["sts:AssumeRole"],
+                            resources=[
+                                lookup_role_arn(e.config.account, e.config.region)
+                                for e in environments
+                            ],
+                        )
+                    ]
+                )
+            },
+        )
+        cdk.CfnOutput(self, "PullRequestRoleArn", value=role.role_arn)
+        return role
+
+
+def build_pipeline_app(
+    loaded: LoadedPipeline, *, app: cdk.App | None = None, outdir: str | None = None
+) -> tuple[cdk.App, PipelineStack]:
+    """The pipeline app (`-c pipeline=true`). cdk-nag is registered on the app for the
+    pipeline stack; each Stage registers its own for the environment's stacks."""
+    if app is None:
+        app = cdk.App(outdir=outdir, context={**cdk_json_context(), "pipeline": "true"})
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    config = loaded.config
+    stack = PipelineStack(
+        app,
+        PIPELINE_STACK_NAME,
+        env=cdk.Environment(account=config.account, region=config.region),
+        pipeline=config,
+        environments=loaded.environments,
+    )
+    return app, stack
+
+
+def _generated_grants(artifact_bucket: str) -> list[tuple[re.Pattern[str], str]]:
+    """The wildcards CDK Pipelines writes into the roles it generates, with why each is
+    acceptable; anything else stays a cdk-nag finding."""
+    return [
+        (
+            re.compile(r"Action::kms:(GenerateDataKey|ReEncrypt)\*"),
+            "CDK Pipelines grants its roles the pipeline's own artifact key (grant_encrypt_decrypt).",
+        ),
+        (
+            re.compile(r"Action::s3:(Abort|DeleteObject|GetBucket|GetObject|List)\*"),
+            "CDK Pipelines grants its roles read/write on the pipeline's own artifact bucket.",
+        ),
+        (
+            re.compile(rf"Resource::<{re.escape(artifact_bucket)}\.Arn>/\*"),
+            "Objects of the pipeline's own artifact bucket (keys are per execution).",
+        ),
+        (
+            re.compile(r"Resource::arn:[^:]+:logs:[^:]+:\d{12}:log-group:/aws/codebuild/.*"),
+            "CodeBuild projects write their own log groups, named after generated projects.",
+        ),
+        (
+            re.compile(r"Resource::arn:[^:]+:codebuild:[^:]+:\d{12}:report-group/.*"),
+            "CodeBuild projects write their own test reports, named after generated projects.",
+        ),
+        (
+            re.compile(r"Resource::arn:\*:iam::\d{12}:role/\*"),
+            "Self-mutation assumes only roles tagged aws-cdk:bootstrap-role (a condition).",
+        ),
+        (
+            re.compile(r"Resource::\*"),
+            "cloudformation:DescribeStacks, s3:ListBucket and codebuild:StartBuild of the "
+            "generated asset builds are not scoped by CDK Pipelines.",
+        ),
+    ]
+
+
+def _policies(scope: Construct) -> list[iam.CfnPolicy]:
+    return [c for c in scope.node.find_all() if isinstance(c, iam.CfnPolicy)]
