@@ -1,67 +1,27 @@
-"""What CloudFormation cannot change in place: the create-only properties of a resource type
-(from the provider schemas cfn-lint ships) plus the FSx ones those schemas leave out, and the
-FSx values of a synthesized environment at those paths."""
+"""The FSx values of a synthesized environment at the paths CloudFormation cannot change in
+place. The paths themselves, the provider schemas' create-only properties and the FSx ones
+those schemas leave out, live in `hpctl.replacement` (what `hpctl guard` checks); they are
+re-exported here for the stability tests."""
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
+from hpctl.replacement import (
+    DRA_REPLACEMENT_PATHS,
+    FSX_REPLACEMENT_PATHS,
+    create_only_paths,
+    dig,
+    replacement_paths,
+)
 from tests.support import SynthResult
 
-# AWS::FSx::FileSystem properties whose change replaces the file system (CloudFormation
-# reference, "Update requires: Replacement"), plus FileSystemTypeVersion, treated the same
-# here: a Lustre version change is an operation to plan, never a side effect of a deploy.
-# The provider schema's createOnlyProperties lists only the top-level ones; a test checks
-# this list still covers them.
-FSX_REPLACEMENT_PATHS: tuple[tuple[str, ...], ...] = (
-    ("FileSystemType",),
-    ("FileSystemTypeVersion",),
-    ("StorageType",),
-    ("SubnetIds",),
-    ("SecurityGroupIds",),
-    ("KmsKeyId",),
-    ("BackupId",),
-    ("LustreConfiguration", "DeploymentType"),
-    ("LustreConfiguration", "EfaEnabled"),
-    ("LustreConfiguration", "DriveCacheType"),
-    ("LustreConfiguration", "ImportPath"),
-    ("LustreConfiguration", "ExportPath"),
-    ("LustreConfiguration", "ImportedFileChunkSize"),
-)
-DRA_REPLACEMENT_PATHS: tuple[tuple[str, ...], ...] = (
-    ("FileSystemId",),
-    ("FileSystemPath",),
-    ("DataRepositoryPath",),
-    ("BatchImportMetaDataOnCreate",),
-)
-
-
-def dig(properties: dict[str, Any], path: tuple[str, ...]) -> object:
-    value: object = properties
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
-@functools.cache
-def create_only_paths(type_: str) -> list[tuple[str, ...]]:
-    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
-
-    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=type_)
-    paths = schema.schema.get("createOnlyProperties") or []
-    return [tuple(p.removeprefix("/properties/").split("/")) for p in paths]
-
-
-def replacement_paths(type_: str) -> list[tuple[str, ...]]:
-    """The provider schema's create-only properties, plus the nested FSx ones it omits."""
-    extra = {
-        "AWS::FSx::FileSystem": FSX_REPLACEMENT_PATHS,
-        "AWS::FSx::DataRepositoryAssociation": DRA_REPLACEMENT_PATHS,
-    }.get(type_, ())
-    return sorted(set(create_only_paths(type_)) | set(extra))
+__all__ = [
+    "DRA_REPLACEMENT_PATHS",
+    "FSX_REPLACEMENT_PATHS",
+    "create_only_paths",
+    "dig",
+    "fsx_replacement_values",
+    "replacement_paths",
+]
 
 
 def fsx_replacement_values(result: SynthResult) -> dict[str, object]:
