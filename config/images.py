@@ -51,9 +51,10 @@ EFA_DEVICE_PLUGIN_TAG = "v0.5.6"  # AWS HyperPod EKS reference architecture's pi
 NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin
 NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0"  # ditto
 
-# A private ECR registry: <12-digit account>.dkr.ecr.<region>.amazonaws.com[.cn]/...
+# A private ECR registry: <12-digit account>.dkr.ecr.<region>.<partition's domain>/...
 _PRIVATE_ECR = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/"
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\."
+    r"(?P<domain>amazonaws\.com(\.cn)?|c2s\.ic\.gov|sc2s\.sgov\.gov)/"
 )
 
 
@@ -77,11 +78,23 @@ def pinned_images(region: str) -> dict[str, str]:
     return images
 
 
+def _domain(region: str) -> str:
+    """The DNS domain of `region`'s partition (China: amazonaws.com.cn; ISO: their own)."""
+    if region.startswith("cn-"):
+        return "amazonaws.com.cn"
+    if region.startswith("us-isob-"):
+        return "sc2s.sgov.gov"
+    if region.startswith("us-iso-"):
+        return "c2s.ic.gov"
+    return "amazonaws.com"
+
+
 def is_private_ecr_in(image: str, region: str) -> bool:
-    """Whether `image` lives in a private ECR registry of `region`: the only registries the
-    VPC's ECR endpoints serve (other Regions and public registries need egress)."""
+    """Whether `image` lives in a private ECR registry of `region` (and its partition): the
+    only registries the VPC's ECR endpoints serve (other Regions, other partitions and
+    public registries need egress)."""
     match = _PRIVATE_ECR.match(image)
-    return match is not None and match["region"] == region
+    return match is not None and match["region"] == region and match["domain"] == _domain(region)
 
 
 def needed_components(*, accelerators: set[str], efa: bool) -> tuple[str, ...]:
@@ -109,13 +122,19 @@ def image_problems(
     efa: bool,
     overrides: dict[str, str],
     https_egress: bool,
+    account: str = "<account>",
 ) -> list[tuple[str, str]]:
     """(field path, one-line message) for each image the cluster's nodes would fail to get.
 
     `accelerators`: the accelerator kinds of the configured instance types ("nvidia",
     "neuron"; others are ignored). `efa`: some instance group has EFA interfaces.
     `https_egress`: nodes have deliberate HTTPS egress (network.https_egress_cidrs), e.g.
-    to a registry proxy. An override is the operator's explicit choice and is not judged.
+    to a registry proxy. `account`: the environment's account, named in messages.
+
+    An override is the operator's explicit choice and is not judged, except one in another
+    Region's or partition's private ECR: the VPC's ECR endpoints serve this Region's
+    registries only, and a copy in this Region is the fix (a proxy in https_egress_cidrs
+    does not excuse it: every node would pull across Regions).
     """
     defaults = pinned_images(region)
     problems: list[tuple[str, str]] = []
@@ -140,4 +159,20 @@ def image_problems(
                     "in network.https_egress_cidrs",
                 )
             )
+    for name, image in overrides.items():
+        match = _PRIVATE_ECR.match(image)
+        if match is None or is_private_ecr_in(image, region):
+            continue
+        if match["domain"] != _domain(region):
+            where = f"{match['region']}, another partition ({match['domain']})"
+        else:
+            where = match["region"]
+        problems.append(
+            (
+                f"eks.image_overrides.{name}",
+                f"{image} is in the ECR of {where}, which nodes in {region} cannot pull "
+                f"through this VPC's ECR endpoints; copy it into ECR in {region} "
+                f"({account}.dkr.ecr.{region}.{_domain(region)}) and point the override there",
+            )
+        )
     return problems

@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml  # TEMP until loader exposes read_yaml
 from pydantic import ValidationError
 
 from config.errors import ConfigError, problem_lines
-from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment
+from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment, read_document
 from config.schema.pipeline import PipelineConfig
 
 PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yaml"
@@ -28,12 +27,12 @@ class LoadedPipeline:
 def load_pipeline(path: Path = PIPELINE_FILE, config_dir: Path = CONFIG_DIR) -> LoadedPipeline:
     """The pipeline file and every environment it deploys, each validated like `cdk synth`."""
     source = str(path)
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data, scalar_text = read_document(path)
     if not isinstance(data, dict):
         raise ConfigError(source, ["(top level): expected a mapping of settings"])
     try:
         config = PipelineConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, problem_lines(error)) from None
+        raise ConfigError(source, problem_lines(error, scalar_text=scalar_text)) from None
     environments = tuple(load_environment(name, config_dir) for name in config.environments)
     return LoadedPipeline(config=config, environments=environments, source=path)

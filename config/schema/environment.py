@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
@@ -12,6 +13,7 @@ from config.errors import FieldError
 from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES
 from config.names import PlatformNames
+from config.regions import availability_zones
 from config.schema.base import Name, Strict
 from config.schema.eks import EksConfig
 from config.schema.governance import (
@@ -25,6 +27,20 @@ from config.schema.network import NetworkConfig
 from config.schema.storage import StorageConfig
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+# Characters AWS tag keys and values take: the pattern of the Resource Groups Tagging API
+# and most services' Tag shapes, ^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$ (Unicode letters,
+# separators such as spaces, and numbers, plus these). Some services take more; the stack
+# tags land on every resource, so the common set is the one that deploys everywhere.
+_TAG_PUNCTUATION = "_.:/=+-@"
+_TAG_CHARACTERS = "letters, digits, spaces and _ . : / = + - @"
+
+
+def _tag_refusal(text: str) -> str | None:
+    """The first character of `text` AWS tags refuse, as the message shows it."""
+    for char in text:
+        if unicodedata.category(char)[0] not in "LZN" and char not in _TAG_PUNCTUATION:
+            return repr(char)
+    return None
 
 
 class EnvironmentConfig(Strict):
@@ -57,6 +73,15 @@ class EnvironmentConfig(Strict):
                 raise ValueError(f"{key!r}: the aws: prefix is reserved for AWS; drop it")
             if not 1 <= len(key) <= 128 or len(tag) > 256:
                 raise ValueError(f"{key!r}: keys take 1-128 characters and values at most 256")
+            for what, refused in (
+                (f"key {key!r}", _tag_refusal(key)),
+                (f"{key!r}: value {tag!r}", _tag_refusal(tag)),
+            ):
+                if refused is not None:
+                    raise ValueError(
+                        f"{what} has {refused}, which AWS tags do not take; use only "
+                        f"{_TAG_CHARACTERS}"
+                    )
         return value
 
     @field_validator("region")
@@ -81,6 +106,13 @@ class EnvironmentConfig(Strict):
                     f"network.availability_zones[{index}]",
                     f"{az}: AZ letters a-{MAX_AZ_LETTER} own the fixed subnet slots; use an AZ "
                     f"from {self.region}a to {self.region}{MAX_AZ_LETTER}",
+                )
+            region_azs = availability_zones(self.region)
+            if region_azs is not None and az not in region_azs:
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az} does not exist: {self.region} has {', '.join(region_azs)}; "
+                    "use one of those",
                 )
         for index, az in enumerate(self.hyperpod.availability_zones):
             if az not in network_azs:
@@ -134,6 +166,7 @@ class EnvironmentConfig(Strict):
             efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
             overrides=dict(self.eks.image_overrides),
             https_egress=bool(self.network.https_egress_cidrs),
+            account=self.account,
         ):
             raise FieldError(path, message)
         if self.governance is not None:

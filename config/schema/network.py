@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 
@@ -9,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from config.capacity import MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX
 from config.errors import FieldError
+from config.regions import INTERFACE_ENDPOINT_SERVICES
 from config.schema.base import RFC1918, Cidr, Strict, log_retention, unique
 
 # Interface endpoints nodes and the kubectl handler cannot work without (no internet egress).
@@ -105,6 +107,8 @@ class NetworkConfig(Strict):
                     f"{service!r} is not an endpoint service name; write the part after "
                     "com.amazonaws.<region>. (e.g. ecr.api)"
                 )
+            if service not in INTERFACE_ENDPOINT_SERVICES:
+                raise ValueError(_unknown_service(service))
         if "s3" in value:
             raise ValueError(
                 "'s3' is served by the S3 gateway endpoint the network always creates; "
@@ -160,3 +164,13 @@ class NetworkConfig(Strict):
                     f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10",
                 )
         return self
+
+
+def _unknown_service(service: str) -> str:
+    close = difflib.get_close_matches(service, sorted(INTERFACE_ENDPOINT_SERVICES), n=3)
+    guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return (
+        f"{service!r} is not a known interface endpoint service{guess}; use one listed in "
+        "config/regions.py (add it there if AWS offers com.amazonaws.<region>."
+        f"{service})"
+    )
