@@ -20,7 +20,7 @@ _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
 VERSION_FORMAT = "vMAJOR.MINOR.PATCH-eksbuild.N"
 
 Version = tuple[int, int, int]
-AddonStack = Literal["eks", "cluster-addons", "governance"]
+AddonStack = Literal["eks", "cluster-addons", "governance", "observability"]
 
 
 def parse_version(version: str) -> Version | None:
@@ -117,6 +117,20 @@ _TABLE = (
         minimum=(1, 5, 0),
         stack="governance",
     ),
+    # Scrapes the cluster (DCGM, EFA, node, Kueue, training operator) and remote-writes to
+    # the environment's managed Prometheus workspace; needs running nodes and the pod
+    # identity agent (HyperPod observability add-on setup guide). v1.0.5 is the first
+    # build that tolerates restricted nodes (the add-on's troubleshooting guide).
+    Addon(
+        name="amazon-sagemaker-hyperpod-observability",
+        version="v1.0.5-eksbuild.1",
+        minimum=(1, 0, 5),
+        stack="observability",
+        service_account=ServiceAccount(
+            namespace="hyperpod-observability",
+            name="hyperpod-observability-operator-otel-collector",
+        ),
+    ),
 )
 
 ADDONS: Mapping[str, Addon] = MappingProxyType({addon.name: addon for addon in _TABLE})
@@ -126,3 +140,4 @@ KUBE_PROXY = "kube-proxy"
 FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
 TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
+OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"

@@ -272,7 +272,9 @@ app.command("guard", cls=OneLineUsageErrors)(guard)
 app.command("preflight", cls=OneLineUsageErrors)(preflight)
 app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
 app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
-app.add_typer(cluster_app, name="cluster", help="Cluster status, health, nodes, reboot and replace.")
+app.add_typer(
+    cluster_app, name="cluster", help="Cluster status, health, nodes, reboot and replace."
+)
 
 
 def main(argv: list[str] | None = None) -> None:

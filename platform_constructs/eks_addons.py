@@ -102,6 +102,7 @@ class AddonWithPodIdentity(Construct):
         service_account: ServiceAccount,
         description: str,
         statements: Sequence[iam.PolicyStatement],
+        configuration: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.identity = PodIdentity(
@@ -113,7 +114,12 @@ class AddonWithPodIdentity(Construct):
             statements=statements,
         )
         self.addon = PinnedAddon(
-            self, "Addon", cluster_name=cluster_name, addon_name=addon_name, version=version
+            self,
+            "Addon",
+            cluster_name=cluster_name,
+            addon_name=addon_name,
+            version=version,
+            configuration=configuration,
         )
         self.addon.node.add_dependency(self.identity)
 

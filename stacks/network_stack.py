@@ -52,6 +52,10 @@ class NetworkStack(cdk.Stack):
         self.efa_security_group: ec2.ISecurityGroup = cluster_network.efa_security_group
         self.endpoint_security_group: ec2.ISecurityGroup = cluster_network.endpoint_security_group
         self.s3_prefix_list_id: str = cluster_network.s3_prefix_list_id
+        # AZ -> NAT gateway ID, for the alarms on them.
+        self.nat_gateway_ids: dict[str, str] = {
+            az: gateway.ref for az, gateway in cluster_network.nat_gateways.items()
+        }
 
         # For operators and scripts (`aws cloudformation describe-stacks`); other stacks use
         # the attributes above.

@@ -24,6 +24,7 @@ from stacks.eks_stack import EksStack
 from stacks.governance_stack import GovernanceStack
 from stacks.hyperpod_stack import HyperPodStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.storage_stack import StorageStack
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -37,6 +38,7 @@ class PlatformStacks:
     hyperpod: HyperPodStack
     cluster_addons: ClusterAddonsStack
     governance: GovernanceStack | None
+    observability: ObservabilityStack | None
 
     def by_name(self) -> dict[str, cdk.Stack]:
         """Short name ("network", "cluster_addons", ...) -> stack, for the stacks built."""
@@ -47,6 +49,7 @@ class PlatformStacks:
             "hyperpod": self.hyperpod,
             "cluster_addons": self.cluster_addons,
             "governance": self.governance,
+            "observability": self.observability,
         }
         return {name: stack for name, stack in stacks.items() if stack is not None}
 
@@ -171,6 +174,24 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         governance.add_stack_dependency(
             cluster_addons, "Kueue runs on nodes with cluster DNS; claims need the FSx driver"
         )
+    observability = None
+    if config.observability is not None:
+        observability = ObservabilityStack(
+            scope,
+            names.stack("observability"),
+            stack_name=names.stack("observability"),
+            env=env,
+            observability=config.observability,
+            eks=config.eks,
+            eks_cluster_name=eks.cluster_name,
+            file_system=file_system,
+            nat_gateway_ids=network.nat_gateway_ids,
+            removal_policy=removal_policy,
+        )
+        # The collector runs on the nodes, next to the cluster add-ons it scrapes.
+        observability.add_stack_dependency(cluster_addons, "the collector needs running nodes")
+        if governance is not None:
+            observability.add_stack_dependency(governance, "Kueue metrics need Kueue")
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(
@@ -180,4 +201,5 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         hyperpod=hyperpod,
         cluster_addons=cluster_addons,
         governance=governance,
+        observability=observability,
     )

@@ -23,7 +23,8 @@ from config.schema.governance import (
     quota_problems,
 )
 from config.schema.hyperpod import HyperPodConfig
-from config.schema.network import NetworkConfig
+from config.schema.network import PROMETHEUS_ENDPOINT, NetworkConfig
+from config.schema.observability import GRAFANA_REGIONS, ObservabilityConfig
 from config.schema.storage import StorageConfig
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
@@ -59,6 +60,11 @@ class EnvironmentConfig(Strict):
         default=None,
         description="Task governance: priority classes and the teams sharing the cluster. "
         "Without it, every job runs unqueued and unprioritised.",
+    )
+    observability: ObservabilityConfig | None = Field(
+        default=None,
+        description="Managed Prometheus, the HyperPod observability add-on and CloudWatch "
+        "alarms. Without it, nothing watches the cluster.",
     )
 
     @field_validator("tags")
@@ -171,7 +177,29 @@ class EnvironmentConfig(Strict):
             raise FieldError(path, message)
         if self.governance is not None:
             self._check_governance(self.governance)
+        if self.observability is not None:
+            self._check_observability(self.observability)
         return self
+
+    def _check_observability(self, observability: ObservabilityConfig) -> None:
+        # Nodes have no internet egress: remote write goes through the workspace endpoint.
+        if PROMETHEUS_ENDPOINT not in self.network.interface_endpoints:
+            raise FieldError(
+                "network.interface_endpoints",
+                f"observability writes to Amazon Managed Prometheus through the "
+                f"{PROMETHEUS_ENDPOINT} endpoint; add {PROMETHEUS_ENDPOINT}",
+            )
+        if observability.metrics.task_governance == "ADVANCED" and self.governance is None:
+            raise FieldError(
+                "observability.metrics.task_governance",
+                "Kueue metrics need task governance; add a governance section or set DISABLED",
+            )
+        if observability.grafana and self.region not in GRAFANA_REGIONS:
+            raise FieldError(
+                "observability.grafana",
+                f"Amazon Managed Grafana is not offered in {self.region} (it is in "
+                f"{', '.join(sorted(GRAFANA_REGIONS))}); set grafana: false",
+            )
 
     def _check_governance(self, governance: GovernanceConfig) -> None:
         if self.region not in GOVERNANCE_REGIONS:

@@ -18,6 +18,9 @@ REQUIRED_ENDPOINTS: tuple[str, ...] = (
     "ec2", "ecr.api", "ecr.dkr", "eks", "eks-auth", "lambda", "logs", "sts",
 )  # fmt: skip
 
+# Prometheus remote write (the observability add-on) goes through this endpoint.
+PROMETHEUS_ENDPOINT = "aps-workspaces"
+
 # Interface endpoint service names as written after "com.amazonaws.<region>." (ecr.api).
 _ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
 # https_egress_cidrs is for narrow, deliberate exceptions; anything wider than a /8 (and
@@ -63,7 +66,7 @@ class NetworkConfig(Strict):
             "ssmmessages",
             "ec2messages",
             "sts",
-            "aps-workspaces",
+            PROMETHEUS_ENDPOINT,
             "fsx",
         ],
         description="Interface endpoints nodes use instead of internet egress.",

@@ -240,6 +240,7 @@ def test_unknown_environment_is_one_line() -> None:
 def test_environment_without_governance_is_one_line(config_dir: Path) -> None:
     data = environment_data("dev")
     del data["governance"]
+    data["observability"]["metrics"]["task_governance"] = "DISABLED"  # Kueue metrics need it
     _write(config_dir, "nogov", data)
     expect_failure(
         "teams",

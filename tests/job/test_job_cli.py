@@ -178,6 +178,7 @@ def test_environment_without_governance(config_dir: Any) -> None:
     data = environment_data("dev")
     data["environment"] = "nogov"
     del data["governance"]
+    data["observability"]["metrics"]["task_governance"] = "DISABLED"  # Kueue metrics need it
     config_dir("nogov", data)
     _fails(
         *ARGS,

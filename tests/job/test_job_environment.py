@@ -296,7 +296,11 @@ def test_default_name_stays_a_valid_job_name(team: str, expected: str) -> None:
 
 
 def test_environment_without_governance() -> None:
-    config = _variant("dev", lambda d: d.pop("governance"))
+    def without_governance(d: dict[str, Any]) -> None:
+        del d["governance"]
+        d["observability"]["metrics"]["task_governance"] = "DISABLED"  # Kueue metrics need it
+
+    config = _variant("dev", without_governance)
     (line,) = _problems(config, team="sandbox", instance_group="gpu-g5")
     assert line.startswith("--env: dev has no governance section")
     assert "add one to config/dev.yaml" in line

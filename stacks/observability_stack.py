@@ -1,0 +1,131 @@
+"""Observability of one environment: the managed Prometheus workspace with the repository's
+alert rules and Alertmanager, the HyperPod observability add-on writing to it (its collector
+gets `aps:RemoteWrite` on this workspace only, through EKS Pod Identity), CloudWatch alarms
+and EventBridge rules, and the alarm topic they all notify.
+
+Deployed after the cluster add-ons: the add-on needs running nodes (HyperPod observability
+add-on setup guide: at least one node before installing) and the pod identity agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from config.addons import ADDONS, OBSERVABILITY
+from config.schema import EksConfig
+from config.schema.observability import ObservabilityConfig
+from platform_constructs.alarms import PlatformAlarms
+from platform_constructs.eks_addons import AddonWithPodIdentity
+from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.monitoring import (
+    AlarmTopic,
+    GrafanaWorkspace,
+    PrometheusWorkspace,
+    RuleGroups,
+)
+from platform_constructs.observability import rule_files
+
+# The workspace's own log group (alert and rule evaluation errors).
+WORKSPACE_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
+
+
+def addon_configuration(
+    observability: ObservabilityConfig, *, workspace_arn: str, remote_write_base: str
+) -> dict[str, Any]:
+    """The add-on's configurationValues (keys as in AWS's HyperPod observability template)."""
+    levels = observability.metrics
+    interval = observability.scrape_interval_s
+
+    def category(level: str) -> dict[str, Any]:
+        return {"level": level, "scrapeInterval": interval}
+
+    return {
+        "ampWorkspace": {"prometheusEndpoint": remote_write_base, "arn": workspace_arn},
+        "metricsProvider": {
+            "trainingMetrics": category(levels.training),
+            "customMetrics": category(levels.cluster),
+            "nodeMetrics": category(levels.node),
+            "acceleratedComputeMetrics": category(levels.accelerated_compute),
+            "networkMetrics": category(levels.network),
+            "taskGovernanceMetrics": category(levels.task_governance),
+            "scalingMetrics": category(levels.scaling),
+        },
+        # Container logs stay with HyperPod's own log delivery.
+        "logging": {"enabled": False},
+    }
+
+
+class ObservabilityStack(cdk.Stack):
+    """Exposes `topic`, `workspace`, `addon`, `alarms` and `grafana` (None unless asked)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        observability: ObservabilityConfig,
+        eks: EksConfig,
+        eks_cluster_name: str,
+        file_system: LustreFileSystem,
+        nat_gateway_ids: Mapping[str, str],
+        removal_policy: cdk.RemovalPolicy,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        alarm_topic = AlarmTopic(
+            self, "AlarmTopic", emails=observability.alarm_emails, removal_policy=removal_policy
+        )
+        self.topic = alarm_topic.topic
+        self.workspace = PrometheusWorkspace(
+            self,
+            "Prometheus",
+            key=alarm_topic.key,
+            topic=self.topic,
+            rules=RuleGroups(
+                files={path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
+            ),
+            retention_days=observability.prometheus_retention_days,
+            log_retention=WORKSPACE_LOG_RETENTION,
+            removal_policy=removal_policy,
+        )
+        addon = ADDONS[OBSERVABILITY]
+        if addon.service_account is None:
+            raise ValueError(f"{OBSERVABILITY}: its table row must name the collector's account")
+        self.addon = AddonWithPodIdentity(
+            self,
+            "ObservabilityAddon",
+            cluster_name=eks_cluster_name,
+            addon_name=addon.name,
+            version=eks.addon_version(addon.name),
+            service_account=addon.service_account,
+            description="HyperPod observability collector: remote write to this workspace",
+            statements=[
+                iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.arn])
+            ],
+            configuration=addon_configuration(
+                observability,
+                workspace_arn=self.workspace.arn,
+                remote_write_base=self.workspace.remote_write_base,
+            ),
+        )
+        self.grafana = (
+            GrafanaWorkspace(self, "Grafana", prometheus_workspace_arn=self.workspace.arn)
+            if observability.grafana
+            else None
+        )
+        self.alarms = PlatformAlarms(
+            self,
+            "Alarms",
+            topic=self.topic,
+            eks_cluster_name=eks_cluster_name,
+            file_system_id=file_system.file_system_id,
+            file_system_capacity_gib=file_system.capacity_gib,
+            fsx_free_percent=observability.fsx_free_capacity_percent,
+            nat_gateway_ids=nat_gateway_ids,
+        )
