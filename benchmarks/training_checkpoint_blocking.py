@@ -4,8 +4,8 @@ Single process (gloo, world size 1) on CPU, a Llama-style model whose parameters
 moments are ~1.3 GB. Both paths write the same state to the same kind of directory:
 
 * sync:  ``dcp.save`` of the full state (the time training would stand still);
-* async: the trainer's CheckpointManager as used in training: the ``async_save`` call plus any
-  wait for the background staging copy before the next optimizer update. The copy overlaps
+* async: the trainer's CheckpointManager as used in training: the save call plus any wait
+  for the background staging copy before the next optimizer update. The copy overlaps
   the next step's forward/backward, which is really executed here.
 
 Prints one JSON line; blocking_ratio = async_blocking_s / sync_blocking_s (target <= 0.05).
@@ -71,7 +71,8 @@ def main() -> int:
     try:
         trainer = Trainer(cfg, out, info)
         ckpt = trainer.checkpointer
-        trainer.train_step()  # materialises AdamW moments: the state is now full size
+        ckpt.prepare_staging()  # as Trainer.run: staging buffers, allocated in the background
+        trainer.train_step()
         state_bytes = sum(
             t.numel() * t.element_size()
             for t in list(trainer.model.parameters())

@@ -70,8 +70,9 @@ def main() -> int:
         faults = []
         for a in attempts:
             kill = a.get("chaos_kill")
-            nxt = records.get(a["attempt"] + 1)
-            prev = records.get(a["attempt"])
+            # Ledger records are numbered like the launcher's job-wide attempts.
+            nxt = records.get(a["job_attempt"] + 1)
+            prev = records.get(a["job_attempt"])
             if not kill or nxt is None or prev is None or nxt.first_step_unix is None:
                 continue
             faults.append(

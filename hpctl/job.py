@@ -87,8 +87,9 @@ AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads 
 TRAINER_MODULE = "training.train"
 CONTAINER_NAME = "trainer"
 REPLICA_NAME = "worker"
-# Where the trainer (training/managed_tier.py) reads the S3 tier of managed tiered
-# checkpointing; the value comes from the team's ConfigMap (the bucket is named at deploy time).
+# The S3 tier of managed tiered checkpointing, from the team's ConfigMap (the bucket is named
+# at deploy time) into this variable, which Kubernetes expands into the trainer's
+# `--set checkpoint.managed_s3_path=$(HPTRAIN_MANAGED_S3_PATH)` argument.
 MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
 
 # Share of a node's vCPUs and memory the trainer requests: the rest stays for the kubelet's
@@ -499,8 +500,6 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         "NCCL_DEBUG": "WARN",
         # Bootstrap over the pod's interface, never loopback or a bridge.
         "NCCL_SOCKET_IFNAME": "^lo,docker",
-        # The trainer's managed-tier namespace: the same on every restart, unique per job.
-        "HPTRAIN_JOB_NAME": spec.name,
     }
     if instance.supports_efa:
         env["FI_PROVIDER"] = "efa"
@@ -565,6 +564,11 @@ def trainer_args(spec: JobSpec) -> list[str]:
         # storage can serve it ("auto" would pick it everywhere).
         "checkpoint.fast_backend": "managed" if spec.managed_fast_tier else "local",
     }
+    if spec.managed_fast_tier:
+        # The library's namespace: the same on every restart, unique per job.
+        overrides["checkpoint.managed_namespace"] = spec.name
+        # Kubernetes expands $(VAR) in args from the container's env (the ConfigMap value).
+        overrides["checkpoint.managed_s3_path"] = f"$({MANAGED_S3_PATH_ENV})"
     args = ["--preset", spec.preset, "--out", spec.out_dir]
     for key, value in overrides.items():
         args += ["--set", f"{key}={value}"]

@@ -1,30 +1,33 @@
-"""Tiered, atomically committed DCP checkpoints.
+"""CheckpointManager: when to save, the background save and commit, keep-last-k and resume.
 
-Layout of one tier root::
+The parts it puts together, each testable alone:
 
-    step_00000020.tmp-<nonce>/   being written (never loaded; removed at the next start)
-    step_00000020/               committed: DCP shards + .metadata + manifest.json + COMMITTED
+* checkpoint_format: directory layout, manifest (with the run identity), commit, validation;
+* checkpoint_planning: node-local save planning and the files a load reads;
+* checkpoint_tiers: the fast and durable tiers (a directory, or managed tiered checkpointing);
+* checkpoint_staging: the run-long staging buffers (pinned on GPU hosts);
+* run_identity: which config changes a resume may make.
 
-Commit protocol: every rank writes its shards into the tmp directory (DCP), hashes the files
-it wrote, and the hashes are gathered to rank 0, which writes manifest.json, the COMMITTED
-marker and renames the directory. The rename is the atomic commit point on a POSIX
-filesystem; the marker covers stores without atomic rename. When the tier is node-local
-(one directory per node), rank 0 broadcasts the manifest and DCP metadata and the first rank
-of every other node commits its own copy the same way.
+Save: the state is copied into the staging buffers in the background while the next step's
+forward/backward runs (the optimizer update waits for the copy), then written with DCP and
+committed on a background thread; one checkpoint is in flight at a time. Commit protocol:
+every rank writes its shards into a tmp directory, hashes the files it wrote, and the hashes
+are gathered to rank 0, which writes manifest.json and the COMMITTED marker and renames the
+directory. When the tier is node-local, rank 0 sends each node its own manifest and DCP
+metadata and the first rank of every other node commits that node's copy. A failed write
+or commit is reported on every rank and its tmp directory removed, so the next checkpoint
+starts clean.
 
-Loading validates (marker, manifest, DCP metadata, sizes and sha256 of the files each rank
-wrote), agrees across ranks on the newest step valid everywhere and across both tiers, and
-falls back to older checkpoints if a load still fails.
+Resume: the newest checkpoint, across both tiers, that every rank validates and whose run
+identity allows this job to continue it; a failed load falls back to the next one. When
+checkpoints exist but none can be used the job stops (IncompatibleCheckpointError, one line
+naming each checkpoint and why) instead of silently training from step 0 over them;
+start_fresh discards them deliberately.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
-import os
-import pickle
-import re
 import secrets
 import shutil
 import sys
@@ -38,54 +41,45 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import (
-    AsyncCheckpointerType,
-    AsyncSaveResponse,
-)
-from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
-from torch.distributed.checkpoint.storage import WriteResult
 
-from training import fileio, managed_tier
+from training.checkpoint_format import (
+    DCP_METADATA,
+    DURABLE,
+    FAST,
+    TIER_PRIORITY,
+    CheckpointRef,
+    build_manifest,
+    clean_stale,
+    commit_dir,
+    files_written_by,
+    list_committed,
+    prune,
+    read_manifest,
+    remove_checkpoint,
+    step_dir_name,
+    tmp_dir_name,
+    validate_checkpoint,
+)
+from training.checkpoint_planning import files_read_by, node_metadata
+from training.checkpoint_staging import StateStager
+from training.checkpoint_tiers import Tier, open_tiers
 from training.config import CheckpointConfig
+from training.fileio import write_bytes_durably
 from training.metrics import log_checkpoint
-
-FAST, DURABLE = "fast", "durable"
-TIERS = (FAST, DURABLE)
-# For the same step the fast tier is preferred: it is quicker to read back.
-TIER_PRIORITY = {FAST: 0, DURABLE: 1}
-MANIFEST = "manifest.json"
-COMMITTED = "COMMITTED"
-DCP_METADATA = ".metadata"
-MANIFEST_VERSION = 1
-_STEP_RE = re.compile(r"^step_(\d{8})$")
-_TMP_RE = re.compile(r"^step_\d{8}\.tmp-[0-9A-Za-z]+$")
-_TRASH_PREFIX = ".trash-"
-_SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")
+from training.run_identity import Change, RunIdentity, compare, describe
 
 
 class IncompatibleCheckpointError(RuntimeError):
-    """An intact checkpoint that belongs to a different job configuration."""
+    """Checkpoints this job must not continue from, or must not train over: bad input."""
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
-
-
-@dataclass(frozen=True)
-class CheckpointRef:
-    tier: str
-    step: int
-    path: Path
+class CheckpointFailedError(RuntimeError):
+    """A checkpoint that did not commit (the same message on every rank)."""
 
 
 def warn(msg: str) -> None:
@@ -98,210 +92,6 @@ def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     cause = next((ln for ln in reversed(text) if ln and not ln.startswith(" ")), type(e).__name__)
     return f"{type(e).__name__}: {cause}"
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def list_committed(root: Path, tier: str) -> list[CheckpointRef]:
-    """Committed checkpoints of a tier, newest first (by name and marker only, no validation)."""
-    if not root.is_dir():
-        return []
-    refs = []
-    for entry in root.iterdir():
-        m = _STEP_RE.match(entry.name)
-        if m and entry.is_dir() and (entry / COMMITTED).is_file():
-            refs.append(CheckpointRef(tier, int(m.group(1)), entry))
-    return sorted(refs, key=lambda r: r.step, reverse=True)
-
-
-def files_written_by(ckpt_dir: Path, rank: int) -> dict[str, dict[str, Any]]:
-    """Manifest entries for the files `rank` wrote: its DCP shards, plus .metadata for rank 0."""
-    entries: dict[str, dict[str, Any]] = {}
-    for p in sorted(ckpt_dir.iterdir()):
-        m = _SHARD_RE.match(p.name)
-        owner = int(m.group(1)) if m else (0 if p.name == DCP_METADATA else None)
-        if owner == rank:
-            entries[p.name] = {"rank": rank, "size": p.stat().st_size, "sha256": sha256_file(p)}
-    return entries
-
-
-def build_manifest(
-    step: int, tier: str, world_size: int, entries: list[dict[str, dict[str, Any]]]
-) -> dict[str, Any]:
-    files: dict[str, dict[str, Any]] = {}
-    for per_rank in entries:
-        files.update(per_rank)
-    return {
-        "version": MANIFEST_VERSION,
-        "step": step,
-        "tier": tier,
-        "world_size": world_size,
-        "created_unix": time.time(),
-        "files": files,
-    }
-
-
-def commit_dir(tmp_dir: Path, final_dir: Path, manifest: dict[str, Any]) -> None:
-    """Manifest, marker, then the rename that makes the checkpoint visible."""
-    fileio.write_json_atomic(tmp_dir / MANIFEST, manifest, indent=1, sort_keys=True)
-    fileio.write_bytes_durably(tmp_dir / COMMITTED, f"{manifest['step']}\n".encode())
-    fileio.fsync_dir(tmp_dir)
-    if final_dir.exists():
-        # A checkpoint of the same step from an earlier attempt (e.g. a restart that redid
-        # this step): replace it, retiring the old one first so no mix of both is visible.
-        remove_checkpoint(final_dir)
-    os.rename(tmp_dir, final_dir)
-    fileio.fsync_dir(final_dir.parent)
-
-
-def remove_checkpoint(path: Path) -> None:
-    """Drops the marker first so a half-deleted directory is never taken for a checkpoint."""
-    try:
-        (path / COMMITTED).unlink(missing_ok=True)
-        trash = path.with_name(f"{_TRASH_PREFIX}{path.name}-{secrets.token_hex(4)}")
-        os.rename(path, trash)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-def prune(root: Path, tier: str, keep: int) -> list[int]:
-    """Keep-last-k: removes all but the `keep` newest committed checkpoints; returns their steps."""
-    removed: list[int] = []
-    for ref in list_committed(root, tier)[keep:]:
-        remove_checkpoint(ref.path)
-        removed.append(ref.step)
-    return removed
-
-
-def clean_stale(root: Path) -> list[str]:
-    """Removes uncommitted tmp and trash directories left by a killed attempt."""
-    removed: list[str] = []
-    if not root.is_dir():
-        return removed
-    for entry in root.iterdir():
-        if entry.is_dir() and (_TMP_RE.match(entry.name) or entry.name.startswith(_TRASH_PREFIX)):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
-
-
-def files_read_by(path: Path, state_dict: dict[str, Any]) -> set[str]:
-    """Files a DCP load of `state_dict` from `path` reads, from its load plan and metadata.
-
-    Raises when the metadata does not load or does not cover `state_dict` (the load would
-    fail the same way).
-    """
-    metadata = FileSystemReader(str(path)).read_metadata()
-    planner = DefaultLoadPlanner()
-    planner.set_up_planner(state_dict, metadata, is_coordinator=False)
-    plan = planner.create_local_plan()
-    storage = metadata.storage_data
-    return {storage[item.storage_index].relative_path for item in plan.items}
-
-
-def validate_checkpoint(
-    path: Path, rank: int, verify_checksums: bool = True, reads: set[str] | None = None
-) -> tuple[bool, str]:
-    """Checks a committed checkpoint from the point of view of one rank.
-
-    Each rank verifies the files it wrote, the DCP metadata and, given `reads` (the files
-    its load plan reads, see files_read_by), every file it will read, which includes
-    replicated state another rank of its node wrote. Other nodes' files are not needed, so
-    this also works for node-local tiers where a rank cannot see them.
-    """
-    m = _STEP_RE.match(path.name)
-    if not m:
-        return False, "not a committed checkpoint directory name"
-    if not (path / COMMITTED).is_file():
-        return False, "COMMITTED marker missing"
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError) as e:
-        return False, f"manifest unreadable: {e}"
-    if manifest.get("version") != MANIFEST_VERSION or manifest.get("step") != int(m.group(1)):
-        return False, "manifest does not match the directory"
-    if manifest.get("backend") == managed_tier.BACKEND_NAME:
-        return True, "ok (managed tier; the library validates its own data)"
-    files: dict[str, dict[str, Any]] = manifest.get("files", {})
-    if DCP_METADATA not in files:
-        return False, "manifest lists no DCP metadata"
-    mine = {n: e for n, e in files.items() if e.get("rank") == rank or n == DCP_METADATA}
-    if rank >= int(manifest.get("world_size", 0)):
-        return False, f"rank {rank} did not exist when this checkpoint was written"
-    if not any(_SHARD_RE.match(n) for n in mine):
-        return False, f"manifest lists no shard written by rank {rank}"
-    for name in sorted(reads or ()):
-        if name not in files:
-            return False, f"{name} (read by rank {rank}) is not in the manifest"
-        mine[name] = files[name]
-    for name, entry in mine.items():
-        p = path / name
-        try:
-            size = p.stat().st_size
-        except FileNotFoundError:
-            return False, f"{name} missing"
-        if size != entry["size"]:
-            return False, f"{name} size {size} != manifest {entry['size']}"
-        if verify_checksums and sha256_file(p) != entry["sha256"]:
-            return False, f"{name} checksum mismatch"
-    try:
-        FileSystemReader(str(path)).read_metadata()
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not loadable"
-        return False, f"DCP metadata does not load: {e}"
-    return True, "ok"
-
-
-class NodeLocalSavePlanner(DefaultSavePlanner):
-    """Save planner for a node-local tier: every node keeps its own copy of replicated items.
-
-    The default planner writes an item held by several ranks (the whole train state, HSDP
-    replicas) once, on one rank, which on a node-local tier leaves the other nodes without
-    it. Here items are deduplicated within each node only. The metadata is the usual global
-    one; the commit then points each node's copy of it at that node's files.
-    """
-
-    def __init__(self, node_of_rank: list[int]) -> None:
-        super().__init__()
-        self.node_of_rank = node_of_rank
-
-    def create_global_plan(self, all_plans: list[SavePlan]) -> tuple[list[SavePlan], Metadata]:
-        _, metadata = super().create_global_plan(all_plans)
-        plans = list(all_plans)
-        for node in sorted(set(self.node_of_rank)):
-            ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
-            for r, plan in zip(ranks, dedup_save_plans([all_plans[r] for r in ranks]), strict=True):
-                plans[r] = plan
-        self.global_plan = plans
-        return plans, metadata
-
-
-class _RecordingWriter(FileSystemWriter):
-    """Keeps this rank's write results (file and offset of each item it wrote)."""
-
-    results: list[WriteResult] | None = None
-
-    def write_data(
-        self, plan: SavePlan, planner: SavePlanner
-    ) -> torch.futures.Future[list[WriteResult]]:
-        fut = super().write_data(plan, planner)
-        try:
-            # The file system writer returns a completed future.
-            self.results = fut.wait()
-        except Exception:  # noqa: BLE001 - DCP reports the failure from the same future
-            self.results = None
-        return fut
-
-
-def node_metadata(metadata: Metadata, results: list[Any]) -> bytes:
-    """DCP metadata for one node: each item read from the copy a rank of that node wrote."""
-    storage = dict(metadata.storage_data)
-    for per_rank in results:
-        storage.update({wr.index: wr.storage_data for wr in per_rank})
-    return pickle.dumps(dataclasses.replace(metadata, storage_data=storage))
 
 
 def candidate_order(per_rank_listed: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
@@ -336,23 +126,29 @@ class CheckpointManager:
         world_size: int,
         local_rank: int,
         device: torch.device,
+        identity: RunIdentity | None = None,
+        start_fresh: bool = False,
+        before_write: Callable[[int, Path], None] = lambda step, path: None,
         on_checkpoint_written: Callable[[int], None] = lambda step: None,
         on_committed: Callable[[int, str, float], None] = lambda step, tier, blocking: None,
     ) -> None:
         self.cfg = cfg
         self.app_state = app_state
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self.roots = {
-            FAST: Path(cfg.fast_dir) if cfg.fast_dir else out / "ckpt" / FAST,
-            DURABLE: Path(cfg.durable_dir) if cfg.durable_dir else out / "ckpt" / DURABLE,
-        }
-        self.intervals = {FAST: cfg.fast_interval, DURABLE: cfg.durable_interval}
-        self.keep = {FAST: cfg.fast_keep, DURABLE: cfg.durable_keep}
+        self.identity = identity
+        self.start_fresh = start_fresh
+        self.tiers: dict[str, Tier] = open_tiers(cfg, out, world_size)
+        self.roots = {name: tier.root for name, tier in self.tiers.items()}
+        self.before_write = before_write
         self.on_checkpoint_written = on_checkpoint_written
         self.on_committed = on_committed
         self.blocking_total_s = 0.0
         self.committed = 0
+        self.failed = 0
+        self.last_error: str | None = None
         self.last_committed_step: dict[str, int] = {}
+        # Config differences the resumed checkpoint was accepted with (run_identity).
+        self.resumed_changes: list[Change] = []
         # Duration of the last background staging copy (benchmarks report it).
         self.last_staging_s: float | None = None
         # Checkpoint traffic (DCP planning, commit) runs in a background thread; a separate
@@ -363,20 +159,12 @@ class CheckpointManager:
         self.nonce: str = nonce[0]
         self._inflight: _InFlight | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hptrain-ckpt-commit")
-        # One stager for the whole run: it caches its CPU (pinned on GPU hosts) buffers, so
-        # every checkpoint after the first reuses them instead of allocating again.
-        self._stager: DefaultStager | None = None
-        if cfg.async_mode == "thread":
-            cuda = device.type == "cuda"
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=cuda,
-                    use_shared_memory=False,
-                    use_async_staging=True,
-                    use_non_blocking_copy=cuda,
-                )
-            )
-        self.managed = managed_tier.open_if_enabled(cfg.fast_backend, world_size=world_size)
+        # Run-long staging buffers (see checkpoint_staging for why not DefaultStager).
+        self._stager: StateStager | None = (
+            StateStager(device, device_snapshot=cfg.device_snapshot)
+            if cfg.async_mode == "thread"
+            else None
+        )
         if self.rank == 0 or self.local_rank == 0:
             for root in self.roots.values():
                 root.mkdir(parents=True, exist_ok=True)
@@ -388,7 +176,8 @@ class CheckpointManager:
         node_of_rank: list[Any] = [None] * world_size
         dist.all_gather_object(node_of_rank, self.node)
         self.node_of_rank: list[int] = node_of_rank
-        self.node_local = self._detect_node_local()
+        for name, local in self._detect_node_local().items():
+            self.tiers[name].node_local = local
 
     def _detect_node_local(self) -> dict[str, bool]:
         """A tier is node-local when some node's first rank cannot see a file rank 0 put there."""
@@ -410,20 +199,34 @@ class CheckpointManager:
                 (root / probe).unlink(missing_ok=True)
         return {tier: not all(s[tier] for s in everyone if s is not None) for tier in self.roots}
 
+    def _state_dict(self) -> dict[str, Any]:
+        """The state DCP saves: each Stateful's state_dict() (collectives: every rank)."""
+        return {
+            key: obj.state_dict() if isinstance(obj, Stateful) else obj
+            for key, obj in self.app_state.items()
+        }
+
     # ---- schedule -------------------------------------------------------------------------
 
     def tier_due(self, step: int) -> str | None:
         """Tier to write after `step`; when both are due the durable write covers the fast one."""
-        for tier in (DURABLE, FAST):
-            every = self.intervals[tier]
-            if every > 0 and step % every == 0:
-                return tier
+        for name in (DURABLE, FAST):
+            if self.tiers[name].due(step):
+                return name
         return None
 
     def has_committed(self, step: int) -> bool:
         return step in self.last_committed_step.values()
 
     # ---- save -------------------------------------------------------------------------------
+
+    def prepare_staging(self) -> Future[float] | None:
+        """Starts allocating the staging buffers in the background (call on every rank once
+        the state has its final shapes, i.e. after resume): no checkpoint allocates or pins
+        memory while training waits. The first save queues behind it."""
+        if self._stager is None:
+            return None
+        return self._stager.allocate(self._state_dict())
 
     def save(self, step: int, tier: str, *, sync: bool = False) -> None:
         """Starts (or, with sync=True or async_mode=sync, completes) a checkpoint of `step`.
@@ -432,61 +235,29 @@ class CheckpointManager:
         for that one (wait()), the rest of this call for the new one."""
         self.wait()  # one checkpoint in flight at a time: the staging buffers are reused
         t0 = time.perf_counter()
-        sync = sync or self._stager is None
-        final = self.roots[tier] / step_dir_name(step)
-        tmp = self.roots[tier] / f"{step_dir_name(step)}.tmp-{self.nonce}"
-        writer = self._writer(tier, step, tmp)
-        managed = tier == FAST and self.managed is not None
-        planner = (
-            NodeLocalSavePlanner(self.node_of_rank)
-            if self.node_local[tier] and not managed
-            else None
-        )
-        if sync:
+        if sync or self._stager is None:
+            error: str | None = None
             try:
-                dcp_save(
-                    self.app_state, storage_writer=writer, planner=planner, process_group=self.pg
-                )
-                self._commit(step, tier, tmp, final, writer)
-                status = "committed"
-            except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported, training goes on
-                warn(f"checkpoint step {step} tier {tier} failed: {_first_line(e)}")
-                status = "failed"
+                self._write_and_commit(step, tier, self.app_state, None)
+            except CheckpointFailedError as e:
+                error = str(e)
             blocking = time.perf_counter() - t0
             self.blocking_total_s += blocking
             if self.rank == 0:
                 log_checkpoint(step, tier, blocking, "started")
-                log_checkpoint(step, tier, blocking, status)
-            if status == "committed":
-                self._note_committed(step, tier, blocking)
+            self._note_result(step, tier, blocking, error)
             return
-        response = dcp_async_save(
-            self.app_state,
-            storage_writer=writer,
-            planner=planner,
-            process_group=self.pg,
-            async_checkpointer_type=AsyncCheckpointerType.THREAD,
-            async_stager=self._stager,
-        )
-        if isinstance(response, AsyncSaveResponse):
-            staging, upload = response.staging_completion, response.upload_completion
-        else:
-            staging, upload = None, response
-        done = self._executor.submit(self._finish_async, step, tier, tmp, final, upload, writer)
+        # `copied`: the optimizer may update the state; `staged`: the host copy to write.
+        copied, staged = self._stager.stage(self._state_dict())
+        done = self._executor.submit(self._finish_async, step, tier, staged)
         blocking = time.perf_counter() - t0
-        inf = _InFlight(step, tier, staging, done, blocking, staged=staging is None, started_at=t0)
-        if staging is not None:
-            # Remembered for reporting how long the background copy took.
-            staging.add_done_callback(lambda _f: setattr(inf, "staged_at", time.perf_counter()))
+        inf = _InFlight(step, tier, copied, done, blocking, started_at=t0)
+        # Remembered for reporting how long the background copy took.
+        staged.add_done_callback(lambda _f: setattr(inf, "staged_at", time.perf_counter()))
         self._inflight = inf
         self.blocking_total_s += blocking
         if self.rank == 0:
             log_checkpoint(step, tier, blocking, "started")
-
-    def _writer(self, tier: str, step: int, tmp: Path) -> Any:
-        if tier == FAST and self.managed is not None:
-            return self.managed.writer(step)
-        return _RecordingWriter(str(tmp), sync_files=True)
 
     def wait_for_staging(self) -> float:
         """Blocks until the in-flight checkpoint has copied the state; call before the
@@ -505,10 +276,8 @@ class CheckpointManager:
     def _await_staging(inf: _InFlight) -> None:
         if inf.staged or inf.staging is None:
             return
-        try:
-            inf.staging.result()
-        except (Exception, CheckpointException) as e:  # noqa: BLE001 - the upload reports it too
-            warn(f"checkpoint step {inf.step} staging failed: {_first_line(e)}")
+        # A failed copy is reported by the checkpoint itself (_finish_async).
+        futures_wait([inf.staging])
         inf.staged = True
 
     def poll(self) -> None:
@@ -538,161 +307,268 @@ class CheckpointManager:
             self.last_staging_s = inf.staged_at - inf.started_at
         try:
             inf.done.result()
-            status = "committed"
-        except (Exception, CheckpointException) as e:  # noqa: BLE001 - training goes on
-            warn(f"checkpoint step {inf.step} tier {inf.tier} failed: {_first_line(e)}")
-            status = "failed"
+            error = None
+        except Exception as e:  # noqa: BLE001 - reported; training goes on
+            error = str(e) if isinstance(e, CheckpointFailedError) else _first_line(e)
+        self._note_result(inf.step, inf.tier, inf.blocking_s, error)
+
+    def _note_result(self, step: int, tier: str, blocking: float, error: str | None) -> None:
+        if error is not None:
+            self.failed += 1
+            self.last_error = error
+            warn(f"checkpoint step {step} tier {tier} failed: {error}")
         if self.rank == 0:
-            log_checkpoint(inf.step, inf.tier, inf.blocking_s, status)
-        if status == "committed":
-            self._note_committed(inf.step, inf.tier, inf.blocking_s)
+            log_checkpoint(step, tier, blocking, "failed" if error else "committed")
+        if error is None:
+            self.committed += 1
+            self.last_committed_step[tier] = step
+            self.on_committed(step, tier, blocking)
 
-    def _note_committed(self, step: int, tier: str, blocking: float) -> None:
-        self.committed += 1
-        self.last_committed_step[tier] = step
-        self.on_committed(step, tier, blocking)
-
-    def _finish_async(
-        self, step: int, tier: str, tmp: Path, final: Path, upload: Future[Any], writer: Any
-    ) -> None:
-        upload.result()
-        self._commit(step, tier, tmp, final, writer)
-
-    def _commit(self, step: int, tier: str, tmp: Path, final: Path, writer: Any) -> None:
-        """Runs on every rank after its shards are written (in the background thread for
-        async saves); collectives use the checkpoint group only."""
-        self.on_checkpoint_written(step)
-        if tier == FAST and self.managed is not None:
-            self._commit_managed(step, final)
-            return
-        node_local = self.node_local[tier]
-        results = getattr(writer, "results", None) if node_local else None
+    def _finish_async(self, step: int, tier: str, staging: Future[dict[str, Any]]) -> None:
         try:
-            entries: dict[str, Any] = files_written_by(tmp, self.rank)
-            if node_local and results is None:
-                raise RuntimeError("write results were not recorded")
-        except (OSError, RuntimeError) as e:
-            entries = {"__error__": f"rank {self.rank}: {e!r}"}
+            staged: dict[str, Any] | None = staging.result()
+            error = None
+        except Exception as e:  # noqa: BLE001 - every rank learns of it in the commit
+            staged, error = None, f"rank {self.rank}: staging: {_first_line(e)}"
+        self._write_and_commit(step, tier, staged, error)
+
+    def _agree(self, error: str | None) -> str | None:
+        """Every rank's error, joined; the same on every rank (a collective on the group)."""
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, error, group=self.pg)
+        errors = list(dict.fromkeys(e for e in everyone if e))
+        return "; ".join(errors) if errors else None
+
+    def _write_and_commit(
+        self, step: int, tier_name: str, state: dict[str, Any] | None, error: str | None
+    ) -> None:
+        """Writes and commits checkpoint `step` on every rank (in the background thread for
+        async saves; collectives use the checkpoint group only). Raises CheckpointFailedError
+        on every rank when any rank failed, after removing the tmp directory."""
+        tier = self.tiers[tier_name]
+        tmp = tier.root / tmp_dir_name(step, self.nonce)
+        final = tier.root / step_dir_name(step)
+        error = self._agree(error)  # nobody starts a write that a peer cannot join
+        if error is None:
+            assert state is not None  # noqa: S101 - no error means this rank staged its state
+            writer = tier.writer(step, tmp, lambda path: self.before_write(step, path))
+            try:
+                dcp_save(
+                    state,
+                    storage_writer=writer,
+                    planner=tier.planner(self.node_of_rank),
+                    process_group=self.pg,
+                )
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported below
+                error = f"write: {_first_line(e)}"
+            if error is None:
+                self.on_checkpoint_written(step)
+            error = self._commit(step, tier, tmp, final, writer, error)
+        if error is not None:
+            self._discard(tmp)
+            raise CheckpointFailedError(error)
+
+    def _discard(self, tmp: Path) -> None:
+        """Removes a failed checkpoint's tmp directory (its space too: a full disk must not
+        stay full), once no rank writes into it any more."""
+        dist.barrier(group=self.pg)
+        if self.rank == 0 or self.local_rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        dist.barrier(group=self.pg)
+
+    def _commit(
+        self, step: int, tier: Tier, tmp: Path, final: Path, writer: Any, error: str | None
+    ) -> str | None:
+        """The commit protocol (module docstring). Returns the error, the same on every rank."""
+        node_local = tier.node_local
+        results = getattr(writer, "results", None) if node_local else None
+        entries: dict[str, Any] = {}
+        if error is None and tier.backend is None:
+            try:
+                entries = files_written_by(tmp, self.rank)
+                if node_local and results is None:
+                    raise RuntimeError("write results were not recorded")
+            except (OSError, RuntimeError) as e:
+                error = f"rank {self.rank}: {e!r}"
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object((entries, results), gathered, dst=0, group=self.pg)
+        dist.gather_object((error, entries, results), gathered, dst=0, group=self.pg)
         # Rank 0 always reaches the broadcast, success or not, so no rank is left waiting.
         payload: list[Any] = [None, None]
         if gathered is not None:  # rank 0
+            payload = self._commit_on_rank0(step, tier, tmp, final, gathered)
+        dist.broadcast_object_list(payload, src=0, group=self.pg)
+        per_node, error = payload
+        if error is None and node_local and self.rank != 0 and self.local_rank == 0:
+            # This node holds its own copy: commit it too.
             try:
-                errors = [g["__error__"] for g, _ in gathered if "__error__" in g]
-                if errors:
-                    raise RuntimeError("; ".join(errors))
-                manifest = build_manifest(step, tier, self.world_size, [g for g, _ in gathered])
-                per_node: dict[int, tuple[dict[str, Any], bytes]] = {}
-                if node_local:
-                    # Node-local tier: each node reads its own copy of replicated items, so
-                    # each node gets metadata (and a manifest entry for it) of its own.
+                manifest, meta = per_node[self.node]
+                tmp.mkdir(parents=True, exist_ok=True)
+                if meta is not None:
+                    write_bytes_durably(tmp / DCP_METADATA, meta)
+                commit_dir(tmp, final, manifest)
+                prune(tier.root, tier.name, tier.keep)
+            except (OSError, ValueError) as e:
+                error = f"rank {self.rank}: commit of node {self.node}'s copy: {e!r}"
+        return self._agree(error)
+
+    def _commit_on_rank0(
+        self, step: int, tier: Tier, tmp: Path, final: Path, gathered: list[Any]
+    ) -> list[Any]:
+        """[per-node (manifest, metadata) or {}, None] on success, [None, error] otherwise."""
+        errors = [g[0] for g in gathered if g[0]]
+        if errors:
+            return [None, "; ".join(dict.fromkeys(errors))]
+        run = self.identity.to_json() if self.identity is not None else None
+        per_node: dict[int, tuple[dict[str, Any], bytes | None]] = {}
+        try:
+            if tier.backend is not None:
+                # The library holds the data; a marker directory with the manifest keeps
+                # resume selection identical for both backends.
+                manifest = build_manifest(step, tier.name, self.world_size, [], run, tier.backend)
+                tmp.mkdir(parents=True, exist_ok=True)
+                per_node = {node: (manifest, None) for node in set(self.node_of_rank)}
+            else:
+                manifest = build_manifest(
+                    step, tier.name, self.world_size, [g[1] for g in gathered], run
+                )
+                if tier.node_local:
+                    # Each node reads its own copy of replicated items, so each node gets
+                    # metadata (and a manifest entry for it) of its own.
                     metadata = FileSystemReader(str(tmp)).read_metadata()
                     for node in sorted(set(self.node_of_rank)):
                         ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
-                        meta = node_metadata(metadata, [gathered[r][1] for r in ranks])
-                        m = json.loads(json.dumps(manifest))
-                        m["files"][DCP_METADATA] = {
-                            "rank": node,
-                            "size": len(meta),
-                            "sha256": hashlib.sha256(meta).hexdigest(),
-                        }
+                        meta = node_metadata(metadata, [gathered[r][2] for r in ranks])
+                        m = dict(manifest, files=dict(manifest["files"]))
+                        m["files"][DCP_METADATA] = _file_entry(node, meta)
                         per_node[node] = (m, meta)
-                    fileio.write_bytes_durably(tmp / DCP_METADATA, per_node[self.node][1])
+                    node_meta = per_node[self.node][1]
+                    assert node_meta is not None  # noqa: S101 - built just above
+                    write_bytes_durably(tmp / DCP_METADATA, node_meta)
                     manifest = per_node[self.node][0]
-                commit_dir(tmp, final, manifest)
-                prune(self.roots[tier], tier, self.keep[tier])
-                payload = [per_node, None]
-            except (Exception, CheckpointException) as e:  # noqa: BLE001 - sent to every rank below
-                payload = [None, f"commit failed on rank 0: {e!r}"]
-        dist.broadcast_object_list(payload, src=0, group=self.pg)
-        if payload[0] is None:
-            raise RuntimeError(payload[1])
-        if node_local and self.rank != 0 and self.local_rank == 0:
-            # This node holds its own shards and copies: commit its copy too.
-            manifest, meta = payload[0][self.node]
-            fileio.write_bytes_durably(tmp / DCP_METADATA, meta)
             commit_dir(tmp, final, manifest)
-            prune(self.roots[tier], tier, self.keep[tier])
-        dist.barrier(group=self.pg)
-
-    def _commit_managed(self, step: int, final: Path) -> None:
-        # The managed library replicates and persists on its own; a marker directory with
-        # a manifest keeps resume selection identical for both backends.
-        dist.barrier(group=self.pg)
-        # Every node must see the marker: on a node-local root each node's first rank
-        # writes its own.
-        if self.rank == 0 or (self.node_local[FAST] and self.local_rank == 0):
-            tmp = final.with_name(f"{final.name}.tmp-{self.nonce}")
-            tmp.mkdir(parents=True, exist_ok=True)
-            manifest = build_manifest(step, FAST, self.world_size, [])
-            manifest["backend"] = managed_tier.BACKEND_NAME
-            commit_dir(tmp, final, manifest)
-            prune(self.roots[FAST], FAST, self.keep[FAST])
-        dist.barrier(group=self.pg)
+            prune(tier.root, tier.name, tier.keep)
+        except Exception as e:  # noqa: BLE001 - sent to every rank
+            return [None, f"commit on rank 0: {_first_line(e)}"]
+        return [per_node, None]
 
     # ---- resume -----------------------------------------------------------------------------
 
     def resume(self) -> CheckpointRef | None:
-        """Loads the newest checkpoint that every rank validates, across both tiers.
+        """Loads the newest checkpoint this job may continue from (see the module docstring).
 
-        Candidates are the union of what any rank lists, newest first; each is validated on
-        every rank (its own shards) and used only if all ranks agree, so typically a single
-        checkpoint is hashed. A load that still fails falls back to the next candidate.
-        """
+        Returns None only when there is no checkpoint at all (or start_fresh discarded them);
+        raises IncompatibleCheckpointError when checkpoints exist and none can be used."""
         listed = [
-            (ref.step, tier)
-            for tier, root in self.roots.items()
-            for ref in list_committed(root, tier)
+            (ref.step, name)
+            for name, tier in self.tiers.items()
+            for ref in list_committed(tier.root, name)
         ]
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, listed)
-        validated_but_unloadable: list[str] = []
-        # The state to load (a collective on every rank), for the files each load plan reads.
-        wanted = (
-            {
-                key: obj.state_dict() if isinstance(obj, Stateful) else obj
-                for key, obj in self.app_state.items()
-            }
-            if any(everyone)
-            else {}
-        )
-        for step, tier in candidate_order(everyone):
-            path = self.roots[tier] / step_dir_name(step)
-            try:
-                reads: set[str] | None = files_read_by(path, wanted)
-            except Exception:  # noqa: BLE001 - validation (or the load) reports the cause
-                reads = None
-            ok, why = validate_checkpoint(path, self.rank, self.cfg.verify_checksums, reads)
-            if not ok:
-                warn(f"rank {self.rank}: {tier} checkpoint step {step} rejected: {why}")
+        candidates = candidate_order(everyone)
+        if self.start_fresh:
+            self._discard_all()
+            return None
+        if not candidates:
+            return None
+        target = self._target_steps()
+        newest_step, newest_tier = candidates[0]
+        if target is not None and newest_step > target:
+            raise IncompatibleCheckpointError(
+                f"checkpoint {newest_tier}/{step_dir_name(newest_step)} is beyond "
+                f"training.steps={target}: raise training.steps to continue this run, or "
+                "pass --start-fresh to discard its checkpoints"
+            )
+        # The state to load, for the files each load plan reads (the optimizer state is
+        # materialised at build time, so this does not step the optimizer).
+        wanted = self._state_dict()
+        rejected: list[str] = []
+        for step, name in candidates:
+            ref = CheckpointRef(name, step, self.tiers[name].root / step_dir_name(step))
+            ok, why, changes = self._check(ref, wanted)
             verdicts: list[Any] = [None] * self.world_size
-            dist.all_gather_object(verdicts, ok)
-            if not all(verdicts):
+            dist.all_gather_object(verdicts, (ok, why))
+            failing = [(r, w) for r, (o, w) in enumerate(verdicts) if not o]
+            if failing:
+                r, w = failing[0]
+                rejected.append(
+                    f"{ref.name}: {w}" + (f" (rank {r})" if self.world_size > 1 else "")
+                )
+                if self.rank == 0:
+                    warn(f"{rejected[-1]}; trying an older checkpoint")
                 continue
             try:
-                if tier == FAST and self.managed is not None and managed_tier.is_managed(path):
-                    dcp_load(self.app_state, storage_reader=self.managed.reader(step))
-                else:
-                    dcp_load(self.app_state, checkpoint_id=str(path))
+                dcp_load(self.app_state, storage_reader=self.tiers[name].reader(ref))
             except IncompatibleCheckpointError:
                 raise
-            except (Exception, CheckpointException) as e:  # noqa: BLE001 - same error on every rank
-                warn(
-                    f"rank {self.rank}: loading {tier} checkpoint step {step} failed, falling back: {_first_line(e)}"
-                )
-                validated_but_unloadable.append(f"{tier}/{step_dir_name(step)}")
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - same on every rank
+                warn(f"rank {self.rank}: loading {ref.name} failed, falling back: {_first_line(e)}")
+                rejected.append(f"{ref.name}: load failed: {_first_line(e)}")
                 continue
-            self.last_committed_step[tier] = step
-            return CheckpointRef(tier, step, path)
-        if validated_but_unloadable:
-            # Intact checkpoints that do not fit this job (changed model shape, ...): starting
-            # from scratch would prune them and lose the run, so stop and let a human decide.
-            raise IncompatibleCheckpointError(
-                f"checkpoints {', '.join(validated_but_unloadable)} are intact but do not load into this "
-                "job; refusing to start from scratch"
-            )
-        return None
+            self.last_committed_step[name] = step
+            self.resumed_changes = changes
+            if self.rank == 0:
+                if changes:
+                    warn(f"resuming {ref.name} with changes: {describe(changes)}")
+                if "not verified" in why:
+                    warn(
+                        f"{ref.name} loaded without checksum verification "
+                        "(checkpoint.verify_checksums=false)"
+                    )
+            return ref
+        raise IncompatibleCheckpointError(
+            "refusing to start from scratch over existing checkpoints, none of which can be "
+            f"used (pass --start-fresh to discard them): {'; '.join(rejected)}"
+        )
+
+    def _target_steps(self) -> int | None:
+        if self.identity is None:
+            return None
+        return int(self.identity.config["training"]["steps"])
+
+    def _check(self, ref: CheckpointRef, wanted: dict[str, Any]) -> tuple[bool, str, list[Change]]:
+        """This rank's verdict on one candidate: identity first (cheap), then integrity of
+        the files its load plan reads."""
+        try:
+            manifest = read_manifest(ref.path)
+        except (OSError, ValueError) as e:
+            return False, f"manifest unreadable: {e}", []
+        changes: list[Change] = []
+        if self.identity is not None and "run" in manifest:
+            try:
+                saved = RunIdentity.from_json(manifest["run"])
+            except (KeyError, TypeError, ValueError) as e:
+                return False, f"run identity unreadable: {e!r}", []
+            changes = compare(saved, self.identity)
+            refused = [c for c in changes if not c.allowed]
+            if refused:
+                return False, describe(refused), changes
+        backend = manifest.get("backend")
+        if backend is not None:
+            if self.tiers[ref.tier].backend != backend:
+                return False, f"written through the {backend} backend, which is not enabled", []
+            ok, why = validate_checkpoint(ref.path, self.rank, self.cfg.verify_checksums)
+            return ok, why, changes
+        try:
+            reads = files_read_by(ref.path, wanted)
+            plan_error = None
+        except Exception as e:  # noqa: BLE001 - the integrity check or the reason below
+            reads, plan_error = set(), _first_line(e)
+        ok, why = validate_checkpoint(ref.path, self.rank, self.cfg.verify_checksums, reads)
+        if ok and plan_error is not None:
+            return False, f"does not fit this job: {plan_error}", changes
+        return ok, why, changes
+
+    def _discard_all(self) -> None:
+        """start_fresh: removes every committed checkpoint (each node its own copies), so no
+        later resume mixes the old run with the new one."""
+        if self.rank == 0 or self.local_rank == 0:
+            for name, tier in self.tiers.items():
+                for ref in list_committed(tier.root, name):
+                    remove_checkpoint(ref.path)
+                    if self.rank == 0:
+                        warn(f"--start-fresh: removed {ref.name}")
+        dist.barrier()
 
     def close(self) -> None:
         """Waits for the in-flight checkpoint and stops the background threads (idempotent)."""
@@ -707,3 +583,7 @@ class CheckpointManager:
         if self.pg is not None:
             dist.destroy_process_group(self.pg)
             self.pg = None
+
+
+def _file_entry(rank: int, data: bytes) -> dict[str, Any]:
+    return {"rank": rank, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}

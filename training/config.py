@@ -12,6 +12,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -57,6 +58,9 @@ class TrainingConfig:
     # Intra-op threads per rank on CPU; 0 = cores / local ranks (keeps runs reproducible
     # because the thread count, and thus reduction splits, is the same on every restart).
     cpu_threads: int = 0
+    # Deterministic kernels (torch.use_deterministic_algorithms, a fixed cuBLAS workspace):
+    # on GPU, a resumed run then matches an uninterrupted one bit for bit. Slower.
+    deterministic: bool = False
 
 
 @dataclass
@@ -91,17 +95,27 @@ class CheckpointConfig:
     durable_dir: str = ""
     durable_interval: int = 20
     durable_keep: int = 2
-    # "thread" = DCP async_save with background staging; "sync" = blocking dcp.save.
+    # "thread" = staging copy, write and commit in the background; "sync" = blocking dcp.save.
     async_mode: str = "thread"
+    # GPU only: take each checkpoint as a copy in GPU memory first (milliseconds, on the
+    # compute stream), so the optimizer update never waits for the copy to host memory.
+    # Costs GPU memory for a second copy of this rank's parameters and optimizer state.
+    device_snapshot: bool = False
     # "local" = plain directories; "managed" = HyperPod managed tiered checkpointing for the
     # fast tier; "auto" = managed when its library is importable.
     fast_backend: str = "auto"
     # Tier written synchronously on SIGTERM. Durable by default: a drained node takes its
     # local memory/NVMe with it, so a fast-tier save would not survive the reschedule.
     sigterm_tier: str = "durable"
-    # Verify sha256 of every file this rank wrote before trusting a checkpoint on resume.
+    # Verify sha256 of every file this rank reads before trusting a checkpoint on resume
+    # (off: sizes and DCP metadata only, and the resume says the shards went unverified).
     verify_checksums: bool = True
     export_final: bool = True
+    # Managed fast tier (fast_backend=managed): the library's namespace, the same on every
+    # restart of one job and unique per job ("" = derived from the run directory), and its
+    # S3 tier ("" = in-memory tier only).
+    managed_namespace: str = ""
+    managed_s3_path: str = ""
 
 
 @dataclass
@@ -178,6 +192,10 @@ class JobConfig:
             raise ConfigError("checkpoint intervals must be >= 0 (0 disables a tier)")
         if c.fast_keep < 1 or c.durable_keep < 1:
             raise ConfigError("checkpoint keep counts must be >= 1")
+        if c.managed_s3_path and not c.managed_s3_path.startswith("s3://"):
+            raise ConfigError(
+                f"checkpoint.managed_s3_path must be an s3:// URI, got {c.managed_s3_path!r}"
+            )
         if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
             raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
 
@@ -198,6 +216,24 @@ class JobConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def output_dirs(cfg: JobConfig, out: Path) -> dict[str, Path]:
+    """Every directory a rank writes to, by the option that names it."""
+    roots = checkpoint_roots(cfg.checkpoint, out)
+    return {
+        "--out": out,
+        "checkpoint.fast_dir": roots["fast"],
+        "checkpoint.durable_dir": roots["durable"],
+    }
+
+
+def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
+    """Root directory of each tier: the configured one, else under the run directory."""
+    return {
+        "fast": Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
+        "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
+    }
 
 
 # (field, lower bound, bound allowed, upper bound or None, bound allowed).

@@ -8,12 +8,14 @@ would take. Hooks fire at exact steps, which keeps fault tests reproducible.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ENV_VAR = "HPTRAIN_FAULTS"
@@ -27,6 +29,11 @@ class FaultPlan:
     sigterm_at_step: int | None = None
     hang_rank: int | None = None
     hang_at_step: int | None = None
+    # Rank 0's checkpoint write fails with ENOSPC, after writing part of a shard: for the
+    # checkpoint of this step only, or for every checkpoint from this step on (the final one
+    # too), as on a disk that stays full.
+    disk_full_at_checkpoint: int | None = None
+    disk_full_from_step: int | None = None
 
     def to_env(self) -> str:
         return json.dumps({k: v for k, v in self.__dict__.items() if v is not None})
@@ -86,6 +93,20 @@ class FaultInjector:
             if self.rank == 0:
                 self._note("sigterm", step)
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def checkpoint_writing(self, step: int, ckpt_dir: Path) -> None:
+        """Inside the DCP write of checkpoint `step` (its files go to `ckpt_dir`): a full disk.
+        Not fired for the managed tier, which writes no files here."""
+        p = self.plan
+        full = p.disk_full_at_checkpoint == step or (
+            p.disk_full_from_step is not None and step >= p.disk_full_from_step
+        )
+        if full and self.rank == 0:
+            # Not recorded as a fault: the process goes on, the run ledger counts the failure.
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            # Part of a shard made it to disk before the space ran out.
+            (ckpt_dir / "__0_0.distcp").write_bytes(b"\0" * 4096)
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected)")
 
     def checkpoint_written(self, step: int) -> None:
         """After the shards of `step` are on storage but before the commit: a torn checkpoint."""

@@ -77,3 +77,16 @@ def write_json_atomic(
     """Replaces `path` with ``json.dumps(data, indent=indent, sort_keys=sort_keys)``."""
     text = json.dumps(data, indent=indent, sort_keys=sort_keys)
     write_bytes_atomic(path, text.encode(), durable=durable)
+
+
+def writable_problem(path: Path) -> str | None:
+    """Why `path` cannot serve as an output directory, or None: creates it (and its parents)
+    if missing, then creates and removes a probe file in it."""
+    probe = path / f".hptrain-probe-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None

@@ -7,7 +7,12 @@ whole group when any rank exits non-zero (up to --max-restarts), and injects fau
 first attempt only, so the restarted run proceeds. Each rank runs in its own session and is
 tied to the launcher with a parent-death signal, so a failed group is killed as a whole and
 no process outlives the launcher. Exit code: 0 when the final attempt exits 0, 1 when
-restarts are exhausted, 124 on --timeout-s, 2 on bad arguments.
+restarts are exhausted, 124 on --timeout-s, 2 on bad input (arguments, an unwritable
+directory, or a rank that exited 2: restarting cannot help).
+
+Attempts are numbered across launches of the same run directory (logs/attempt<N>_rank<R>.log,
+attempts/attempt_<N>.json), so a relaunch keeps the logs of earlier ones; summary.json's
+`restarts` counts the whole job's restarts, `launcher.restarts` this launch's.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -32,12 +38,19 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from training import fileio
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import PRESETS, ConfigError, JobConfig, build_config
+from training.config import (
+    PRESETS,
+    ConfigError,
+    JobConfig,
+    build_config,
+    checkpoint_roots,
+    output_dirs,
+)
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
 
 if TYPE_CHECKING:
-    from training.checkpoint import CheckpointRef
+    from training.checkpoint_format import CheckpointRef
 
 TIMEOUT_EXIT_CODE = 124
 _PR_SET_PDEATHSIG = 1
@@ -46,6 +59,8 @@ _PR_SET_PDEATHSIG = 1
 @dataclass
 class AttemptResult:
     attempt: int
+    # Number across every launch of the run directory (log file names, run ledger).
+    job_attempt: int
     exit_codes: list[int | None]
     outcome: str  # "ok", "failed", "timeout", "terminated", "bad_input"
     started_unix: float
@@ -85,7 +100,7 @@ def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
 
 def _list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     # Imported here: the launcher itself never needs torch, so argument errors are instant.
-    from training.checkpoint import list_committed
+    from training.checkpoint_format import list_committed
 
     return list_committed(root, tier)
 
@@ -100,20 +115,44 @@ def _listing(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, list[str]]:
 
 def node_fast_dir(cfg: JobConfig, out: Path, node: int) -> Path:
     """Fast tier of emulated node `node` (--nodes): a directory no other node sees."""
-    base = Path(cfg.checkpoint.fast_dir) if cfg.checkpoint.fast_dir else out / "ckpt" / "fast"
+    base = checkpoint_roots(cfg.checkpoint, out)["fast"]
     return base.with_name(f"{base.name}-node{node}")
 
 
 def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
-    c = cfg.checkpoint
-    return {
-        "fast": node_fast_dir(cfg, out, 0)
-        if nodes > 1
-        else Path(c.fast_dir)
-        if c.fast_dir
-        else out / "ckpt" / "fast",
-        "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
-    }
+    roots = checkpoint_roots(cfg.checkpoint, out)
+    if nodes > 1:
+        roots["fast"] = node_fast_dir(cfg, out, 0)
+    return roots
+
+
+def _output_dirs(cfg: JobConfig, out: Path, nodes: int) -> dict[str, Path]:
+    dirs = output_dirs(cfg, out)
+    if nodes > 1:
+        del dirs["checkpoint.fast_dir"]
+        for node in range(nodes):
+            dirs[f"checkpoint.fast_dir (node {node})"] = node_fast_dir(cfg, out, node)
+    return dirs
+
+
+_LOG_RE = re.compile(r"^attempt(\d+)_rank\d+\.log$")
+
+
+def next_job_attempt(out: Path) -> int:
+    """The job-wide number of the next attempt: one past every attempt that left a log or a
+    run-ledger record in `out`."""
+    seen = [-1]
+    logs = out / "logs"
+    if logs.is_dir():
+        seen += [int(m.group(1)) for p in logs.iterdir() if (m := _LOG_RE.match(p.name))]
+    ledger = out / "attempts"
+    if ledger.is_dir():
+        seen += [
+            int(p.stem.split("_")[1])
+            for p in ledger.glob("attempt_*.json")
+            if p.stem.split("_")[1].isdigit()
+        ]
+    return max(seen) + 1
 
 
 def corrupt_newest(cfg: JobConfig, out: Path, nodes: int = 1) -> str | None:
@@ -153,6 +192,8 @@ class Launcher:
         self.lock = threading.Lock()
         self.chaos_rng = random.Random(args.chaos_seed)  # noqa: S311 - a reproducible fault schedule
         self.chaos_kills = 0
+        # Attempts of earlier launches of this run directory: numbering continues after them.
+        self.first_job_attempt = next_job_attempt(self.out)
 
     def _env(self, rank: int, port: int, attempt: int) -> dict[str, str]:
         env = dict(os.environ)
@@ -167,6 +208,8 @@ class Launcher:
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             TORCHELASTIC_RESTART_COUNT=str(attempt),
+            # The run ledger numbers attempts like the logs, across launches.
+            HPTRAIN_ATTEMPT=str(self.first_job_attempt + attempt),
             HPTRAIN_JOB_START_UNIX=repr(self.job_start),
             PYTHONUNBUFFERED="1",
         )
@@ -185,6 +228,8 @@ class Launcher:
             sigterm_at_step=a.sigterm_at_step,
             hang_rank=a.hang_rank,
             hang_at_step=a.hang_at_step,
+            disk_full_at_checkpoint=a.disk_full_at_checkpoint,
+            disk_full_from_step=a.disk_full_from_step,
         )
 
     def _kill_group(self, sig: int) -> None:
@@ -195,6 +240,9 @@ class Launcher:
 
     def _spawn(self, rank: int, port: int, attempt: int) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+        if attempt == 0 and self.args.start_fresh:
+            # Restarts of this launch must resume what its first attempt wrote.
+            cmd.append("--start-fresh")
         if self.args.nodes > 1:
             # Emulated nodes: each has a fast tier of its own, as /dev/shm per pod.
             node = rank // (self.args.nproc // self.args.nodes)
@@ -218,9 +266,12 @@ class Launcher:
         logs_dir = self.out / "logs"
         logs_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
+        job_attempt = self.first_job_attempt + attempt
         with contextlib.ExitStack() as open_logs:
             log_files = [
-                open_logs.enter_context(open(logs_dir / f"attempt{attempt}_rank{rank}.log", "w"))
+                open_logs.enter_context(
+                    open(logs_dir / f"attempt{job_attempt}_rank{rank}.log", "w")
+                )
                 for rank in range(self.args.nproc)
             ]
             self.procs = []
@@ -256,6 +307,7 @@ class Launcher:
             outcome = "terminated"
         return AttemptResult(
             attempt,
+            job_attempt,
             [p.returncode for p in self.procs],
             outcome,
             started,
@@ -301,9 +353,9 @@ class Launcher:
             time.sleep(0.05)
         return outcome, chaos_kill
 
-    def _rank_error(self, attempt: int, rank: int) -> str:
+    def _rank_error(self, job_attempt: int, rank: int) -> str:
         try:
-            text = (self.out / "logs" / f"attempt{attempt}_rank{rank}.log").read_text()
+            text = (self.out / "logs" / f"attempt{job_attempt}_rank{rank}.log").read_text()
         except OSError:
             text = ""
         lines = [ln for ln in text.splitlines() if ln.startswith("error: ")]
@@ -327,6 +379,7 @@ class Launcher:
             s.get("exit_reason") == "completed"
             and s.get("steps") == target
             and s.get("target_steps") == target
+            and s.get("final_checkpoint_committed", True)
         )
 
     def run(self) -> int:
@@ -357,7 +410,8 @@ class Launcher:
                 result.outcome = "bad_input"
                 exit_code = USAGE_EXIT_CODE
                 sys.stderr.write(
-                    self._rank_error(attempt, result.exit_codes.index(USAGE_EXIT_CODE)) + "\n"
+                    self._rank_error(result.job_attempt, result.exit_codes.index(USAGE_EXIT_CODE))
+                    + "\n"
                 )
                 sys.stderr.flush()
                 break
@@ -383,13 +437,22 @@ class Launcher:
             "corrupt_newest": bool(self.args.corrupt_newest),
         }
         path = self.out / "summary.json"
-        summary: dict[str, Any]
-        if path.is_file() and exit_code == 0:
-            summary = json.loads(path.read_text())
-        else:
+        summary: dict[str, Any] = {}
+        last_start = attempts[-1].started_unix if attempts else self.job_start
+        try:
+            # The trainer's summary: of the successful attempt, or of a last attempt that
+            # ended but exited non-zero (e.g. its final checkpoint did not commit).
+            if exit_code == 0 or path.stat().st_mtime >= last_start:
+                summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            summary = {}
+        if not summary:
             summary = {"exit_reason": "failed", "steps": None, "final_params_sha256": None}
         summary["launcher"] = launcher
-        summary["restarts"] = launcher["restarts"]
+        # The whole job's restarts: every attempt in this run directory but the first. The
+        # trainer counts them from the run ledger; without its summary, the attempt numbers
+        # say the same.
+        summary.setdefault("restarts", self.first_job_attempt + len(attempts) - 1)
         fileio.write_json_atomic(path, summary, indent=2, sort_keys=True)
 
 
@@ -460,6 +523,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
     )
     p.add_argument("--hang-at-step", type=int, help="step at which --hang-rank hangs")
     p.add_argument(
+        "--disk-full-at-checkpoint",
+        type=int,
+        metavar="STEP",
+        help="rank 0's write of checkpoint STEP fails with ENOSPC (that checkpoint only)",
+    )
+    p.add_argument(
+        "--disk-full-from-step",
+        type=int,
+        metavar="STEP",
+        help="every checkpoint write from STEP on fails with ENOSPC on rank 0, the final one too",
+    )
+    p.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="discard existing checkpoints in the run's tiers and train from step 0 "
+        "(first attempt only; restarts resume)",
+    )
+    p.add_argument(
         "--watchdog-s", type=float, help="watchdog timeout (same as --set fault.watchdog_s=S)"
     )
     p.add_argument(
@@ -495,7 +576,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         r = getattr(args, name)
         if r is not None and not 0 <= r < args.nproc:
             p.error(f"--{name.replace('_', '-')} {r} is not a rank of --nproc {args.nproc}")
-    for name in ("kill_at_step", "sigterm_at_step", "hang_at_step", "kill_during_checkpoint"):
+    for name in (
+        "kill_at_step",
+        "sigterm_at_step",
+        "hang_at_step",
+        "kill_during_checkpoint",
+        "disk_full_at_checkpoint",
+        "disk_full_from_step",
+    ):
         v = getattr(args, name)
         if v is not None and v < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -529,10 +617,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
             p.error(
                 f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step"
             )
-    for name in ("kill_at_step", "sigterm_at_step", "hang_at_step"):
+    for name in (
+        "kill_at_step",
+        "sigterm_at_step",
+        "hang_at_step",
+        "disk_full_at_checkpoint",
+        "disk_full_from_step",
+    ):
         v = getattr(args, name)
         if v is not None and v > cfg.training.steps:
             p.error(f"--{name.replace('_', '-')} {v} is beyond the last step {cfg.training.steps}")
+    # Last: the checks above never create anything; this one creates the directories.
+    for option, path in _output_dirs(cfg, Path(args.out), args.nodes).items():
+        problem = fileio.writable_problem(path)
+        if problem is not None:
+            p.error(f"cannot write to {option} {path}: {problem}")
     train_argv = ["--preset", args.preset, "--out", str(args.out)]
     for o in overrides:
         train_argv += ["--set", o]

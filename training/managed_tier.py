@@ -11,8 +11,6 @@ inert and the fast tier is a plain directory.
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +31,16 @@ except ImportError:
 
 
 class ManagedTier:
-    def __init__(self, world_size: int) -> None:
-        kwargs: dict[str, Any] = {
-            # One namespace per training job so restarts find their own checkpoints.
-            "namespace": os.environ.get("HPTRAIN_JOB_NAME")
-            or os.environ.get("JOB_NAME")
-            or f"hptrain-{int(time.time())}",
-            "world_size": world_size,
-        }
-        s3 = os.environ.get("HPTRAIN_MANAGED_S3_PATH")
-        if s3:
-            kwargs["s3_tier_base_path"] = s3
+    """The library's writer and reader for one job: `namespace` must be the same on every
+    restart of the job (so restarts find their checkpoints) and unique per job; `s3_path`
+    is the S3 tier ("" = in-memory tier only). Both come from the trainer config
+    (checkpoint.managed_namespace, checkpoint.managed_s3_path)."""
+
+    def __init__(self, world_size: int, namespace: str, s3_path: str = "") -> None:
+        kwargs: dict[str, Any] = {"namespace": namespace, "world_size": world_size}
+        if s3_path:
+            kwargs["s3_tier_base_path"] = s3_path
+        self.namespace, self.s3_path = namespace, s3_path
         self.config = SageMakerCheckpointConfig(**kwargs)
 
     def writer(self, step: int) -> Any:
@@ -53,14 +50,16 @@ class ManagedTier:
         return SageMakerTieredStorageReader(checkpoint_config=self.config, step=step)
 
 
-def open_if_enabled(backend: str, *, world_size: int) -> ManagedTier | None:
+def open_if_enabled(
+    backend: str, *, world_size: int, namespace: str, s3_path: str = ""
+) -> ManagedTier | None:
     if backend == "local" or (backend == "auto" and not AVAILABLE):
         return None
     if not AVAILABLE:
         raise RuntimeError(
             "checkpoint.fast_backend=managed but amzn-sagemaker-checkpointing is not installed"
         )
-    return ManagedTier(world_size)
+    return ManagedTier(world_size, namespace, s3_path)
 
 
 def is_managed(path: Path) -> bool:

@@ -27,6 +27,7 @@ START_FMT = (
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
 CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
 WATCHDOG_FMT = "HPTRAIN watchdog no progress for {seconds}s at step={step}; exiting"
+UNSAVED_FMT = "HPTRAIN final checkpoint step={step} tier={tier} did not commit; exit_code={code}"
 
 GOODPUT_DEFINITION = (
     "productive_step_time_s / wall_time_s. productive_step_time_s sums the step times "
@@ -56,6 +57,10 @@ def log_step(
 
 def log_checkpoint(step: int, tier: str, blocking_s: float, status: str) -> None:
     emit(CKPT_FMT.format(step=step, tier=tier, blocking=blocking_s, status=status))
+
+
+def log_unsaved(step: int, tier: str, code: int) -> None:
+    emit(UNSAVED_FMT.format(step=step, tier=tier, code=code))
 
 
 def watchdog_line(seconds: float, step: int) -> str:
@@ -88,6 +93,7 @@ class AttemptRecord:
     last_step_unix: float | None = None
     checkpoint_blocking_s: float = 0.0
     checkpoints_committed: int = 0
+    checkpoints_failed: int = 0
     ended: str = "running"
     faults: list[dict[str, Any]] = field(default_factory=list)
 

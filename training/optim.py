@@ -52,3 +52,55 @@ def build_optimizer(
         ),
     )
     return optimizer, scheduler
+
+
+def materialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """Creates the optimizer's state now instead of at its first step, exactly as that step
+    would (zero moments, step counter 0), without changing any parameter.
+
+    DCP needs the state's tensors to plan a load and to size staging buffers; left lazy,
+    torch.distributed.checkpoint.state_dict creates it by running a zero-lr step, which
+    leaves every step counter at 1 and so shifts AdamW's bias correction for the whole run
+    when no checkpoint is then loaded. Here the counters are reset after that step, so the
+    run is identical to one with lazy state, and state_dict() never mutates the optimizer.
+    """
+    if optimizer.state:
+        return
+    lrs = []
+    for group in optimizer.param_groups:
+        lrs.append(group["lr"])
+        group["lr"] = 0.0
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    # lr 0: AdamW's decay multiplies by exactly 1 and its update adds exactly 0.
+    optimizer.step()
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            step.zero_()
+        elif step is not None:
+            state["step"] = 0
+
+
+def apply_config(optimizer: torch.optim.Optimizer, scheduler: LambdaLR, cfg: OptimConfig) -> None:
+    """Makes the config the source of the hyperparameters after a checkpoint was loaded
+    (the loaded param groups and schedule carry the values of the run that wrote it), so a
+    changed optim.* takes effect from the resumed step. A no-op when nothing changed."""
+    decays = [cfg.weight_decay, 0.0]
+    for i, group in enumerate(optimizer.param_groups):
+        group["initial_lr"] = cfg.lr
+        group["betas"] = (cfg.beta1, cfg.beta2)
+        group["eps"] = cfg.eps
+        group["weight_decay"] = decays[i] if i < len(decays) else group["weight_decay"]
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+    lrs = [
+        base * fn(scheduler.last_epoch)
+        for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+    ]
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = lrs  # what get_last_lr() reports

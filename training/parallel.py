@@ -115,3 +115,14 @@ def configure_cpu_threads(requested: int, local_world_size: int) -> None:
         return
     threads = requested or max(1, (os.cpu_count() or 1) // max(local_world_size, 1))
     torch.set_num_threads(threads)
+
+
+def configure_determinism(enabled: bool) -> None:
+    """training.deterministic: deterministic kernels, before the first GPU kernel runs."""
+    if not enabled:
+        return
+    # cuBLAS reads this when its handle is created, at the first matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: an op without a deterministic kernel warns instead of stopping the run.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False

@@ -2,7 +2,9 @@
 
 Runs under torchrun, hyperpodrun (both export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/...)
 or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after saving, 1 error,
-2 bad command line or config, 3 watchdog, 4 SIGTERM grace period exceeded before the save.
+2 bad input (command line, config, an unwritable directory, checkpoints this job must not
+continue from or train over), 3 watchdog, 4 SIGTERM grace period exceeded before the save,
+5 the run ended (completed or SIGTERM) but its final checkpoint did not commit.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import traceback
 from pathlib import Path
 
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import PRESETS, ConfigError, JobConfig, build_config
+from training.config import PRESETS, ConfigError, JobConfig, build_config, output_dirs
+from training.fileio import writable_problem
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
+def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path, bool]:
     p = OneLineErrorParser(
         prog="python -m training.train", description="HyperPod training entry point"
     )
@@ -34,21 +37,38 @@ def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
         metavar="SECTION.FIELD=VALUE",
         help="override one config value, e.g. --set training.steps=40 (repeatable)",
     )
+    p.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="discard existing checkpoints and train from step 0 (without it, checkpoints "
+        "that exist but cannot be used stop the job)",
+    )
     args = p.parse_args(argv)
     try:
         cfg = build_config(args.preset, args.overrides)
     except ConfigError as e:
         p.error(str(e))
-    return cfg, Path(args.out)
+    return cfg, Path(args.out), args.start_fresh
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg, out = parse_args(argv)
+    cfg, out, start_fresh = parse_args(argv)
+    # Before any process group: an unwritable directory is bad input, not a crash to retry.
+    for option, path in output_dirs(cfg, out).items():
+        problem = writable_problem(path)
+        if problem is not None:
+            sys.stderr.write(f"error: cannot write to {option} {path}: {problem}\n")
+            return USAGE_EXIT_CODE
     # Heavy imports after argument checks: a typo fails in milliseconds.
     import torch.distributed as dist
 
     from training.checkpoint import IncompatibleCheckpointError
-    from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.parallel import (
+        configure_cpu_threads,
+        configure_determinism,
+        ensure_single_process_env,
+        init_distributed,
+    )
     from training.trainer import Trainer, install_signal_handlers
 
     ensure_single_process_env()
@@ -57,17 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return USAGE_EXIT_CODE
-    out.mkdir(parents=True, exist_ok=True)
     info = init_distributed()
     configure_cpu_threads(cfg.training.cpu_threads, info.local_world_size)
+    configure_determinism(cfg.training.deterministic)
     try:
-        trainer = Trainer(cfg, out, info)
+        trainer = Trainer(cfg, out, info, start_fresh=start_fresh)
         install_signal_handlers(trainer)
         code = trainer.run()
         trainer.teardown()
     except (ConfigError, FileNotFoundError, IncompatibleCheckpointError) as e:
-        # Bad input discovered once the world exists (a missing data path, checkpoints of a
-        # different model in the run directory): one line.
+        # Bad input discovered once the world exists (a missing data path, checkpoints that
+        # cannot be used or belong to another run): one line.
         sys.stderr.write(f"error: rank {info.rank}: {e}\n")
         sys.stderr.flush()
         os._exit(USAGE_EXIT_CODE)

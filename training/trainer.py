@@ -6,6 +6,7 @@ import os
 import pickle
 import random
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,16 +25,21 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics
-from training.checkpoint import DURABLE, CheckpointManager, IncompatibleCheckpointError
+from training.checkpoint import CheckpointManager, IncompatibleCheckpointError
+from training.checkpoint_format import DURABLE
 from training.config import JobConfig
 from training.data import ResumableLoader, build_source
 from training.faults import FaultInjector, FaultPlan
 from training.model import Transformer
-from training.optim import build_optimizer
+from training.optim import apply_config, build_optimizer, materialize_state
 from training.parallel import DistInfo, apply_parallelism, build_mesh
+from training.run_identity import RunIdentity
 from training.watchdog import Watchdog
 
 SIGTERM_TIMEOUT_EXIT_CODE = 4
+# The run ended (completed, or stopped by SIGTERM) but its final checkpoint did not commit:
+# the steps since the last committed checkpoint are not saved.
+UNSAVED_EXIT_CODE = 5
 
 
 class ModelOptimizerState(Stateful):
@@ -119,7 +125,9 @@ class TrainState(Stateful):
 
 
 class Trainer:
-    def __init__(self, cfg: JobConfig, out: Path, info: DistInfo) -> None:
+    def __init__(
+        self, cfg: JobConfig, out: Path, info: DistInfo, *, start_fresh: bool = False
+    ) -> None:
         self.cfg, self.out, self.info = cfg, out, info
         t = cfg.training
         torch.manual_seed(t.seed)
@@ -133,6 +141,8 @@ class Trainer:
         self.model.to_empty(device=info.device)
         self.model.init_weights(t.seed)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)
+        # Full-size state from the start: DCP plans loads and sizes staging buffers from it.
+        materialize_state(self.optimizer)
 
         source = build_source(
             cfg.data.source,
@@ -166,6 +176,9 @@ class Trainer:
             world_size=info.world_size,
             local_rank=info.local_rank,
             device=info.device,
+            identity=RunIdentity.of(cfg, info.world_size),
+            start_fresh=start_fresh,
+            before_write=self.faults.checkpoint_writing,
             on_checkpoint_written=self.faults.checkpoint_written,
             on_committed=self._on_committed,
         )
@@ -183,10 +196,12 @@ class Trainer:
         if self.ledger:
             self.ledger.record.checkpoints_committed += 1
             self.ledger.record.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+            self.ledger.record.checkpoints_failed = self.checkpointer.failed
             self.ledger.flush()
 
     def request_stop(self, signum: int, _frame: Any) -> None:
-        """SIGTERM handler: finish the current step, save, exit 0, all within the grace period."""
+        """SIGTERM handler: finish the current step, save, exit 0 (UNSAVED_EXIT_CODE when the
+        save did not commit), all within the grace period."""
         if self._stop_requested:
             return
         self._stop_requested = True
@@ -205,6 +220,11 @@ class Trainer:
 
     def run(self) -> int:
         resumed = self.checkpointer.resume()
+        if resumed is not None:
+            # The loaded param groups and schedule carry the old run's values.
+            apply_config(self.optimizer, self.scheduler, self.cfg.optim)
+        # Staging buffers are allocated now, in the background, while the first steps run.
+        self.checkpointer.prepare_staging()
         metrics.log_start(
             self.info.rank,
             self.info.world_size,
@@ -291,38 +311,42 @@ class Trainer:
             ledger.flush()
         rec.last_step, rec.last_step_unix = step, now
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+        rec.checkpoints_failed = self.checkpointer.failed
         ledger.flush()
 
     # ---- endings --------------------------------------------------------------------------
 
-    def _save_final(self, tier: str) -> None:
+    def _save_final(self, tier: str) -> bool:
+        """Saves the current step to `tier` unless it is there already; True when committed
+        (the same on every rank: the commit's outcome is agreed)."""
         self.watchdog.beat(self.state.step)
         self.checkpointer.wait()
         if self.checkpointer.last_committed_step.get(tier) != self.state.step:
             self.checkpointer.save(self.state.step, tier, sync=True)
         self.watchdog.beat(self.state.step)
+        return self.checkpointer.last_committed_step.get(tier) == self.state.step
 
     def shutdown_on_signal(self) -> int:
-        self._save_final(self.cfg.checkpoint.sigterm_tier)
-        self._saved_after_sigterm = (
-            self.checkpointer.last_committed_step.get(self.cfg.checkpoint.sigterm_tier)
-            == self.state.step
-        )
-        return self._summarise("sigterm")
+        tier = self.cfg.checkpoint.sigterm_tier
+        self._saved_after_sigterm = self._save_final(tier)
+        return self._summarise("sigterm", tier, self._saved_after_sigterm)
 
     def finish(self) -> int:
-        self._save_final(DURABLE)
-        return self._summarise("completed")
+        return self._summarise("completed", DURABLE, self._save_final(DURABLE))
 
-    def _summarise(self, reason: str) -> int:
+    def _summarise(self, reason: str, tier: str, saved: bool) -> int:
+        """Summary and exit code: 0 when the final checkpoint committed, else UNSAVED_EXIT_CODE
+        with one line saying so."""
         self.watchdog.beat(self.state.step)
         self.checkpointer.close()
         full = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
         if self.ledger is not None:  # rank 0
-            self._write_summary(self.ledger, reason, full)
-        return 0
+            self._write_summary(self.ledger, reason, full, saved)
+            if not saved:
+                metrics.log_unsaved(self.state.step, tier, UNSAVED_EXIT_CODE)
+        return 0 if saved else UNSAVED_EXIT_CODE
 
     def teardown(self) -> None:
         """Orderly end on every rank, after the summary: no rank leaves while a peer still
@@ -331,19 +355,27 @@ class Trainer:
         self.checkpointer.close()
         self.checkpointer.destroy_group()
 
-    def _write_summary(self, ledger: metrics.RunLedger, reason: str, full: dict[str, Any]) -> None:
+    def _write_summary(
+        self, ledger: metrics.RunLedger, reason: str, full: dict[str, Any], saved: bool
+    ) -> None:
         digest = metrics.params_sha256(full)
         export_path = None
         if self.cfg.checkpoint.export_final and reason == "completed":
             export_path = self.out / "final" / "model.pt"
-            export_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = fileio.part_path(export_path)
-            torch.save(full, tmp)
-            fileio.replace_durably(tmp, export_path)
+            try:
+                export_path.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(full, tmp)
+                fileio.replace_durably(tmp, export_path)
+            except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
+                tmp.unlink(missing_ok=True)
+                sys.stderr.write(f"hptrain: final export to {export_path} failed: {e}\n")
+                export_path = None
         rec = ledger.record
-        rec.ended = reason
+        rec.ended = reason if saved else f"{reason}_unsaved"
         rec.last_step = self.state.step
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
+        rec.checkpoints_failed = self.checkpointer.failed
         ledger.flush()
         records = ledger.all_records()
         job_start = float(
@@ -363,6 +395,9 @@ class Trainer:
             "wall_time_s": wall,
             "checkpoint_blocking_s_total": sum(r.checkpoint_blocking_s for r in records),
             "checkpoints_committed": sum(r.checkpoints_committed for r in records),
+            "checkpoints_failed": sum(r.checkpoints_failed for r in records),
+            # False: the run ended but its last steps are in no checkpoint (exit code 5).
+            "final_checkpoint_committed": saved,
             "restarts": len(records) - 1,
             "steps_lost_total": sum(r["steps_lost"] for r in recoveries),
             "recoveries": recoveries,

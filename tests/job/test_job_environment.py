@@ -124,18 +124,41 @@ def test_the_config_map_names_are_the_platforms() -> None:
     }
 
 
-def test_the_trainer_reads_the_variable_the_manifest_sets(monkeypatch: pytest.MonkeyPatch) -> None:
-    # training/managed_tier.py builds its config from the variable; the library is not
-    # installed here, so a recorder stands in for its config class.
-    from training import managed_tier
+def _expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """What Kubernetes does to container args: $(VAR) becomes the container's env value."""
+    out = []
+    for arg in args:
+        for name, value in env.items():
+            arg = arg.replace(f"$({name})", value)
+        out.append(arg)
+    return out
 
+
+def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The manifest passes both as trainer config: the namespace as the job name, the S3 tier
+    # as $(HPTRAIN_MANAGED_S3_PATH), which Kubernetes expands from the ConfigMap variable.
+    # The managed library is not installed here: a recorder stands in for its config class.
+    from training import managed_tier
+    from training.checkpoint_tiers import ManagedFastTier, open_tiers
+    from training.train import parse_args
+
+    spec = env_spec("prod", team="foundation", nodes=1)
+    manifest = render_job(spec)
+    args = _container(manifest)["args"]
+    assert f"checkpoint.managed_s3_path=$({MANAGED_S3_PATH_ENV})" in args
+    assert f"checkpoint.managed_namespace={spec.name}" in args
+    s3 = "s3://bucket/teams/foundation/managed-tier"
+    config, _, _ = parse_args(_expand(args, {MANAGED_S3_PATH_ENV: s3}))
     seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(managed_tier, "AVAILABLE", True)
     monkeypatch.setattr(
         managed_tier, "SageMakerCheckpointConfig", lambda **kw: seen.append(kw), raising=False
     )
-    monkeypatch.setenv(MANAGED_S3_PATH_ENV, "s3://bucket/teams/foundation/managed-tier")
-    managed_tier.ManagedTier(world_size=8)
-    assert seen[0]["s3_tier_base_path"] == "s3://bucket/teams/foundation/managed-tier"
+    tiers = open_tiers(config.checkpoint, tmp_path, world_size=8)
+    assert isinstance(tiers["fast"], ManagedFastTier)
+    assert seen == [{"namespace": spec.name, "world_size": 8, "s3_tier_base_path": s3}]
 
 
 def test_tiered_storage_off_means_the_local_fast_tier() -> None:

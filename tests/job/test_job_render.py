@@ -88,7 +88,8 @@ def test_common_nccl_env(spec_factory) -> None:
     assert env["NCCL_DEBUG"] == "WARN"
     assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
     assert env["PYTHONUNBUFFERED"] == "1"
-    assert env["HPTRAIN_JOB_NAME"] == "llama-8b"
+    # The managed tier's namespace is a trainer argument now, not a variable.
+    assert "HPTRAIN_JOB_NAME" not in env
 
 
 def test_pods_run_as_the_teams_training_service_account(spec_factory) -> None:
@@ -170,7 +171,13 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
 )
 def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[str, Any]) -> None:
     spec = spec_factory(**overrides)
-    config, out = parse_args(_container(render_job(spec))["args"])
+    # Kubernetes expands $(VAR) in args from the container's env before the trainer starts.
+    args = [
+        a.replace("$(HPTRAIN_MANAGED_S3_PATH)", "s3://bucket/managed")
+        for a in _container(render_job(spec))["args"]
+    ]
+    config, out, start_fresh = parse_args(args)
+    assert not start_fresh
     assert str(out) == spec.out_dir
     assert config.preset == spec.preset
     assert config.training.steps == spec.total_steps
@@ -184,6 +191,11 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
         spec.durable_every,
     )
     assert checkpoint.fast_backend == ("managed" if spec.managed_fast_tier else "local")
+    if spec.managed_fast_tier:
+        assert checkpoint.managed_namespace == spec.name
+        assert checkpoint.managed_s3_path == "s3://bucket/managed"
+    else:
+        assert (checkpoint.managed_namespace, checkpoint.managed_s3_path) == ("", "")
 
 
 @pytest.mark.parametrize("claim", ["fsx-claim", "team-a.fsx"])

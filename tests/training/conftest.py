@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 from filelock import FileLock
 
 from training.launch import command
@@ -47,12 +49,14 @@ def launch(
     steps: int = STEPS,
     overrides: list[str] | None = None,
     timeout: float = 150,
+    nproc: int = 2,
 ) -> LaunchResult:
     cmd = command(
         out,
         "--timeout-s",
         str(timeout - 10),
         *extra,
+        nproc=nproc,
         steps=steps,
         overrides=BASE_OVERRIDES + (overrides or []),
     )
@@ -93,3 +97,12 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
             record.write_text(json.dumps(fields))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+@pytest.fixture
+def world_of_one(tmp_path: Path) -> Iterator[None]:
+    """A real (gloo, one rank) process group, for code that runs collectives."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

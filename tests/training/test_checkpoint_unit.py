@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from training.checkpoint import (
+from training.checkpoint import CheckpointManager, candidate_order
+from training.checkpoint_format import (
     COMMITTED,
     DCP_METADATA,
     MANIFEST,
-    CheckpointManager,
     build_manifest,
-    candidate_order,
     clean_stale,
     commit_dir,
     files_written_by,
@@ -150,15 +148,6 @@ def test_candidates_newest_across_tiers() -> None:
     both = [(20, "durable"), (20, "fast"), (16, "fast")]
     assert candidate_order([both]) == [(20, "fast"), (20, "durable"), (16, "fast")]
     assert candidate_order([[], []]) == []
-
-
-@pytest.fixture
-def world_of_one(tmp_path: Path) -> Iterator[None]:
-    """A real (gloo, one rank) process group, for code that runs collectives."""
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _manager(tmp_path: Path, app_state: dict[str, Any]) -> CheckpointManager:

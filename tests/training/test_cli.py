@@ -64,3 +64,31 @@ def test_bad_cli_input(argv: list[str], tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert not (tmp_path / "out").exists()  # nothing started
+
+
+@pytest.mark.parametrize(
+    "module, option, key",
+    [
+        ("training.train", "--out", None),
+        ("training.train", "checkpoint.durable_dir", "checkpoint.durable_dir"),
+        ("training.launch", "--out", None),
+        ("training.launch", "checkpoint.fast_dir", "checkpoint.fast_dir"),
+    ],
+)
+def test_unwritable_directories_fail_before_anything_starts(
+    module: str, option: str, key: str | None, tmp_path: Path
+) -> None:
+    # A path under a regular file cannot be created, whoever runs the test (root included).
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    bad = blocker / "sub"
+    out = bad if key is None else tmp_path / "run"
+    argv = [sys.executable, "-m", module, "--out", str(out)]
+    if key is not None:
+        argv += ["--set", f"{key}={bad}"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0] == f"error: cannot write to {option} {bad}: Not a directory"
+    assert not (tmp_path / "run" / "logs").exists()  # no rank was started

@@ -16,7 +16,7 @@ import pytest
 
 from tests.training import loglines
 from tests.training.conftest import STEPS, LaunchResult, launch
-from training.checkpoint import list_committed, validate_checkpoint
+from training.checkpoint_format import list_committed, validate_checkpoint
 from training.data import write_token_shard
 from training.metrics import CKPT_FMT, START_FMT
 
@@ -152,6 +152,17 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
     _ok(again)
     assert _starts(again) == [(17, "durable")]
     assert again.summary["steps"] == 20
+    # The job restarted once (across two launches); this launch did not restart at all.
+    assert again.summary["restarts"] == 1 and again.summary["launcher"]["restarts"] == 0
+    # The relaunch's logs were added next to the first launch's, not written over them.
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [
+        "attempt0_rank0.log",
+        "attempt0_rank1.log",
+        "attempt1_rank0.log",
+        "attempt1_rank1.log",
+    ]
+    assert "HPTRAIN step=17 " in (out / "logs" / "attempt0_rank0.log").read_text()
+    assert again.summary["launcher"]["attempts"][0]["job_attempt"] == 1
 
 
 def test_hung_rank_trips_watchdog(reference_run: LaunchResult, tmp_path: Path) -> None:
@@ -221,3 +232,103 @@ def test_node_local_fast_tier_resumes_on_every_node(tmp_path: Path) -> None:
     ]
     assert sorted(starts) == [(0, 12, "fast"), (1, 12, "fast")]
     assert again.summary["steps"] == 20 and "refusing" not in _logs(tmp_path)
+
+
+def _tmp_dirs(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "ckpt").rglob("*.tmp-*"))
+
+
+def test_disk_full_once_then_later_checkpoints_commit(
+    reference_run: LaunchResult, tmp_path: Path
+) -> None:
+    r = launch(tmp_path, "--disk-full-at-checkpoint", "8")
+    _ok(r)
+    statuses = {(int(c["step"]), c["status"]) for c in loglines.find(loglines.CHECKPOINT, r.stdout)}
+    assert (8, "failed") in statuses and (12, "committed") in statuses
+    assert "No space left on device (injected)" in r.stderr + r.stdout
+    s = r.summary
+    assert s["checkpoints_failed"] == 1 and s["final_checkpoint_committed"] is True
+    assert s["restarts"] == 0 and _tmp_dirs(tmp_path) == []
+    # A failed checkpoint changes nothing in training.
+    assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def test_disk_full_for_good_fails_the_run(tmp_path: Path) -> None:
+    r = launch(tmp_path, "--disk-full-from-step", "30", "--max-restarts", "0", steps=32)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.summary["launcher"]["attempts"][0]["exit_codes"] == [5, 5]
+    assert "HPTRAIN final checkpoint step=32 tier=durable did not commit; exit_code=5" in r.stdout
+    s = r.summary
+    assert s["exit_reason"] == "completed" and s["final_checkpoint_committed"] is False
+    assert s["last_checkpoint"] == {"durable": 20, "fast": 28}
+    assert _tmp_dirs(tmp_path) == []
+
+
+def test_sigterm_whose_save_failed_exits_nonzero(tmp_path: Path) -> None:
+    r = launch(
+        tmp_path, "--sigterm-at-step", "13", "--disk-full-from-step", "13", "--max-restarts", "0"
+    )
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.summary["launcher"]["attempts"][0]["exit_codes"] == [5, 5]
+    assert "HPTRAIN final checkpoint step=13 tier=durable did not commit; exit_code=5" in r.stdout
+    assert r.summary["exit_reason"] == "sigterm"
+    assert r.summary["final_checkpoint_committed"] is False
+
+
+def test_all_checkpoints_corrupt_stops_then_start_fresh_trains(
+    reference_run: LaunchResult, tmp_path: Path
+) -> None:
+    shutil.copytree(reference_run.out / "ckpt", tmp_path / "ckpt")
+    refs = [
+        ref
+        for tier in ("fast", "durable")
+        for ref in list_committed(tmp_path / "ckpt" / tier, tier)
+    ]
+    for ref in refs:
+        shard = ref.path / "__0_0.distcp"
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    r = launch(tmp_path)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    for ref in refs:
+        assert f"{ref.tier}/{ref.path.name}: __0_0.distcp checksum mismatch" in lines[0]
+    assert r.summary["launcher"]["attempts"][0]["outcome"] == "bad_input"
+    # Nothing trained over them...
+    assert loglines.find(loglines.STEP, r.stdout) == []
+    assert all(ref.path.is_dir() for ref in refs)
+    # ...until a fresh start is asked for: the same run again, from step 0.
+    fresh = launch(tmp_path, "--start-fresh")
+    _ok(fresh)
+    assert _starts(fresh) == [(0, "none")]
+    assert fresh.summary["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+
+
+def test_another_world_size_resumes_resharded(reference_run: LaunchResult, tmp_path: Path) -> None:
+    shutil.copytree(reference_run.out / "ckpt", tmp_path / "ckpt")
+    r = launch(tmp_path, nproc=1, steps=STEPS + 4, overrides=["training.cpu_threads=1"])
+    _ok(r)
+    start = loglines.line_pattern(START_FMT, world="1")
+    assert [(int(s["step"]), s["resumed"]) for s in loglines.find(start, r.stdout)] == [
+        (STEPS, "durable")
+    ]
+    # (The launcher passes each rank's stderr on through its stdout.)
+    assert "world_size 2 -> 1 (allowed: resharded by DCP" in r.stdout
+    assert f"training.steps {STEPS} -> {STEPS + 4} (allowed" in r.stdout
+    assert r.summary["steps"] == STEPS + 4 and r.summary["world_size"] == 1
+
+
+def test_more_ranks_than_wrote_the_checkpoints_resumes_resharded(tmp_path: Path) -> None:
+    first = launch(tmp_path, nproc=1, steps=12, overrides=["training.cpu_threads=1"])
+    _ok(first)
+    again = launch(tmp_path, steps=16, overrides=["training.cpu_threads=1"])
+    _ok(again)
+    assert _starts(again) == [(12, "durable")]  # the final save of the 1-rank run
+    assert "world_size 1 -> 2 (allowed" in again.stdout
+    assert again.summary["steps"] == 16 and again.summary["restarts"] == 1
+    # The resumed run kept training the same model: the loss did not jump back to its start.
+    losses = [float(s["loss"]) for s in loglines.find(loglines.STEP, again.stdout)]
+    first_losses = [float(s["loss"]) for s in loglines.find(loglines.STEP, first.stdout)]
+    assert losses[0] < first_losses[0]

@@ -30,6 +30,10 @@ def test_log_line_formats(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     watchdog = metrics.watchdog_line(30.7, 9)
     assert watchdog == "HPTRAIN watchdog no progress for 30s at step=9; exiting"
+    metrics.log_unsaved(40, "durable", 5)
+    assert capsys.readouterr().out == (
+        "HPTRAIN final checkpoint step=40 tier=durable did not commit; exit_code=5\n"
+    )
     # The patterns the other tests parse these lines with read every field back.
     start, step, ckpt = (
         loglines.find(p, line)

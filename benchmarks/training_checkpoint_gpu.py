@@ -1,0 +1,231 @@
+"""Cost of async fast-tier checkpoints while training the `1b` preset on one GPU.
+
+    python benchmarks/training_checkpoint_gpu.py [--every 10] [--checkpoints 6] [--dir DIR]
+        [--device-snapshot] [--micro-batch 2] [--no-compile]
+
+Trains with the trainer's own step and checkpoint code (Trainer.train_step, maybe_checkpoint,
+CheckpointManager: staging buffers allocated at start in the background, pinned host memory,
+a side stream; write and commit in the background; one checkpoint in flight), then makes a
+synchronous DCP save of the same state to the same storage. Prints one JSON line:
+
+* step_time_s_median: a training step without any checkpoint (after warm-up);
+* extra time of a checkpoint: the wall time of the steps from the one that starts it to the
+  one before the next checkpoint, less as many median steps (issue call, the wait for the
+  staging copy before the optimizer update, slowdown of steps while it writes). The first
+  checkpoint's window also covers the steps since the buffers began allocating, so
+  `first_checkpoint_extra_s` includes whatever the allocation cost training;
+* sync_save_s: ``dcp.save`` of the same state (the time training stands still without async);
+* blocking_ratio = steady-state extra per checkpoint / sync_save_s;
+* checkpoints committed vs attempted.
+
+Targets: every checkpoint commits; blocking_ratio <= 0.05; the first checkpoint costs no more
+than 2 steps. Without CUDA it prints a JSON line with a `skipped` reason (``--allow-cpu`` runs
+the same code path on CPU, e.g. with ``--preset tiny``, as a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_RATIO = 0.05
+TARGET_FIRST_STEPS = 2.0
+
+
+def _default_dir() -> Path:
+    # The fast tier's usual home is node-local memory; fall back to a temp dir.
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix="hptrain-ckpt-gpu-bench-", dir=base))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="1b")
+    ap.add_argument("--micro-batch", type=int, default=2, help="sequences per step")
+    ap.add_argument("--seq-len", type=int, default=None, help="default: the preset's")
+    ap.add_argument("--every", type=int, default=10, help="steps between fast checkpoints")
+    ap.add_argument("--checkpoints", type=int, default=6, help="fast checkpoints to make")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--baseline", type=int, default=10, help="steps timed without checkpoints")
+    ap.add_argument("--sync-repeats", type=int, default=2)
+    ap.add_argument("--dir", default=None, help="checkpoint storage (default: under /dev/shm)")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument(
+        "--device-snapshot",
+        action="store_true",
+        help="checkpoint.device_snapshot=true: copy in GPU memory first, then to host",
+    )
+    ap.add_argument("--allow-cpu", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print(
+            json.dumps(
+                {
+                    "benchmark": "training_checkpoint_gpu",
+                    "preset": args.preset,
+                    "skipped": "no CUDA device available",
+                }
+            )
+        )
+        return 0
+
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+    from training.checkpoint_staging import iter_tensors
+    from training.config import build_config
+    from training.model import count_params
+    from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.trainer import Trainer
+
+    ensure_single_process_env()
+    if int(os.environ["WORLD_SIZE"]) != 1:
+        sys.stderr.write("error: training_checkpoint_gpu runs on one GPU (WORLD_SIZE=1)\n")
+        return 2
+    base = Path(args.dir) if args.dir else _default_dir()
+    total = args.warmup + args.baseline + (args.checkpoints + 1) * args.every
+    overrides = [
+        "data.source=synthetic",
+        "data.synthetic_samples=100000",
+        f"training.global_batch_size={args.micro_batch}",
+        f"training.steps={total + 1}",
+        f"checkpoint.fast_interval={args.every}",
+        "checkpoint.durable_interval=0",
+        "checkpoint.fast_keep=2",
+        "checkpoint.fast_backend=local",
+        "fault.watchdog_s=0",
+        f"checkpoint.fast_dir={base / 'fast'}",
+        f"checkpoint.durable_dir={base / 'durable'}",
+    ]
+    if args.seq_len:
+        overrides.append(f"training.seq_len={args.seq_len}")
+    if args.no_compile:
+        overrides.append("parallel.compile=false")
+    if args.device_snapshot:
+        overrides.append("checkpoint.device_snapshot=true")
+    cfg = build_config(args.preset, overrides)
+    info = init_distributed()
+    configure_cpu_threads(0, 1)
+    cuda = info.device.type == "cuda"
+    try:
+        trainer = Trainer(cfg, base / "run", info)
+        ckpt = trainer.checkpointer
+
+        def step() -> float:
+            t0 = time.perf_counter()
+            trainer.train_step()  # ends with .item(): the step is complete
+            trainer.maybe_checkpoint()
+            return time.perf_counter() - t0
+
+        # Warm-up and baseline: train_step alone, so no checkpoint is made.
+        for _ in range(args.warmup):
+            trainer.train_step()
+        baseline = []
+        for _ in range(args.baseline):
+            t0 = time.perf_counter()
+            trainer.train_step()
+            baseline.append(time.perf_counter() - t0)
+        step_s = statistics.median(baseline)
+
+        # From here as in Trainer.run: the buffers allocate in the background while training
+        # goes on; checkpoints are due at steps every, 2*every, ... (C + 1) * every.
+        every, n = args.every, args.checkpoints
+        trainer.state.step = 0
+        allocation = ckpt.prepare_staging()
+        times = [step() for _ in range((n + 1) * every)]  # times[i]: step i + 1
+        ckpt.wait()
+        attempted = n + 1
+
+        def extra(first: int, last: int) -> float:
+            """Wall time of steps first..last beyond as many median steps."""
+            window = times[first - 1 : last]
+            return sum(window) - step_s * len(window)
+
+        # Checkpoint j's window: the step that starts it (j * every) to the one before the
+        # next. The first one's also covers steps 1.. since the allocation began. The last
+        # checkpoint is made and committed, its window is not timed.
+        first_extra = extra(1, 2 * every - 1)
+        per_checkpoint = [extra(j * every, (j + 1) * every - 1) for j in range(2, n + 1)]
+        steady = statistics.median(per_checkpoint) if per_checkpoint else first_extra
+        alloc_s = allocation.result() if allocation is not None else None
+
+        sync_s: list[float] = []
+        for i in range(args.sync_repeats):
+            target = base / f"sync_{i}"
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dcp_save(
+                ckpt.app_state,
+                storage_writer=FileSystemWriter(str(target), sync_files=True),
+                process_group=ckpt.pg,
+            )
+            sync_s.append(time.perf_counter() - t0)
+            shutil.rmtree(target, ignore_errors=True)
+        sync = statistics.median(sync_s)
+        state_bytes = sum(
+            t.numel() * t.element_size()
+            for _, t in iter_tensors({k: v.state_dict() for k, v in ckpt.app_state.items()})
+        )
+        stager = ckpt._stager
+        result = {
+            "benchmark": "training_checkpoint_gpu",
+            "preset": args.preset,
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "torch": torch.__version__,
+            "params": count_params(cfg.model),
+            "state_gb": round(state_bytes / 1e9, 2),
+            "seq_len": cfg.training.seq_len,
+            "micro_batch": args.micro_batch,
+            "compile": cfg.parallel.compile,
+            "every_steps": args.every,
+            "device_snapshot": cfg.checkpoint.device_snapshot,
+            "storage": str(base),
+            "step_time_s_median": round(step_s, 4),
+            "first_checkpoint_extra_s": round(first_extra, 4),
+            "first_checkpoint_extra_steps": round(first_extra / step_s, 2),
+            "steady_checkpoint_extra_s": round(steady, 4),
+            "checkpoint_extra_s": [round(e, 4) for e in per_checkpoint],
+            "staging_copy_s_last": round(ckpt.last_staging_s or 0.0, 4),
+            "staging_alloc_s": round(alloc_s, 3) if alloc_s is not None else None,
+            "staging_pinned": bool(stager and stager.pinned),
+            "staging_allocated_on_demand": stager.allocated_on_demand if stager else None,
+            "sync_save_s": round(sync, 3),
+            "blocking_ratio": round(steady / sync, 4),
+            "blocking_ratio_first": round(first_extra / sync, 4),
+            "checkpoints_attempted": attempted,
+            "checkpoints_committed": ckpt.committed,
+            "checkpoints_failed": ckpt.failed,
+            "max_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
+        }
+        result["target_met"] = bool(
+            ckpt.committed == attempted
+            and result["blocking_ratio"] <= TARGET_RATIO
+            and first_extra / step_s <= TARGET_FIRST_STEPS
+        )
+        ckpt.close()
+        print(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Checkpoint failures and resume decisions, in one process with the trainer's real state:
+a full disk, corrupt checkpoints, another world size or config, a deliberate fresh start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.training import appstate
+from training.checkpoint import CheckpointManager, IncompatibleCheckpointError
+from training.checkpoint_format import (
+    MANIFEST,
+    list_committed,
+    read_manifest,
+    step_dir_name,
+)
+from training.config import CheckpointConfig
+from training.faults import FaultInjector, FaultPlan
+from training.optim import apply_config
+from training.run_identity import RunIdentity, compare
+
+CPU = torch.device("cpu")
+
+
+def _manager(
+    tmp_path: Path,
+    app: appstate.AppState,
+    *,
+    world_size: int = 1,
+    identity: RunIdentity | None = None,
+    async_mode: str = "thread",
+    verify_checksums: bool = True,
+    **kwargs: Any,
+) -> CheckpointManager:
+    cfg = CheckpointConfig(
+        fast_dir=str(tmp_path / "fast"),
+        durable_dir=str(tmp_path / "durable"),
+        fast_backend="local",
+        async_mode=async_mode,
+        verify_checksums=verify_checksums,
+    )
+    return CheckpointManager(
+        cfg,
+        tmp_path,
+        app.stateful,
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        device=CPU,
+        identity=identity or RunIdentity.of(app.cfg, world_size),
+        **kwargs,
+    )
+
+
+def _run(manager: CheckpointManager, app: appstate.AppState, saves: list[tuple[int, str]]) -> None:
+    """Trains up to each step of `saves` and checkpoints it there, as the trainer does."""
+    try:
+        manager.prepare_staging()
+        for step, tier in saves:
+            while app.train.step < step:
+                manager.wait_for_staging()
+                app.step()
+            manager.save(step, tier)
+        manager.wait()
+    finally:
+        manager.close()
+        manager.destroy_group()
+
+
+def _tmp_dirs(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if ".tmp-" in p.name)
+
+
+@pytest.mark.parametrize("async_mode", ["thread", "sync"])
+def test_disk_full_cleans_up_and_the_next_checkpoint_commits(
+    tmp_path: Path, world_of_one: None, async_mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = appstate.build()
+    faults = FaultInjector(FaultPlan(disk_full_at_checkpoint=2), 0, lambda fault: None)
+    manager = _manager(tmp_path, app, async_mode=async_mode, before_write=faults.checkpoint_writing)
+    _run(manager, app, [(1, "fast"), (2, "fast"), (3, "fast")])
+    assert (manager.committed, manager.failed) == (2, 1)
+    assert "No space left on device (injected)" in (manager.last_error or "")
+    assert [r.step for r in list_committed(tmp_path / "fast", "fast")] == [3, 1]
+    assert _tmp_dirs(tmp_path / "fast") == []  # the partial write was removed at once
+    err = capsys.readouterr().err
+    assert "checkpoint step 2 tier fast failed: " in err and "Traceback" not in err
+
+
+def _corrupt(path: Path) -> None:
+    shard = path / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+
+
+def test_all_checkpoints_corrupt_stops_naming_each(tmp_path: Path, world_of_one: None) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(1, "fast"), (2, "durable")])
+    for tier, step in (("fast", 1), ("durable", 2)):
+        _corrupt(tmp_path / tier / step_dir_name(step))
+    fresh = appstate.build()
+    manager = _manager(tmp_path, fresh)
+    try:
+        with pytest.raises(IncompatibleCheckpointError) as raised:
+            manager.resume()
+    finally:
+        manager.close()
+        manager.destroy_group()
+    msg = str(raised.value)
+    assert "\n" not in msg and "refusing to start from scratch" in msg and "--start-fresh" in msg
+    assert "durable/step_00000002: __0_0.distcp checksum mismatch" in msg
+    assert "fast/step_00000001: __0_0.distcp checksum mismatch" in msg
+    # Nothing was removed: a human decides.
+    assert list_committed(tmp_path / "fast", "fast") and list_committed(
+        tmp_path / "durable", "durable"
+    )
+    assert set(fresh.adam_steps()) == {0.0}  # and planning did not step the optimizer
+
+
+def test_start_fresh_discards_old_checkpoints(tmp_path: Path, world_of_one: None) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(1, "fast"), (2, "durable")])
+    manager = _manager(tmp_path, appstate.build(), start_fresh=True)
+    try:
+        assert manager.resume() is None
+    finally:
+        manager.close()
+        manager.destroy_group()
+    assert list_committed(tmp_path / "fast", "fast") == []
+    assert list_committed(tmp_path / "durable", "durable") == []
+
+
+def test_checksums_off_loads_but_says_so(
+    tmp_path: Path, world_of_one: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(1, "durable")])
+    manager = _manager(tmp_path, appstate.build(), verify_checksums=False)
+    try:
+        ref = manager.resume()
+    finally:
+        manager.close()
+        manager.destroy_group()
+    assert ref is not None and ref.step == 1
+    assert "loaded without checksum verification" in capsys.readouterr().err
+
+
+def test_every_manifest_carries_the_run_identity(tmp_path: Path, world_of_one: None) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(1, "fast")])
+    run = read_manifest(tmp_path / "fast" / step_dir_name(1))["run"]
+    assert run["preset"] == "tiny" and run["world_size"] == 1
+    assert run["config_digest"] == RunIdentity.of(app.cfg, 1).config_digest
+    assert run["config"]["model"]["dim"] == 32 and "checkpoint" not in run["config"]
+
+
+def _resume_with(
+    tmp_path: Path, overrides: list[str], world_size: int = 1
+) -> tuple[CheckpointManager, appstate.AppState, Any]:
+    app = appstate.build(overrides)
+    manager = _manager(tmp_path, app, world_size=world_size)
+    try:
+        ref = manager.resume()
+    finally:
+        manager.close()
+        manager.destroy_group()
+    return manager, app, ref
+
+
+def test_resume_refuses_a_different_model(tmp_path: Path, world_of_one: None) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(2, "durable")])
+    with pytest.raises(IncompatibleCheckpointError) as raised:
+        _resume_with(tmp_path, ["model.n_layers=3"])
+    assert "durable/step_00000002: model.n_layers 2 -> 3 (not allowed: a different model)" in str(
+        raised.value
+    )
+
+
+def test_resume_refuses_a_target_below_the_checkpoint(tmp_path: Path, world_of_one: None) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(3, "durable")])
+    with pytest.raises(IncompatibleCheckpointError) as raised:
+        _resume_with(tmp_path, ["training.steps=2"])
+    assert "durable/step_00000003 is beyond training.steps=2" in str(raised.value)
+
+
+def test_resume_allows_a_longer_run_and_applies_a_new_lr(
+    tmp_path: Path, world_of_one: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(3, "durable")])
+    manager, resumed, ref = _resume_with(tmp_path, ["training.steps=80", "optim.lr=0.001"])
+    assert ref is not None and resumed.train.step == 3
+    assert {c.key for c in manager.resumed_changes} == {"training.steps", "optim.lr"}
+    assert all(c.allowed for c in manager.resumed_changes)
+    err = capsys.readouterr().err
+    assert "training.steps 40 -> 80 (allowed: the schedule is recomputed" in err
+    # The loaded param groups carry the old lr; the trainer then applies the config.
+    apply_config(resumed.optimizer, resumed.scheduler, resumed.cfg.optim)
+    expected = 0.001 * resumed.scheduler.lr_lambdas[0](3)
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == [expected, expected]
+
+
+def test_resume_with_unchanged_config_keeps_the_loaded_hyperparameters(
+    tmp_path: Path, world_of_one: None
+) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(3, "durable")])
+    _, resumed, _ = _resume_with(tmp_path, [])
+    before = [dict(g, params=None) for g in resumed.optimizer.param_groups]
+    apply_config(resumed.optimizer, resumed.scheduler, resumed.cfg.optim)
+    assert [dict(g, params=None) for g in resumed.optimizer.param_groups] == before
+    assert [dict(g, params=None) for g in app.optimizer.param_groups] == before
+
+
+def test_another_world_size_is_allowed_and_noted() -> None:
+    cfg = appstate.build_config_only()
+    changes = compare(RunIdentity.of(cfg, 2), RunIdentity.of(cfg, 4))
+    assert [(c.key, c.allowed) for c in changes] == [("world_size", True)]
+    assert "resharded by DCP" in str(changes[0])
+
+
+def test_a_version_1_manifest_without_identity_still_loads(
+    tmp_path: Path, world_of_one: None
+) -> None:
+    app = appstate.build()
+    _run(_manager(tmp_path, app), app, [(2, "durable")])
+    path = tmp_path / "durable" / step_dir_name(2) / MANIFEST
+    manifest = json.loads(path.read_text())
+    del manifest["run"]
+    manifest["version"] = 1
+    path.write_text(json.dumps(manifest))
+    _, resumed, ref = _resume_with(tmp_path, [])
+    assert ref is not None and resumed.train.step == 2
+
+
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("model.dim=48", False),
+        ("data.seed=7", False),
+        ("data.synthetic_samples=999", False),
+        ("training.seq_len=32", False),
+        ("training.seed=1", False),
+        ("training.steps=400", True),
+        ("training.global_batch_size=16", True),
+        ("optim.weight_decay=0.0", True),
+        ("parallel.mixed_precision=fp32", True),
+        ("data.path=/elsewhere", True),
+        # Operational sections are not part of the identity at all.
+        ("checkpoint.fast_interval=7", None),
+        ("fault.watchdog_s=5", None),
+    ],
+)
+def test_identity_rules(override: str, allowed: bool | None) -> None:
+    saved = RunIdentity.of(appstate.build_config_only(), 2)
+    now = RunIdentity.of(appstate.build_config_only([override]), 2)
+    changes = compare(saved, now)
+    if allowed is None:
+        assert changes == [] and now.config_digest == saved.config_digest
+    else:
+        assert [(c.key, c.allowed) for c in changes] == [(override.split("=")[0], allowed)]
+
+
+def test_managed_namespace_defaults_to_one_per_run_directory(tmp_path: Path) -> None:
+    from training.checkpoint_tiers import default_namespace
+
+    assert default_namespace(tmp_path / "a") == default_namespace(tmp_path / "a")
+    assert default_namespace(tmp_path / "a") != default_namespace(tmp_path / "b")

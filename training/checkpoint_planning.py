@@ -1,0 +1,100 @@
+"""DCP planning for node-local tiers, and the files a load reads.
+
+A node-local tier (``/dev/shm`` or NVMe per node) must hold on every node all that node's
+ranks read back, including state the default planner writes once for the whole job. The
+save planner here deduplicates within a node only, the writer records where each item went,
+and node_metadata derives each node's own DCP metadata from those records. files_read_by
+tells which files a rank's load plan reads, for validation before a load.
+
+No process group here: the planners take plans, the functions take paths and dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
+
+
+class NodeLocalSavePlanner(DefaultSavePlanner):
+    """Save planner for a node-local tier: every node keeps its own copy of replicated items.
+
+    The default planner writes an item held by several ranks (the whole train state, HSDP
+    replicas) once, on one rank, which on a node-local tier leaves the other nodes without
+    it. Here items are deduplicated within each node only. The metadata is the usual global
+    one; the commit then points each node's copy of it at that node's files.
+    """
+
+    def __init__(self, node_of_rank: list[int]) -> None:
+        super().__init__()
+        self.node_of_rank = node_of_rank
+
+    def create_global_plan(self, all_plans: list[SavePlan]) -> tuple[list[SavePlan], Metadata]:
+        _, metadata = super().create_global_plan(all_plans)
+        plans = list(all_plans)
+        for node in sorted(set(self.node_of_rank)):
+            ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
+            for r, plan in zip(ranks, dedup_save_plans([all_plans[r] for r in ranks]), strict=True):
+                plans[r] = plan
+        self.global_plan = plans
+        return plans, metadata
+
+
+class RecordingWriter(FileSystemWriter):
+    """Keeps this rank's write results (file and offset of each item it wrote).
+
+    `before_write` runs inside DCP's write step, where an exception is reported to every
+    rank the way a real storage error is (fault injection uses it for a full disk)."""
+
+    def __init__(
+        self, path: Path, before_write: Callable[[Path], None] = lambda path: None
+    ) -> None:
+        super().__init__(str(path), sync_files=True)
+        self.dir = path
+        self.before_write = before_write
+        self.results: list[WriteResult] | None = None
+
+    def write_data(
+        self, plan: SavePlan, planner: SavePlanner
+    ) -> torch.futures.Future[list[WriteResult]]:
+        self.before_write(self.dir)
+        fut = super().write_data(plan, planner)
+        try:
+            # The file system writer returns a completed future.
+            self.results = fut.wait()
+        except Exception:  # noqa: BLE001 - DCP reports the failure from the same future
+            self.results = None
+        return fut
+
+
+def node_metadata(metadata: Metadata, results: list[Any]) -> bytes:
+    """DCP metadata for one node: each item read from the copy a rank of that node wrote."""
+    storage = dict(metadata.storage_data)
+    for per_rank in results:
+        storage.update({wr.index: wr.storage_data for wr in per_rank})
+    return pickle.dumps(dataclasses.replace(metadata, storage_data=storage))
+
+
+def files_read_by(path: Path, state_dict: dict[str, Any]) -> set[str]:
+    """Files a DCP load of `state_dict` from `path` reads, from its load plan and metadata.
+
+    Works for any world size: the plan of a resharding load names the shards it reads from.
+    Raises when the metadata does not load or does not cover `state_dict` (the load would
+    fail the same way). Plans only: `state_dict` is not modified.
+    """
+    metadata = FileSystemReader(str(path)).read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(state_dict, metadata, is_coordinator=False)
+    plan = planner.create_local_plan()
+    storage = metadata.storage_data
+    return {storage[item.storage_index].relative_path for item in plan.items}
