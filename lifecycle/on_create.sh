@@ -4,12 +4,18 @@
 # every new node from the downloaded lifecycle prefix.
 #
 # Reads lifecycle_config.json next to this file, then:
-#   1. nvme       - wait for the NVMe instance store (or fall back to the root volume)
-#   2. containerd - containerd data root on NVMe
-#   3. kubelet    - /var/lib/kubelet bind-mounted from NVMe
+#   1. nvme       - wait for the data volume HyperPod mounts at /opt/sagemaker
+#                   (fatal on a GPU node without the NVMe instance store)
+#   2. containerd - containerd data root on the data volume
+#   3. kubelet    - /var/lib/kubelet bind-mounted from the data volume
 #   4. lustre     - Lustre client modules, LNet over EFA, lctl tunables
+#                   (best effort: a failure is logged, the node still joins)
 # Safe to run again: every step checks before it changes anything.
 # Downloads nothing; everything it needs is on the HyperPod AMI.
+#
+# Everything is logged to /var/log/provision/provisioning.log, the file
+# HyperPod uploads to the cluster's CloudWatch log group, stream
+# LifecycleConfig/<instance-group>/<instance-id> (see README.md).
 #
 # Environment (for tests): LIFECYCLE_ROOT prefixes every absolute system path
 # (default: empty); LIFECYCLE_FAILURE_DELAY_SECONDS is how long to wait after
@@ -50,17 +56,23 @@ main() {
   begin_step main
   log_info "[start] on_create.sh"
   load_config "$LIFECYCLE_DIR/lifecycle_config.json"
-  set_log_dir "$CFG_LOG_DIR"
   log_info "config: nvme_mount_point=$CFG_NVME_MOUNT_POINT containerd_on_nvme=$CFG_CONTAINERD_ON_NVME" \
-    "kubelet_on_nvme=$CFG_KUBELET_ON_NVME lustre_enabled=$CFG_LUSTRE_ENABLED fsx_efa_enabled=$CFG_FSX_EFA_ENABLED"
+    "kubelet_on_nvme=$CFG_KUBELET_ON_NVME require_nvme=$CFG_REQUIRE_NVME" \
+    "require_nvme_on_gpu=$CFG_REQUIRE_NVME_ON_GPU lustre_enabled=$CFG_LUSTRE_ENABLED" \
+    "fsx_efa_enabled=$CFG_FSX_EFA_ENABLED"
 
   step_nvme
   step_containerd
   step_kubelet
-  step_lustre
+  run_best_effort lustre step_lustre \
+    "this node has no working Lustre client, so FSx for Lustre volumes will not mount on it"
 
   begin_step main
-  log_info "[stop] on_create.sh completed"
+  if [[ "${#FAILED_BEST_EFFORT[@]}" -gt 0 ]]; then
+    log ERROR "[stop] on_create.sh completed; failed best-effort steps: ${FAILED_BEST_EFFORT[*]}"
+  else
+    log_info "[stop] on_create.sh completed"
+  fi
 }
 
 main "$@"

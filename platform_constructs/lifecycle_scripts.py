@@ -33,17 +33,23 @@ class LifecycleSettings:
     default.
     """
 
-    # Where the HyperPod AMI mounts the instance store.
-    nvme_mount_point: str = "/opt/dlami/nvme"
-    # Image layers and pod scratch space go to the large, fast instance store.
+    # Where HyperPod mounts a node's local storage at boot: the NVMe instance-store disks
+    # (LVM volume group vg.01) and the group's secondary EBS volume. The AWS sample lifecycle
+    # scripts for HyperPod EKS key on the same path.
+    nvme_mount_point: str = "/opt/sagemaker"
+    # Image layers and pod scratch space go to the large, fast local storage.
     containerd_on_nvme: bool = True
     kubelet_on_nvme: bool = True
-    # CPU groups have no instance store: fall back to the root volume instead of failing.
+    # A node with NVIDIA GPUs (found on its PCI bus) fails on_create when the instance store
+    # is missing or not behind the mount: its images and pod data do not fit the root volume.
+    require_nvme_on_gpu: bool = True
+    # Other groups may lack both instance store and secondary EBS volume: they fall back to
+    # the root volume instead of failing.
     require_nvme: bool = False
-    # Every environment mounts FSx for Lustre, so the client is always configured.
+    # Every environment mounts FSx for Lustre, so the client is always configured. Best
+    # effort on the node: a failure is logged and the node joins without the client.
     lustre_enabled: bool = True
     fsx_efa_enabled: bool
-    log_dir: str = "/var/log/provision"
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)

@@ -10,6 +10,9 @@
 LIFECYCLE_ROOT="${LIFECYCLE_ROOT:-}"
 LOG_FILE=""
 CURRENT_STEP="init"
+# HyperPod uploads this file, and only this file, to the cluster's CloudWatch
+# log group, stream LifecycleConfig/<instance-group>/<instance-id> (README.md).
+PROVISIONING_LOG=/var/log/provision/provisioning.log
 
 # sys_path /etc/fstab -> "$LIFECYCLE_ROOT/etc/fstab"
 sys_path() {
@@ -47,28 +50,63 @@ on_error() {
   exit "$rc"
 }
 
-# set_log_dir DIR: (re)open the log file DIR/provisioning.log (DIR is a
-# system path, prefixed with LIFECYCLE_ROOT here).
-set_log_dir() {
-  local dir
-  dir="$(sys_path "$1")"
-  [[ -d "$dir" ]] || mkdir -p "$dir"
-  LOG_FILE="$dir/provisioning.log"
-  : >>"$LOG_FILE"
+# arm_error_trap: (re)install the ERR trap that stops the script.
+arm_error_trap() {
+  trap 'on_error "$?" "$BASH_COMMAND" "${BASH_SOURCE[0]##*/}:$LINENO"' ERR
 }
 
-# lifecycle_init: strict mode, error trap, sandbox sanity, default log file.
+# open_log: append to the provisioning log and send stderr there too, so
+# that whatever a command or bash itself prints on failure (an unbound
+# variable, a traceback) reaches CloudWatch, not only the script's stderr.
+open_log() {
+  local file
+  file="$(sys_path "$PROVISIONING_LOG")"
+  [[ -d "${file%/*}" ]] || mkdir -p "${file%/*}"
+  : >>"$file"
+  LOG_FILE=$file
+  exec 2> >(tee -a "$LOG_FILE" >&2)
+}
+
+# lifecycle_init: strict mode, error trap, sandbox sanity, log file.
 lifecycle_init() {
   set -Eeuo pipefail
   shopt -s inherit_errexit 2>/dev/null || true
-  trap 'on_error "$?" "$BASH_COMMAND" "${BASH_SOURCE[0]##*/}:$LINENO"' ERR
+  arm_error_trap
   if [[ -n "$LIFECYCLE_ROOT" ]]; then
     [[ "$LIFECYCLE_ROOT" == /* && -d "$LIFECYCLE_ROOT" ]] ||
       die "LIFECYCLE_ROOT must be an existing absolute directory, got '$LIFECYCLE_ROOT'"
   elif [[ "$EUID" -ne 0 ]]; then
     die "must run as root (HyperPod runs lifecycle scripts as root)"
   fi
-  set_log_dir /var/log/provision
+  open_log
+}
+
+# Steps that failed under run_best_effort; on_create.sh reports them last.
+FAILED_BEST_EFFORT=()
+
+# run_best_effort NAME FUNCTION CONSEQUENCE: run FUNCTION in a subshell with
+# the same strict mode and ERR trap. If it fails, log an ERROR line naming
+# the step and what the node lacks without it (CONSEQUENCE), and carry on.
+# For steps whose failure would repeat on every replacement node (same AMI,
+# same configuration) while the node is still useful without them: failing
+# on_create would only make HyperPod replace nodes in a loop.
+run_best_effort() {
+  local name=$1 step=$2 consequence=$3 rc=0
+  trap - ERR
+  set +e
+  (
+    set -e
+    arm_error_trap
+    "$step"
+  )
+  rc=$?
+  set -e
+  arm_error_trap
+  if [[ "$rc" -ne 0 ]]; then
+    FAILED_BEST_EFFORT+=("$name")
+    begin_step "$name"
+    log ERROR "step failed (exit $rc), continuing without it: $consequence"
+  fi
 }
 
 # run CMD ARGS...: log the command, run it, copy its output to the log and
@@ -87,6 +125,23 @@ run() {
   if [[ "$rc" -ne 0 ]]; then
     die "'$*' failed (exit $rc)"
   fi
+}
+
+# try_run CMD ARGS...: like run, but a failure only logs a WARN line and
+# returns the command's exit status, for a caller that handles it.
+try_run() {
+  log_info "run: $*"
+  local rc=0 line
+  CAPTURED="$("$@" 2>&1)" || rc=$?
+  if [[ -n "$CAPTURED" ]]; then
+    while IFS= read -r line; do
+      log_info "  | $line"
+    done <<<"$CAPTURED"
+  fi
+  if [[ "$rc" -ne 0 ]]; then
+    log_warn "'$*' failed (exit $rc)"
+  fi
+  return "$rc"
 }
 
 # write_file DEST MODE: replace DEST with stdin only when the content differs
@@ -125,23 +180,41 @@ remove_file() {
   fi
 }
 
-# seed_dir SRC DEST: create DEST as a copy of SRC (or empty) exactly once.
+# Markers on the root volume naming what this root volume's runs seeded on
+# the data volume (see seed_dir).
+SEED_MARKER_DIR=/var/lib/hyperpod-lifecycle
+
+# seed_dir SRC DEST NAME: create DEST as a copy of SRC (or empty) exactly once
+# per root volume, and record that in SEED_MARKER_DIR/NAME.seeded.
 # Copies into a staging directory and renames it, so an interrupted copy is
 # redone on the next run instead of being mistaken for a finished one.
 # --one-file-system: never copy what other file systems have mounted below SRC.
+# A DEST without the marker was left by an earlier root volume: the data
+# volume can be a secondary EBS volume, which HyperPod keeps when an AMI
+# update replaces the root volume. Its containers and pod data belong to the
+# previous OS image, so it is removed and seeded again (the AWS sample
+# scripts remove it for the same reason).
 seed_dir() {
-  local src=$1 dest=$2 staging="$2.lifecycle-tmp"
-  if [[ -d "$dest" ]]; then
+  local src=$1 dest=$2 marker staging="$2.lifecycle-tmp"
+  marker="$(sys_path "$SEED_MARKER_DIR")/$3.seeded"
+  if [[ -d "$dest" && -f "$marker" ]]; then
     log_info "${dest#"$LIFECYCLE_ROOT"} already exists: nothing to copy"
     return 0
   fi
+  if [[ -e "$dest" ]]; then
+    log_warn "${dest#"$LIFECYCLE_ROOT"} was left by an earlier root volume: removing it"
+    run rm -rf "$dest"
+  fi
   run rm -rf "$staging"
+  [[ -d "${dest%/*}" ]] || mkdir -p "${dest%/*}"
   if [[ -d "$src" ]]; then
     run cp -a --one-file-system "$src" "$staging"
   else
     run mkdir -p "$staging"
   fi
   run mv "$staging" "$dest"
+  [[ -d "${marker%/*}" ]] || mkdir -p "${marker%/*}"
+  printf '%s\n' "${dest#"$LIFECYCLE_ROOT"}" >"$marker"
 }
 
 # Units this run stopped and has not started again. If the script fails in

@@ -30,7 +30,14 @@ MODULE_OPTION = re.compile(r"^[A-Za-z0-9_]+=[^\s#'\"\\$`]+$")
 NID = re.compile(r"^[A-Za-z0-9.:_-]+@[a-z]+[0-9]*$")
 IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
-DEFAULT_LOG_DIR = "/var/log/provision"
+# Fields this reader no longer accepts, with what replaced them. Refused rather than
+# ignored: an old file must not silently lose its meaning.
+REMOVED: dict[str, str] = {
+    "log_dir": (
+        "removed: HyperPod uploads only /var/log/provision/provisioning.log to CloudWatch, "
+        "so the log always goes there"
+    ),
+}
 
 
 class ConfigError(Exception):
@@ -153,8 +160,8 @@ SCHEMA: dict[str, tuple[bool, Any, Callable[[str, Any], str | list[str]]]] = {
     "containerd_on_nvme": (True, None, as_bool),
     "kubelet_on_nvme": (True, None, as_bool),
     "fsx_efa_enabled": (True, None, as_bool),
-    "log_dir": (False, DEFAULT_LOG_DIR, as_path),
     "require_nvme": (False, False, as_bool),
+    "require_nvme_on_gpu": (False, True, as_bool),
     "nvme_wait_seconds": (False, 60, as_int(0, 3600)),
     "lustre_enabled": (False, True, as_bool),
     "lustre_module_options": (False, {}, as_module_options),
@@ -173,6 +180,8 @@ def parse(text: str) -> tuple[dict[str, str | list[str]], list[str]]:
     if not isinstance(data, dict):
         raise ConfigError(f"top level must be a JSON object, got {type_name(data)}")
     for field in sorted(data):
+        if field in REMOVED:
+            fail(field, REMOVED[field])
         check_finite(field, data[field])
     values: dict[str, str | list[str]] = {}
     for field, (required, default, check) in SCHEMA.items():

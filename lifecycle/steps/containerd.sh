@@ -1,16 +1,31 @@
 # shellcheck shell=bash
-# Step: put containerd's data root on the NVMe instance store.
+# Step: put containerd's data root on the data volume.
 #
-# Sets the top-level `root` key of the containerd config to
-# <nvme_mount_point>/containerd. On Amazon Linux 2 EKS AMIs the node bootstrap
-# copies /etc/eks/containerd/containerd-config.toml over
-# /etc/containerd/config.toml, so both files are updated when present.
+# The data root becomes <nvme_mount_point>/containerd/data-root. How the
+# setting reaches containerd depends on the OS image (/etc/os-release), as in
+# the AWS sample lifecycle script for HyperPod EKS:
+#
+#   Amazon Linux 2     The node bootstrap copies the template
+#                      /etc/eks/containerd/containerd-config.toml over
+#                      /etc/containerd/config.toml, so `root` is set in the
+#                      template and, when it exists, in the live file.
+#   Amazon Linux 2023  nodeadm writes /etc/containerd/config.toml again on
+#                      every boot, so an edit there does not last. The
+#                      scripts write their own copy of nodeadm's file with
+#                      the new root (CONTAINERD_OWN_CONFIG) and a systemd
+#                      drop-in that starts containerd with it. nodeadm's file
+#                      is only read, never changed.
+#
 # Existing data under /var/lib/containerd (e.g. a pre-loaded pause image) is
 # copied across once, with containerd stopped, and containerd is restarted
-# only if it was running and something changed.
+# only if it was running and something changed. The drop-in also keeps
+# containerd from starting before the data volume is mounted.
 
-# Candidate config files (system paths); every one that exists is updated.
-CONTAINERD_CONFIGS=(/etc/eks/containerd/containerd-config.toml /etc/containerd/config.toml)
+CONTAINERD_AL2_TEMPLATE=/etc/eks/containerd/containerd-config.toml
+CONTAINERD_LIVE_CONFIG=/etc/containerd/config.toml
+CONTAINERD_OWN_CONFIG=/etc/containerd/hyperpod-lifecycle-config.toml
+CONTAINERD_BINARY=/usr/bin/containerd
+CONTAINERD_DROPIN=/etc/systemd/system/containerd.service.d/50-lifecycle-storage.conf
 
 # toml_set_root FILE ROOT: print FILE with its top-level `root = ...` set to
 # ROOT (added before the first [table] when missing; duplicates dropped).
@@ -24,6 +39,30 @@ toml_set_root() {
   ' "$1"
 }
 
+# detect_os_image: set OS_IMAGE to "al2" or "al2023" from /etc/os-release,
+# or stop the script.
+OS_IMAGE=""
+detect_os_image() {
+  local file id="" version="" key value
+  file="$(sys_path /etc/os-release)"
+  [[ -f "$file" ]] || die "cannot tell the OS image: /etc/os-release not found"
+  # Parsed, not sourced: nothing from the file is executed.
+  while IFS='=' read -r key value; do
+    value=${value#[\"\']}
+    value=${value%[\"\']}
+    case "$key" in
+      ID) id=$value ;;
+      VERSION_ID) version=$value ;;
+    esac
+  done <"$file"
+  case "$id:$version" in
+    amzn:2) OS_IMAGE=al2 ;;
+    amzn:2023) OS_IMAGE=al2023 ;;
+    *) die "unsupported OS image ID=$id VERSION_ID=$version: the containerd step knows" \
+      "Amazon Linux 2 and Amazon Linux 2023 only" ;;
+  esac
+}
+
 step_containerd() {
   begin_step containerd
   if [[ "$CFG_CONTAINERD_ON_NVME" != true ]]; then
@@ -31,27 +70,40 @@ step_containerd() {
     return 0
   fi
   if ! nvme_available; then
-    log_warn "no NVMe instance store: containerd keeps its default root"
+    log_warn "no data volume: containerd keeps its default root"
     return 0
   fi
 
-  local data_root="$CFG_NVME_MOUNT_POINT/containerd" config file
-  local -a configs=()
-  for config in "${CONTAINERD_CONFIGS[@]}"; do
-    file="$(sys_path "$config")"
-    if [[ -f "$file" ]]; then
-      configs+=("$file")
-    fi
-  done
-  if [[ "${#configs[@]}" -eq 0 ]]; then
-    die "containerd_on_nvme is true but no containerd config exists (looked for ${CONTAINERD_CONFIGS[*]})"
+  local data_root="$CFG_NVME_MOUNT_POINT/containerd/data-root" image file
+  detect_os_image
+  image=$OS_IMAGE
+  # (source, destination) pairs: the destination gets the source with the
+  # new root.
+  local -a sources=() destinations=()
+  if [[ "$image" == al2 ]]; then
+    [[ -f "$(sys_path "$CONTAINERD_AL2_TEMPLATE")" ]] ||
+      die "Amazon Linux 2 without $CONTAINERD_AL2_TEMPLATE: cannot set containerd's root"
+    for file in "$CONTAINERD_AL2_TEMPLATE" "$CONTAINERD_LIVE_CONFIG"; do
+      if [[ -f "$(sys_path "$file")" ]]; then
+        sources+=("$file")
+        destinations+=("$file")
+      fi
+    done
+  else
+    [[ -f "$(sys_path "$CONTAINERD_LIVE_CONFIG")" ]] ||
+      die "Amazon Linux 2023 without $CONTAINERD_LIVE_CONFIG: nodeadm has not configured containerd"
+    sources=("$CONTAINERD_LIVE_CONFIG")
+    destinations=("$CONTAINERD_OWN_CONFIG")
   fi
+  log_info "OS image $image: containerd reads ${destinations[*]}"
 
   # Stop containerd only when something is about to change.
-  local changed=false was_active=false content
-  for file in "${configs[@]}"; do
-    content="$(toml_set_root "$file" "$data_root")"
-    if [[ "$content" != "$(<"$file")" ]]; then
+  local changed=false was_active=false i content dest
+  local -a contents=()
+  for i in "${!sources[@]}"; do
+    contents+=("$(toml_set_root "$(sys_path "${sources[$i]}")" "$data_root")")
+    dest="$(sys_path "${destinations[$i]}")"
+    if [[ ! -f "$dest" || "${contents[$i]}" != "$(<"$dest")" ]]; then
       changed=true
     fi
   done
@@ -61,24 +113,32 @@ step_containerd() {
     stop_service containerd
   fi
 
-  seed_dir "$(sys_path /var/lib/containerd)" "$(sys_path "$data_root")"
-  for file in "${configs[@]}"; do
-    content="$(toml_set_root "$file" "$data_root")"
-    write_file "$file" 0644 <<<"$content"
+  seed_dir "$(sys_path /var/lib/containerd)" "$(sys_path "$data_root")" containerd
+  for i in "${!sources[@]}"; do
+    content=${contents[$i]}
+    write_file "$(sys_path "${destinations[$i]}")" 0644 <<<"$content"
   done
-  write_containerd_dropin
+  write_containerd_dropin "$image"
   if [[ "$was_active" == true ]]; then
     start_service containerd
   fi
   log_info "containerd root is $data_root"
 }
 
-# At boot, start containerd only once the instance store is mounted.
+# write_containerd_dropin IMAGE: order containerd after the data volume's
+# mount and, on Amazon Linux 2023, start it with the scripts' own config.
 write_containerd_dropin() {
-  write_file "$(sys_path /etc/systemd/system/containerd.service.d/50-nvme-root.conf)" 0644 <<UNIT
-# Managed by the HyperPod lifecycle scripts: containerd data lives on NVMe.
+  local exec_start=""
+  if [[ "$1" == al2023 ]]; then
+    exec_start="
+[Service]
+ExecStart=
+ExecStart=$CONTAINERD_BINARY --config $CONTAINERD_OWN_CONFIG"
+  fi
+  write_file "$(sys_path "$CONTAINERD_DROPIN")" 0644 <<UNIT
+# Managed by the HyperPod lifecycle scripts: containerd data lives on $CFG_NVME_MOUNT_POINT.
 [Unit]
-RequiresMountsFor=$CFG_NVME_MOUNT_POINT
+RequiresMountsFor=$CFG_NVME_MOUNT_POINT$exec_start
 UNIT
   if file_changed; then
     run systemctl daemon-reload

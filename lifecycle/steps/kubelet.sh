@@ -1,13 +1,15 @@
 # shellcheck shell=bash
-# Step: put kubelet's data directory on the NVMe instance store.
+# Step: put kubelet's data directory on the data volume.
 #
 # /var/lib/kubelet is bind-mounted from <nvme_mount_point>/kubelet instead of
 # changing kubelet's --root-dir or replacing it with a symlink: CSI node
 # plugins, device plugins and the bootstrap all use the literal
 # /var/lib/kubelet path, and kubelet resolves symlinks, which breaks volume
-# mounts made through them. The bind mount is recorded in /etc/fstab so it
-# returns after a reboot, and kubelet gets a drop-in so it never starts
-# before the mount is there.
+# mounts made through them (the AWS sample script uses a symlink). The bind
+# mount is recorded in /etc/fstab so it returns after a reboot, and kubelet
+# gets a drop-in so it never starts before the mount is there. Neither
+# bootstrap.sh (Amazon Linux 2) nor nodeadm (Amazon Linux 2023) touches
+# /etc/fstab or /var/lib/kubelet, so the same steps serve both images.
 
 step_kubelet() {
   begin_step kubelet
@@ -16,7 +18,7 @@ step_kubelet() {
     return 0
   fi
   if ! nvme_available; then
-    log_warn "no NVMe instance store: /var/lib/kubelet stays on the root volume"
+    log_warn "no data volume: /var/lib/kubelet stays on the root volume"
     return 0
   fi
 
@@ -41,8 +43,8 @@ step_kubelet() {
       "$nvme_dir" "$CFG_NVME_MOUNT_POINT")"
   write_file "$fstab" 0644 <<<"$content"
   if file_changed; then reload=true; fi
-  write_file "$(sys_path /etc/systemd/system/kubelet.service.d/50-nvme-root.conf)" 0644 <<UNIT
-# Managed by the HyperPod lifecycle scripts: kubelet data lives on NVMe.
+  write_file "$(sys_path /etc/systemd/system/kubelet.service.d/50-lifecycle-storage.conf)" 0644 <<UNIT
+# Managed by the HyperPod lifecycle scripts: kubelet data lives on $CFG_NVME_MOUNT_POINT.
 [Unit]
 RequiresMountsFor=/var/lib/kubelet
 UNIT
@@ -54,7 +56,7 @@ UNIT
   if [[ "$mounted" != true ]]; then
     # The AMI may ship files in /var/lib/kubelet (e.g. a kubeconfig template):
     # copy them once; the originals stay hidden under the bind mount.
-    seed_dir "$target" "$(sys_path "$nvme_dir")"
+    seed_dir "$target" "$(sys_path "$nvme_dir")" kubelet
     run mkdir -p "$target"
     run mount --bind "$(sys_path "$nvme_dir")" "$target"
   fi

@@ -5,6 +5,14 @@
 # only makes sure the client modules load (now and at every boot), configures
 # LNet over EFA when the file system is EFA-enabled, applies lctl tunables
 # and, if asked, checks that the file servers answer an LNet ping.
+#
+# on_create.sh runs this step best effort (run_best_effort): a failure is
+# logged as an ERROR line and the node still joins, without a Lustre client.
+# The AWS sample lifecycle script treats a failed `modprobe lustre` or EFA
+# client setup the same way (a WARN line, then it continues). The usual
+# causes (client modules that do not match the AMI's kernel, an EFA
+# configuration the instance type lacks) repeat on every replacement node,
+# so failing on_create would only make HyperPod replace nodes in a loop.
 
 MODPROBE_CONF=/etc/modprobe.d/lustre-lifecycle.conf
 MODULES_LOAD_CONF=/etc/modules-load.d/lustre-lifecycle.conf

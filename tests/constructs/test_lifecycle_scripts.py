@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -50,3 +53,23 @@ def test_nodes_read_only_the_lifecycle_prefix():
     assert read["Resource"]["Fn::Join"][1][-1] == ":s3:::artifacts/lifecycle/*"
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["lifecycle/*"]}}
+
+
+def test_generated_config_uses_the_hyperpod_storage_layout_and_the_scripts_accept_it():
+    """HyperPod mounts a node's instance store (and secondary EBS volume) at /opt/sagemaker;
+    GPU nodes must have the instance store; the log goes to the one file HyperPod uploads."""
+    settings = LifecycleSettings(fsx_efa_enabled=False).as_json()
+    assert settings["nvme_mount_point"] == "/opt/sagemaker"
+    assert settings["require_nvme_on_gpu"] is True
+    assert settings["require_nvme"] is False
+    assert "log_dir" not in settings
+    spec = importlib.util.spec_from_file_location(
+        "read_config", LIFECYCLE_DIR / "lib/read_config.py"
+    )
+    assert spec is not None and spec.loader is not None
+    reader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reader)
+    values, warnings = reader.parse(json.dumps(settings))
+    assert warnings == []
+    assert values["nvme_mount_point"] == "/opt/sagemaker"
+    assert values["require_nvme_on_gpu"] == "true"

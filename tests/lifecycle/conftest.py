@@ -8,7 +8,10 @@ Each sandbox has:
     calls log, and can be told to fail through STUB_FAIL; `cp` is recorded and
     failable too but otherwise really copies,
   * a small amount of faked state (mount table, active units, LNet nets) so
-    that a second run sees what the first one did.
+    that a second run sees what the first one did,
+  * a node image: /etc/os-release plus the containerd config the image's node
+    bootstrap leaves (Amazon Linux 2023 by default, or Amazon Linux 2), and a
+    PCI bus with or without NVIDIA GPUs.
 """
 
 import hashlib
@@ -79,12 +82,14 @@ case "$name" in
     command -p cp "$@"; exit ;;
   mountpoint)
     grep -qxF -- "${@: -1}" "$STUB_STATE/mounts" || exit 32 ;;
+  findmnt)
+    printf '%s\n' "${STUB_FINDMNT_SOURCE:-}" ;;
   mount)
     if [[ "$1" == --bind ]]; then printf '%s\n' "$3" >>"$STUB_STATE/mounts"; fi ;;
   systemctl)
     if [[ "$1" == is-active && " ${STUB_ACTIVE_UNITS:-} " != *" ${@: -1} "* ]]; then exit 3; fi ;;
   lsblk)
-    printf '%s' "${STUB_LSBLK:-}" ;;
+    if [[ "$1" == -s ]]; then printf '%s' "${STUB_LSBLK_UNDER:-}"; else printf '%s' "${STUB_LSBLK:-}"; fi ;;
   ip)
     printf '%s\n' "${STUB_IP_ROUTE:-}" ;;
   lnetctl)
@@ -96,7 +101,27 @@ esac
 exit 0
 """
 
-CONTAINERD_TOML = """\
+# What nodeadm writes to /etc/containerd/config.toml on Amazon Linux 2023
+# (nodeadm/internal/containerd/config.template.toml in awslabs/amazon-eks-ami).
+NODEADM_CONTAINERD_TOML = """\
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "nvidia"
+discard_unpacked_layers = true
+
+[plugins."io.containerd.grpc.v1.cri"]
+sandbox_image = "localhost/kubernetes/pause"
+enable_cdi = true
+"""
+
+# The Amazon Linux 2 bootstrap's template, /etc/eks/containerd/containerd-config.toml.
+AL2_CONTAINERD_TOML = """\
 version = 2
 root = "/var/lib/containerd"
 state = "/run/containerd"
@@ -108,19 +133,35 @@ address = "/run/containerd/containerd.sock"
 default_runtime_name = "nvidia"
 """
 
+OS_RELEASE = {
+    "al2023": 'NAME="Amazon Linux"\nVERSION="2023"\nID="amzn"\nVERSION_ID="2023"\n',
+    "al2": 'NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nID_LIKE="centos rhel fedora"\nVERSION_ID="2"\n',
+}
+
 FSTAB = "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
 
+DATA_MOUNT = "/opt/sagemaker"
+
 BASE_CONFIG = {
-    "nvme_mount_point": "/opt/dlami/nvme",
+    "nvme_mount_point": DATA_MOUNT,
     "containerd_on_nvme": True,
     "kubelet_on_nvme": True,
     "fsx_efa_enabled": False,
-    "log_dir": "/var/log/provision",
     "nvme_wait_seconds": 10,
     "lustre_module_options": {"ptlrpc": "ptlrpcd_per_cpt_max=64"},
 }
 
-LSBLK_WITH_INSTANCE_STORE = "Amazon Elastic Block Store\nAmazon EC2 NVMe Instance Storage\n"
+EBS_DISK = "Amazon Elastic Block Store\n"
+INSTANCE_STORE_DISK = "Amazon EC2 NVMe Instance Storage\n"
+# lsblk -d: the root volume and two instance-store disks (a GPU node).
+LSBLK_WITH_INSTANCE_STORE = EBS_DISK + INSTANCE_STORE_DISK * 2
+# lsblk -s on the mounted volume: the LVM volume and the disks under it.
+LV_SOURCE = "/dev/mapper/vg.01-lv_ephemeral"
+LSBLK_UNDER_INSTANCE_STORE = (
+    "vg.01-lv_ephemeral \n"
+    "nvme1n1 Amazon EC2 NVMe Instance Storage\n"
+    "nvme2n1 Amazon EC2 NVMe Instance Storage\n"
+)
 DEFAULT_ROUTE = "default via 10.1.0.1 dev ens5 proto dhcp src 10.1.0.10 metric 512"
 
 
@@ -166,6 +207,8 @@ class Sandbox:
             "STUB_STATE": str(self.state),
             "STUB_ACTIVE_UNITS": "containerd kubelet",
             "STUB_LSBLK": LSBLK_WITH_INSTANCE_STORE,
+            "STUB_LSBLK_UNDER": LSBLK_UNDER_INSTANCE_STORE,
+            "STUB_FINDMNT_SOURCE": LV_SOURCE,
             "STUB_IP_ROUTE": DEFAULT_ROUTE,
         }
         self._make_node()
@@ -176,16 +219,42 @@ class Sandbox:
         return self.root / system_path.lstrip("/")
 
     def _make_node(self):
-        self.write("/etc/eks/containerd/containerd-config.toml", CONTAINERD_TOML)
+        self.set_os("al2023")
         self.write("/etc/fstab", FSTAB)
         # An image the AMI pre-loaded and a kubelet file the AMI ships.
         self.write(
             "/var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause", "pause"
         )
         self.write("/var/lib/kubelet/kubeconfig", "apiVersion: v1\n")
-        self.path("/opt/dlami/nvme").mkdir(parents=True)
+        self.path(DATA_MOUNT).mkdir(parents=True)
         self.set_nvme_mounted(True)
+        self.set_nvidia_gpus(2)
         self.set_efa_devices(4)
+
+    def set_os(self, image: str):
+        """The OS image and the containerd config its node bootstrap leaves behind."""
+        self.write("/etc/os-release", OS_RELEASE[image])
+        for path in ("/etc/containerd/config.toml", "/etc/eks/containerd/containerd-config.toml"):
+            self.path(path).unlink(missing_ok=True)
+        if image == "al2023":
+            self.write("/etc/containerd/config.toml", NODEADM_CONTAINERD_TOML)
+        else:
+            self.write("/etc/eks/containerd/containerd-config.toml", AL2_CONTAINERD_TOML)
+
+    def set_nvidia_gpus(self, count: int, *, other_devices: bool = True):
+        """PCI devices: COUNT NVIDIA 3D controllers, plus an NVIDIA audio function and an
+        Amazon NVMe controller that must not count as GPUs."""
+        pci = self.path("/sys/bus/pci/devices")
+        shutil.rmtree(pci, ignore_errors=True)
+        pci.mkdir(parents=True)
+        devices = [("0x10de", "0x030200")] * count
+        if other_devices:
+            devices += [("0x10de", "0x040300"), ("0x1d0f", "0x010802")]
+        for i, (vendor, cls) in enumerate(devices):
+            dev = pci / f"0000:{i + 16:02x}:00.0"
+            dev.mkdir()
+            (dev / "vendor").write_text(vendor + "\n")
+            (dev / "class").write_text(cls + "\n")
 
     def write(self, system_path: str, text: str):
         target = self.path(system_path)
@@ -196,7 +265,7 @@ class Sandbox:
         return self.path(system_path).read_text()
 
     def set_nvme_mounted(self, mounted: bool):
-        mount_point = str(self.path("/opt/dlami/nvme"))
+        mount_point = str(self.path(DATA_MOUNT))
         (self.state / "mounts").write_text(mount_point + "\n" if mounted else "")
 
     def set_efa_devices(self, count: int):
@@ -241,8 +310,8 @@ class Sandbox:
     def reset_calls(self):
         self.calls_file.unlink(missing_ok=True)
 
-    def log_text(self, log_dir="/var/log/provision") -> str:
-        log = self.path(log_dir) / "provisioning.log"
+    def log_text(self) -> str:
+        log = self.path("/var/log/provision/provisioning.log")
         return log.read_text() if log.exists() else ""
 
     def tree_hash(self, exclude=("/var/log",)) -> str:

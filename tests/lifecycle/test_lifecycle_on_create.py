@@ -13,15 +13,30 @@ from pathlib import Path
 
 import pytest
 
+from tests.lifecycle.conftest import (
+    AL2_CONTAINERD_TOML,
+    EBS_DISK,
+    NODEADM_CONTAINERD_TOML,
+)
+
 LIFECYCLE_SRC = Path(__file__).resolve().parents[2] / "lifecycle"
 
 TIMESTAMPED = re.compile(
     r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[(INFO|WARN|ERROR)\] \[[a-z]+\] "
 )
 KUBELET_FSTAB = (
-    "/opt/dlami/nvme/kubelet /var/lib/kubelet none "
-    "bind,nofail,x-systemd.requires-mounts-for=/opt/dlami/nvme 0 0"
+    "/opt/sagemaker/kubelet /var/lib/kubelet none "
+    "bind,nofail,x-systemd.requires-mounts-for=/opt/sagemaker 0 0"
 )
+DATA_ROOT = "/opt/sagemaker/containerd/data-root"
+OWN_CONFIG = "/etc/containerd/hyperpod-lifecycle-config.toml"
+CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/50-lifecycle-storage.conf"
+KUBELET_DROPIN = "/etc/systemd/system/kubelet.service.d/50-lifecycle-storage.conf"
+AL2_TEMPLATE = "/etc/eks/containerd/containerd-config.toml"
+# A CPU node's disks: the root volume and the group's secondary EBS volume.
+LSBLK_EBS_ONLY = EBS_DISK * 2
+# What lsblk -s shows under /opt/sagemaker when it is the secondary EBS volume.
+LSBLK_UNDER_EBS = "nvme1n1 Amazon Elastic Block Store\n"
 
 
 def assert_no_network_tools(sandbox):
@@ -29,8 +44,8 @@ def assert_no_network_tools(sandbox):
     assert used == [], f"network tools invoked: {used}"
 
 
-def error_lines(sandbox, log_dir="/var/log/provision"):
-    return [line for line in sandbox.log_text(log_dir).splitlines() if "[ERROR]" in line]
+def error_lines(sandbox):
+    return [line for line in sandbox.log_text().splitlines() if "[ERROR]" in line]
 
 
 def index_of(lines, wanted):
@@ -38,45 +53,74 @@ def index_of(lines, wanted):
     return lines.index(wanted)
 
 
+def containerd_root(sandbox, path):
+    return tomllib.loads(sandbox.read(path))["root"]
+
+
+def cpu_node(sandbox, *, secondary_ebs=True):
+    """A CPU node: no GPU, no instance store; /opt/sagemaker is the group's secondary EBS
+    volume when it has one."""
+    sandbox.set_nvidia_gpus(0)
+    sandbox.env["STUB_LSBLK"] = LSBLK_EBS_ONLY if secondary_ebs else EBS_DISK
+    sandbox.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
+    sandbox.set_nvme_mounted(secondary_ebs)
+
+
 # --- success paths --------------------------------------------------------------
 
 
-def test_success_puts_containerd_and_kubelet_on_nvme(sandbox):
+@pytest.mark.parametrize("image", ["al2023", "al2"])
+def test_gpu_node_puts_containerd_and_kubelet_on_the_instance_store(sandbox, image):
+    sandbox.set_os(image)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout + result.stderr
     root = sandbox.root
 
-    toml = tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))
-    assert toml["root"] == "/opt/dlami/nvme/containerd"
-    assert toml["state"] == "/run/containerd"
-    assert (
-        toml["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
-        == "nvidia"
-    )
-    assert (
-        sandbox.read("/etc/eks/containerd/containerd-config.toml.pre-lifecycle").count(
-            "/var/lib/containerd"
+    dropin = sandbox.read(CONTAINERD_DROPIN)
+    assert "RequiresMountsFor=/opt/sagemaker" in dropin
+    if image == "al2023":
+        # nodeadm rewrites /etc/containerd/config.toml at every boot: it stays as nodeadm
+        # wrote it, and containerd starts from the scripts' own copy with the new root.
+        assert sandbox.read("/etc/containerd/config.toml") == NODEADM_CONTAINERD_TOML
+        own = tomllib.loads(sandbox.read(OWN_CONFIG))
+        nodeadm = tomllib.loads(NODEADM_CONTAINERD_TOML)
+        assert own["root"] == DATA_ROOT
+        assert {k: v for k, v in own.items() if k != "root"} == {
+            k: v for k, v in nodeadm.items() if k != "root"
+        }
+        assert dropin.splitlines()[-3:] == [
+            "[Service]",
+            "ExecStart=",
+            f"ExecStart=/usr/bin/containerd --config {OWN_CONFIG}",
+        ]
+        assert not sandbox.path(AL2_TEMPLATE).exists()
+    else:
+        toml = tomllib.loads(sandbox.read(AL2_TEMPLATE))
+        assert toml["root"] == DATA_ROOT
+        assert toml["state"] == "/run/containerd"
+        assert (
+            toml["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
+            == "nvidia"
         )
-        == 1
-    )
+        assert sandbox.read(AL2_TEMPLATE + ".pre-lifecycle") == AL2_CONTAINERD_TOML
+        # The bootstrap's copy of the template, not the scripts' own file, is used.
+        assert "[Service]" not in dropin
+        assert not sandbox.path(OWN_CONFIG).exists()
     # Pre-loaded images were copied to the new root.
     assert (
-        root / "opt/dlami/nvme/containerd/io.containerd.content.v1.content/blobs/sha256/pause"
+        root / DATA_ROOT.lstrip("/") / "io.containerd.content.v1.content/blobs/sha256/pause"
     ).read_text() == "pause"
-    assert "RequiresMountsFor=/opt/dlami/nvme" in sandbox.read(
-        "/etc/systemd/system/containerd.service.d/50-nvme-root.conf"
-    )
 
     # kubelet: AMI files copied, bind mount applied and persisted, unit ordered after it.
-    assert (root / "opt/dlami/nvme/kubelet/kubeconfig").read_text() == "apiVersion: v1\n"
+    assert (root / "opt/sagemaker/kubelet/kubeconfig").read_text() == "apiVersion: v1\n"
     fstab = sandbox.read("/etc/fstab").splitlines()
     assert fstab == ["UUID=0b7a-root / xfs defaults,noatime 1 1", KUBELET_FSTAB]
-    assert "RequiresMountsFor=/var/lib/kubelet" in sandbox.read(
-        "/etc/systemd/system/kubelet.service.d/50-nvme-root.conf"
-    )
+    assert "RequiresMountsFor=/var/lib/kubelet" in sandbox.read(KUBELET_DROPIN)
 
     calls = sandbox.call_lines()
-    nvme, kubelet = sandbox.path("/opt/dlami/nvme"), sandbox.path("/var/lib/kubelet")
+    data, kubelet = sandbox.path("/opt/sagemaker"), sandbox.path("/var/lib/kubelet")
+    # The instance store was checked to be what backs /opt/sagemaker.
+    assert "lsblk -s -n -o NAME,MODEL /dev/mapper/vg.01-lv_ephemeral" in calls
     stop_c, start_c = (
         index_of(calls, "systemctl stop containerd"),
         index_of(calls, "systemctl start containerd"),
@@ -85,7 +129,7 @@ def test_success_puts_containerd_and_kubelet_on_nvme(sandbox):
         index_of(calls, "systemctl stop kubelet"),
         index_of(calls, "systemctl start kubelet"),
     )
-    mount = index_of(calls, f"mount --bind {nvme}/kubelet {kubelet}")
+    mount = index_of(calls, f"mount --bind {data}/kubelet {kubelet}")
     assert stop_c < start_c < stop_k < mount < start_k
     assert "systemctl daemon-reload" in calls[stop_c:start_c]
 
@@ -97,12 +141,27 @@ def test_success_puts_containerd_and_kubelet_on_nvme(sandbox):
     assert "options ptlrpc ptlrpcd_per_cpt_max=64" in modprobe_conf
     assert "kefalnd" not in modprobe_conf
 
-    # Logged to stdout and the log file, every line timestamped.
+    # Logged to stdout and to the file HyperPod uploads, every line timestamped.
     log = sandbox.log_text().splitlines()
     assert log and all(TIMESTAMPED.match(line) for line in log), log
     assert log == result.stdout.splitlines()
+    assert "2 NVIDIA GPUs" in sandbox.log_text()
+    assert f"OS image {image}" in sandbox.log_text()
     assert "[stop] on_create.sh completed" in log[-1]
     assert_no_network_tools(sandbox)
+
+
+def test_cpu_node_uses_the_secondary_ebs_volume(sandbox):
+    """/opt/sagemaker without instance store (a CPU group's secondary EBS volume) still takes
+    containerd and kubelet; nothing checks for an instance store there."""
+    cpu_node(sandbox)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout
+    assert containerd_root(sandbox, OWN_CONFIG) == DATA_ROOT
+    assert sandbox.read("/etc/fstab").splitlines()[-1] == KUBELET_FSTAB
+    calls = sandbox.call_lines()
+    assert not any(c.startswith(("findmnt", "lsblk -s")) for c in calls)
+    assert "0 NVIDIA GPUs" in sandbox.log_text()
 
 
 def test_success_with_efa_configures_lnet(sandbox):
@@ -155,7 +214,8 @@ def test_efa_devices_are_spread_and_interface_override_is_used(sandbox):
     assert "options kefalnd ipif_name=eth7" in sandbox.read("/etc/modprobe.d/lustre-lifecycle.conf")
 
 
-def test_both_containerd_configs_are_updated_and_idle_units_are_not_started(sandbox):
+def test_al2_live_config_is_updated_too_and_idle_units_are_not_started(sandbox):
+    sandbox.set_os("al2")
     # No top-level root yet, a commented one, and a table-level `root` that must stay.
     sandbox.write(
         "/etc/containerd/config.toml",
@@ -168,52 +228,113 @@ def test_both_containerd_configs_are_updated_and_idle_units_are_not_started(sand
     assert result.returncode == 0, result.stdout
     live = sandbox.read("/etc/containerd/config.toml")
     parsed = tomllib.loads(live)
-    assert parsed["root"] == "/opt/dlami/nvme/containerd"
+    assert parsed["root"] == DATA_ROOT
     assert parsed["plugins"]["io.containerd.runtime.v1.linux"]["root"] == "/run/runc-root"
     assert '# root = "/old"' in live
     assert live.index('root = "/opt') < live.index("[grpc]")
-    assert (
-        tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"]
-        == "/opt/dlami/nvme/containerd"
-    )
+    assert containerd_root(sandbox, AL2_TEMPLATE) == DATA_ROOT
     calls = sandbox.call_lines()
     assert not any(re.match(r"systemctl (stop|start|restart) ", c) for c in calls)
 
 
-def test_missing_nvme_falls_back_to_root_volume(sandbox):
-    sandbox.set_nvme_mounted(False)
-    sandbox.run(STUB_LSBLK="Amazon Elastic Block Store\n")
+def test_al2023_containerd_v3_config_gets_the_root_too(sandbox):
+    """containerd 2 on Amazon Linux 2023: nodeadm writes a version 3 config; `root` is a
+    top-level key there too."""
+    v3 = NODEADM_CONTAINERD_TOML.replace("version = 2", "version = 3").replace(
+        '"io.containerd.grpc.v1.cri"', '"io.containerd.cri.v1.runtime"'
+    )
+    sandbox.write("/etc/containerd/config.toml", v3)
+    assert sandbox.run().returncode == 0
+    own = tomllib.loads(sandbox.read(OWN_CONFIG))
+    assert (own["version"], own["root"]) == (3, DATA_ROOT)
+    assert sandbox.read("/etc/containerd/config.toml") == v3
+
+
+def test_cpu_node_without_data_volume_falls_back_to_root_volume(sandbox):
+    cpu_node(sandbox, secondary_ebs=False)
+    sandbox.run()
     before = sandbox.tree_hash()
     sandbox.reset_calls()
-    result = sandbox.run(STUB_LSBLK="Amazon Elastic Block Store\n")
+    result = sandbox.run()
     assert result.returncode == 0, result.stdout
-    assert "[WARN]" in sandbox.log_text() and "stay on the root volume" in sandbox.log_text()
+    log = sandbox.log_text()
+    assert "[WARN]" in log and "stay on the root volume" in log
     assert sandbox.tree_hash() == before
-    assert (
-        tomllib.loads(sandbox.read("/etc/eks/containerd/containerd-config.toml"))["root"]
-        == "/var/lib/containerd"
-    )
+    assert sandbox.read("/etc/containerd/config.toml") == NODEADM_CONTAINERD_TOML
+    assert not sandbox.path(OWN_CONFIG).exists()
+    assert not sandbox.path(CONTAINERD_DROPIN).exists()
     assert sandbox.read("/etc/fstab") == "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
-    assert not sandbox.path("/opt/dlami/nvme/kubelet").exists()
     calls = sandbox.call_lines()
+    # Only the root disk: nothing to wait for.
     assert not any(c.startswith(("mount ", "sleep ", "systemctl stop")) for c in calls)
     assert "modprobe lustre" in calls  # the Lustre step still runs
 
 
-def test_instance_store_not_yet_mounted_is_waited_for(sandbox):
+def test_data_volume_not_yet_mounted_is_waited_for(sandbox):
+    # A CPU node whose secondary EBS volume never shows up: wait, then fall back.
+    cpu_node(sandbox)
     sandbox.set_nvme_mounted(False)
     sandbox.write_config(nvme_wait_seconds=10)
     result = sandbox.run()
-    assert result.returncode == 0
+    assert result.returncode == 0, result.stdout
     assert sandbox.call_lines().count("sleep 5") == 2
-    assert "waiting for /opt/dlami/nvme to be mounted" in sandbox.log_text()
+    assert "waiting for /opt/sagemaker to be mounted" in sandbox.log_text()
+    assert "nothing is mounted at /opt/sagemaker" in sandbox.log_text()
+
+
+def test_gpu_node_may_opt_out_of_the_instance_store(sandbox):
+    sandbox.env["STUB_LSBLK"] = EBS_DISK
+    sandbox.set_nvme_mounted(False)
+    sandbox.write_config(require_nvme_on_gpu=False)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout
+    assert "stay on the root volume" in sandbox.log_text()
+    assert not sandbox.path(OWN_CONFIG).exists()
+
+
+def test_non_required_mount_off_the_instance_store_is_used_with_a_warning(sandbox):
+    sandbox.set_nvidia_gpus(0)
+    sandbox.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout
+    assert "[WARN] [nvme] /opt/sagemaker is not on the instance store: using it anyway" in (
+        sandbox.log_text()
+    )
+    assert containerd_root(sandbox, OWN_CONFIG) == DATA_ROOT
+
+
+def test_data_left_by_an_earlier_root_volume_is_replaced(sandbox):
+    """An AMI update replaces the root volume but keeps a secondary EBS volume: what the
+    previous image left under /opt/sagemaker is removed and seeded again, once."""
+    sandbox.write(DATA_ROOT + "/io.containerd.metadata.v1.bolt/meta.db", "old image")
+    sandbox.write("/opt/sagemaker/kubelet/pods/old-pod", "old pod")
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout
+    assert not sandbox.path(DATA_ROOT + "/io.containerd.metadata.v1.bolt").exists()
+    assert not sandbox.path("/opt/sagemaker/kubelet/pods").exists()
+    assert sandbox.path(DATA_ROOT + "/io.containerd.content.v1.content/blobs/sha256/pause")
+    log = sandbox.log_text()
+    assert f"{DATA_ROOT} was left by an earlier root volume: removing it" in log
+    assert "/opt/sagemaker/kubelet was left by an earlier root volume" in log
+    # What this root volume seeded stays: a second run keeps the data.
+    sandbox.write(DATA_ROOT + "/new-layer", "pulled after the first run")
+    sandbox.run()
+    assert sandbox.read(DATA_ROOT + "/new-layer") == "pulled after the first run"
 
 
 def test_steps_can_be_switched_off(sandbox):
+    # A GPU node still checks its instance store, but changes nothing.
     sandbox.write_config(containerd_on_nvme=False, kubelet_on_nvme=False, lustre_enabled=False)
     before = sandbox.tree_hash()
     result = sandbox.run()
     assert result.returncode == 0, result.stdout
+    assert sandbox.tree_hash() == before
+    assert {c[0] for c in sandbox.calls()} == {"lsblk", "mountpoint", "findmnt"}
+
+    sandbox.set_nvidia_gpus(0)
+    before = sandbox.tree_hash()
+    sandbox.reset_calls()
+    assert sandbox.run().returncode == 0
     assert sandbox.tree_hash() == before
     assert sandbox.calls() == []
 
@@ -227,10 +348,15 @@ def test_unknown_config_field_is_a_warning(sandbox):
     assert "[WARN] [main] config: unknown field 'cluster_name' ignored" in sandbox.log_text()
 
 
-def test_log_dir_from_config_is_used(sandbox):
-    sandbox.write_config(log_dir="/var/log/hyperpod")
-    assert sandbox.run().returncode == 0
-    assert "[stop] on_create.sh completed" in sandbox.log_text("/var/log/hyperpod")
+def test_stderr_reaches_the_uploaded_log(sandbox):
+    """What a command prints on stderr outside `run` (here cp, backing up /etc/fstab) lands
+    in /var/log/provision/provisioning.log, the file HyperPod ships to CloudWatch."""
+    result = sandbox.run(STUB_FAIL="cp -p *")
+    assert result.returncode != 0
+    log = sandbox.log_text()
+    assert "stub: simulated failure of: cp -p" in log
+    assert "stub: simulated failure of: cp -p" in result.stderr
+    assert "[stop] on_create.sh failed" in error_lines(sandbox)[-1]
 
 
 # --- idempotence -----------------------------------------------------------------
@@ -259,19 +385,37 @@ def test_second_run_changes_nothing(sandbox, efa):
 
 # --- failure paths ---------------------------------------------------------------
 
-# Lustre-step failures skip the NVMe steps: they are covered above and only slow the run down.
-LUSTRE = {"containerd_on_nvme": False, "kubelet_on_nvme": False}
+STORAGE_FAILURES = [
+    # (command that fails, text the ERROR line must contain)
+    ("lsblk -d *", "'lsblk -d -n -o MODEL' failed"),
+    ("findmnt *", "'findmnt -n -o SOURCE --mountpoint"),
+    ("systemctl stop containerd", "'systemctl stop containerd' failed"),
+    ("systemctl daemon-reload", "'systemctl daemon-reload' failed"),
+    ("systemctl start containerd", "'systemctl start containerd' failed"),
+    ("systemctl stop kubelet", "'systemctl stop kubelet' failed"),
+    ("mount --bind *", "'mount --bind"),
+    ("systemctl start kubelet", "'systemctl start kubelet' failed"),
+]
+
+
+@pytest.mark.parametrize("pattern,message", STORAGE_FAILURES, ids=[c[0] for c in STORAGE_FAILURES])
+def test_failing_storage_command_stops_the_script(sandbox, pattern, message):
+    result = sandbox.run(STUB_FAIL=pattern, STUB_FAIL_RC=7)
+    assert result.returncode != 0
+    errors = error_lines(sandbox)
+    assert any(message in line and "(exit 7)" in line for line in errors), errors
+    assert "[stop] on_create.sh failed" in errors[-1]
+    assert "simulated failure" in sandbox.log_text()  # the command's own output is logged
+    assert_no_network_tools(sandbox)
+
+
+# Lustre-step failures skip the storage steps: they are covered above and only slow the run
+# down.
+LUSTRE = {"containerd_on_nvme": False, "kubelet_on_nvme": False, "require_nvme_on_gpu": False}
 EFA = dict(LUSTRE, fsx_efa_enabled=True)
 
-COMMAND_FAILURES = [
+LUSTRE_FAILURES = [
     # (command that fails, config overrides, text the ERROR line must contain)
-    ("systemctl stop containerd", {}, "'systemctl stop containerd' failed"),
-    ("systemctl daemon-reload", {}, "'systemctl daemon-reload' failed"),
-    ("systemctl start containerd", {}, "'systemctl start containerd' failed"),
-    ("systemctl stop kubelet", {}, "'systemctl stop kubelet' failed"),
-    ("mount --bind *", {}, "'mount --bind"),
-    ("systemctl start kubelet", {}, "'systemctl start kubelet' failed"),
-    ("lsblk *", {"_unmounted": True}, "'lsblk -d -n -o MODEL' failed"),
     ("modprobe lustre", LUSTRE, "'modprobe lustre' failed"),
     ("modprobe lnet", EFA, "'modprobe lnet' failed"),
     ("modprobe kefalnd", EFA, "'modprobe kefalnd' failed"),
@@ -295,25 +439,79 @@ COMMAND_FAILURES = [
 ]
 
 
+def assert_lustre_failed_best_effort(sandbox, result, message):
+    """The node still provisions (exit 0, no wait for the upload) and its log says, in ERROR
+    lines, what failed and what the node lacks."""
+    assert result.returncode == 0, result.stdout
+    errors = error_lines(sandbox)
+    assert any(message in line for line in errors), errors
+    assert any(
+        "[lustre] step failed" in line and "FSx for Lustre volumes will not mount" in line
+        for line in errors
+    ), errors
+    assert errors[-1].endswith(
+        "[main] [stop] on_create.sh completed; failed best-effort steps: lustre"
+    ), errors
+    assert not any(c.startswith("sleep") for c in sandbox.call_lines())
+
+
 @pytest.mark.parametrize(
-    "pattern,overrides,message", COMMAND_FAILURES, ids=[c[0] for c in COMMAND_FAILURES]
+    "pattern,overrides,message", LUSTRE_FAILURES, ids=[c[0] for c in LUSTRE_FAILURES]
 )
-def test_failing_command_stops_the_script(sandbox, pattern, overrides, message):
-    overrides = dict(overrides)
-    if overrides.pop("_unmounted", False):
-        sandbox.set_nvme_mounted(False)
+def test_failing_lustre_command_is_logged_and_the_node_still_joins(
+    sandbox, pattern, overrides, message
+):
+    """A Lustre failure would repeat on every replacement node (the AMI's modules, the
+    group's EFA setup), so failing on_create would only loop node replacements: like the
+    AWS sample script, the step is best effort."""
     sandbox.write_config(**overrides)
     result = sandbox.run(STUB_FAIL=pattern, STUB_FAIL_RC=7)
-    assert result.returncode != 0
-    errors = error_lines(sandbox)
-    assert any(message in line and "(exit 7)" in line for line in errors), errors
-    assert "[stop] on_create.sh failed" in errors[-1]
-    assert "simulated failure" in sandbox.log_text()  # the command's own output is logged
+    assert_lustre_failed_best_effort(sandbox, result, message)
+    assert any(message in line and "(exit 7)" in line for line in error_lines(sandbox))
+    assert "simulated failure" in sandbox.log_text()
     assert_no_network_tools(sandbox)
 
 
+def efa_enabled_without_devices(s):
+    s.set_efa_devices(0)
+    s.write_config(**EFA)
+
+
+def efa_enabled_without_default_route(s):
+    s.write_config(**EFA)
+    s.env["STUB_IP_ROUTE"] = ""
+
+
+LUSTRE_ENVIRONMENT_FAILURES = [
+    (efa_enabled_without_devices, "no EFA device exists under /sys/class/infiniband"),
+    (efa_enabled_without_default_route, "no default-route interface found"),
+]
+
+
+@pytest.mark.parametrize(
+    "setup,message",
+    LUSTRE_ENVIRONMENT_FAILURES,
+    ids=[f.__name__ for f, _ in LUSTRE_ENVIRONMENT_FAILURES],
+)
+def test_lustre_step_on_an_unsuitable_node_is_best_effort(sandbox, setup, message):
+    setup(sandbox)
+    assert_lustre_failed_best_effort(sandbox, sandbox.run(), message)
+
+
+def test_lustre_failure_after_the_storage_steps_leaves_services_alone(sandbox):
+    result = sandbox.run(STUB_FAIL="modprobe lustre")
+    assert result.returncode == 0, result.stdout
+    calls = sandbox.call_lines()
+    # Each unit was stopped and started exactly once by its own step, and the storage
+    # steps' work stays.
+    assert calls.count("systemctl start containerd") == 1
+    assert calls.count("systemctl start kubelet") == 1
+    assert "starting" not in sandbox.log_text()
+    assert containerd_root(sandbox, OWN_CONFIG) == DATA_ROOT
+
+
 def test_failure_waits_for_log_upload(sandbox):
-    result = sandbox.run(STUB_FAIL="modprobe lustre", LIFECYCLE_FAILURE_DELAY_SECONDS=60)
+    result = sandbox.run(STUB_FAIL="mount --bind *", LIFECYCLE_FAILURE_DELAY_SECONDS=60)
     assert result.returncode != 0
     calls = sandbox.call_lines()
     assert calls[-2:] == ["sync", "sleep 60"]
@@ -353,16 +551,6 @@ def test_service_that_does_not_start_again_is_logged(sandbox):
     errors = error_lines(sandbox)
     assert any("could not start kubelet again (exit 7)" in line for line in errors), errors
     assert "[stop] on_create.sh failed" in errors[-1]
-
-
-def test_failure_outside_the_stop_window_starts_nothing(sandbox):
-    result = sandbox.run(STUB_FAIL="modprobe lustre")
-    assert result.returncode != 0
-    calls = sandbox.call_lines()
-    # Each unit was stopped and started exactly once by its own step.
-    assert calls.count("systemctl start containerd") == 1
-    assert calls.count("systemctl start kubelet") == 1
-    assert "starting" not in sandbox.log_text()
 
 
 def test_init_failure_still_waits_for_log_upload(sandbox):
@@ -417,23 +605,37 @@ def test_not_running_as_root_still_waits_for_log_upload(tmp_path):
         shutil.rmtree(prefix)
 
 
-def nvme_missing_but_required(s):
+def gpu_node_without_instance_store(s):
+    # e.g. a p5 whose instance store is missing: only the root EBS volume.
+    s.env["STUB_LSBLK"] = EBS_DISK
+
+
+def gpu_node_instance_store_not_mounted(s):
     s.set_nvme_mounted(False)
+
+
+def gpu_node_data_volume_not_on_instance_store(s):
+    # /opt/sagemaker is mounted, but from the secondary EBS volume only.
+    s.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
+
+
+def cpu_node_without_data_volume_but_required(s):
+    cpu_node(s, secondary_ebs=False)
     s.write_config(require_nvme=True)
 
 
-def efa_enabled_without_devices(s):
-    s.set_efa_devices(0)
-    s.write_config(fsx_efa_enabled=True)
+def al2023_without_nodeadm_config(s):
+    s.path("/etc/containerd/config.toml").unlink()
 
 
-def efa_enabled_without_default_route(s):
-    s.write_config(fsx_efa_enabled=True)
-    s.env["STUB_IP_ROUTE"] = ""
+def al2_without_bootstrap_template(s):
+    s.set_os("al2")
+    s.path(AL2_TEMPLATE).unlink()
+    s.write("/etc/containerd/config.toml", AL2_CONTAINERD_TOML)
 
 
-def no_containerd_config(s):
-    s.path("/etc/eks/containerd/containerd-config.toml").unlink()
+def unsupported_os_image(s):
+    s.write("/etc/os-release", 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\n')
 
 
 def kubelet_dir_is_symlink(s):
@@ -446,30 +648,87 @@ def config_file_missing(s):
     s.config_path.unlink()
 
 
+GPU = "this node has 2 NVIDIA GPUs and require_nvme_on_gpu is true"
 ENVIRONMENT_FAILURES = [
     # (node setup, text the ERROR line must contain)
+    (gpu_node_without_instance_store, f"no NVMe instance-store disk is attached, but {GPU}"),
     (
-        nvme_missing_but_required,
-        "not mounted at nvme_mount_point=/opt/dlami/nvme and require_nvme is true",
+        gpu_node_instance_store_not_mounted,
+        f"nothing is mounted at nvme_mount_point=/opt/sagemaker after 10s, but {GPU}",
     ),
-    (efa_enabled_without_devices, "no EFA device exists under /sys/class/infiniband"),
-    (efa_enabled_without_default_route, "no default-route interface found"),
-    (no_containerd_config, "no containerd config exists"),
+    (
+        gpu_node_data_volume_not_on_instance_store,
+        f"/opt/sagemaker is not on the NVMe instance store, but {GPU}",
+    ),
+    (
+        cpu_node_without_data_volume_but_required,
+        "no NVMe instance-store disk is attached, but require_nvme is true",
+    ),
+    (
+        al2023_without_nodeadm_config,
+        "Amazon Linux 2023 without /etc/containerd/config.toml: nodeadm has not configured",
+    ),
+    (al2_without_bootstrap_template, f"Amazon Linux 2 without {AL2_TEMPLATE}"),
+    (unsupported_os_image, "unsupported OS image ID=ubuntu VERSION_ID=22.04"),
     (kubelet_dir_is_symlink, "/var/lib/kubelet is a symlink"),
     (config_file_missing, "config file not found"),
 ]
+# Found before containerd or kubelet is touched: the node is left as the AMI made it.
+FAILS_BEFORE_ANY_CHANGE = {
+    gpu_node_without_instance_store,
+    gpu_node_instance_store_not_mounted,
+    gpu_node_data_volume_not_on_instance_store,
+    cpu_node_without_data_volume_but_required,
+    al2023_without_nodeadm_config,
+    al2_without_bootstrap_template,
+    unsupported_os_image,
+    config_file_missing,
+}
 
 
 @pytest.mark.parametrize(
     "setup,message", ENVIRONMENT_FAILURES, ids=[f.__name__ for f, _ in ENVIRONMENT_FAILURES]
 )
 def test_unusable_node_fails_loudly(sandbox, setup, message):
+    """Exit non-zero with the reason in an ERROR line of the uploaded log, then wait for the
+    upload: HyperPod reports the instance as failed and names the CloudWatch stream."""
     setup(sandbox)
+    before = sandbox.tree_hash()
     result = sandbox.run()
     assert result.returncode != 0
     errors = error_lines(sandbox)
     assert any(message in line for line in errors), errors
+    assert "[stop] on_create.sh failed" in errors[-1]
+    assert sandbox.call_lines()[-2:] == ["sync", "sleep 0"]
+    if setup in FAILS_BEFORE_ANY_CHANGE:
+        assert sandbox.tree_hash() == before
+        assert not any(c.startswith("systemctl stop") for c in sandbox.call_lines())
     assert_no_network_tools(sandbox)
+
+
+def test_mount_lsblk_cannot_walk_counts_as_off_the_instance_store(sandbox):
+    """A source lsblk cannot walk down to disks is not the instance store: fatal on a GPU
+    node, a warning elsewhere."""
+    result = sandbox.run(STUB_FAIL="lsblk -s *", STUB_FAIL_RC=32)
+    assert result.returncode != 0
+    log = sandbox.log_text()
+    assert "[WARN] [nvme] 'lsblk -s -n -o NAME,MODEL /dev/mapper/vg.01-lv_ephemeral' failed" in log
+    assert f"/opt/sagemaker is not on the NVMe instance store, but {GPU}" in log
+
+    sandbox.set_nvidia_gpus(0)
+    result = sandbox.run(STUB_FAIL="lsblk -s *", STUB_FAIL_RC=32)
+    assert result.returncode == 0, result.stdout
+    assert "/opt/sagemaker is not on the instance store: using it anyway" in sandbox.log_text()
+
+
+def test_gpu_detection_ignores_other_pci_devices(sandbox):
+    """NVIDIA's HDMI audio function and Amazon's NVMe controllers are on the bus too; only
+    NVIDIA display controllers count as GPUs."""
+    sandbox.set_nvidia_gpus(0)
+    sandbox.env["STUB_LSBLK"] = EBS_DISK
+    sandbox.set_nvme_mounted(False)
+    assert sandbox.run().returncode == 0, sandbox.log_text()
+    assert "0 NVIDIA GPUs" in sandbox.log_text()
 
 
 def test_relative_sandbox_root_is_rejected(sandbox):
@@ -480,7 +739,7 @@ def test_relative_sandbox_root_is_rejected(sandbox):
 
 MISSING = object()
 MINIMAL_CONFIG = {
-    "nvme_mount_point": "/opt/dlami/nvme",
+    "nvme_mount_point": "/opt/sagemaker",
     "containerd_on_nvme": True,
     "kubelet_on_nvme": True,
     "fsx_efa_enabled": False,
@@ -507,7 +766,7 @@ BAD_CONFIGS = [
     ),
     (
         "relative-path",
-        {"nvme_mount_point": "opt/dlami/nvme"},
+        {"nvme_mount_point": "opt/sagemaker"},
         "'nvme_mount_point': must be an absolute path",
     ),
     (
@@ -517,11 +776,19 @@ BAD_CONFIGS = [
     ),
     ("root-path", {"nvme_mount_point": "/"}, "'nvme_mount_point': must be an absolute path"),
     ("dot-path", {"nvme_mount_point": "/."}, "'nvme_mount_point': must be an absolute path"),
-    ("dot-segment-path", {"log_dir": "/var/./log"}, "'log_dir': must be an absolute path"),
-    ("trailing-dot-path", {"log_dir": "/var/log/."}, "'log_dir': must be an absolute path"),
+    (
+        "dot-segment-path",
+        {"nvme_mount_point": "/opt/./sagemaker"},
+        "'nvme_mount_point': must be an absolute path",
+    ),
+    (
+        "trailing-dot-path",
+        {"nvme_mount_point": "/opt/sagemaker/."},
+        "'nvme_mount_point': must be an absolute path",
+    ),
     (
         "trailing-dotdot-path",
-        {"nvme_mount_point": "/opt/dlami/.."},
+        {"nvme_mount_point": "/opt/sagemaker/.."},
         "'nvme_mount_point': must be an absolute path",
     ),
     (
@@ -531,7 +798,7 @@ BAD_CONFIGS = [
     ),
     (
         "nan-tuning",
-        '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '{"nvme_mount_point": "/opt/sagemaker", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
         '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": NaN}}',
         "'lustre_tuning': numbers must be finite",
     ),
@@ -547,16 +814,30 @@ BAD_CONFIGS = [
     ),
     (
         "overflow-tuning",
-        '{"nvme_mount_point": "/opt/dlami/nvme", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '{"nvme_mount_point": "/opt/sagemaker", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
         '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": 1e999}}',
         "'lustre_tuning': numbers must be finite",
     ),
     ("nan-unknown-field", {"extra": [1, {"x": float("nan")}]}, "'extra': numbers must be finite"),
-    ("space-path", {"log_dir": "/var/log/my logs"}, "'log_dir': must be an absolute path"),
-    ("number-path", {"log_dir": 5}, "'log_dir': must be a string"),
+    (
+        "space-path",
+        {"nvme_mount_point": "/opt/my data"},
+        "'nvme_mount_point': must be an absolute path",
+    ),
+    ("number-path", {"nvme_mount_point": 5}, "'nvme_mount_point': must be a string"),
     ("negative-wait", {"nvme_wait_seconds": -1}, "'nvme_wait_seconds': must be between 0 and 3600"),
     ("bool-wait", {"nvme_wait_seconds": True}, "'nvme_wait_seconds': must be an integer"),
     ("bool-require", {"require_nvme": "yes"}, "'require_nvme': must be a boolean"),
+    (
+        "bool-require-on-gpu",
+        {"require_nvme_on_gpu": 1},
+        "'require_nvme_on_gpu': must be a boolean",
+    ),
+    (
+        "removed-log_dir",
+        {"log_dir": "/var/log/provision"},
+        "'log_dir': removed: HyperPod uploads only /var/log/provision/provisioning.log",
+    ),
     ("bool-lustre", {"lustre_enabled": 0}, "'lustre_enabled': must be a boolean"),
     ("tuning-list", {"lustre_tuning": ["max_dirty_mb=2048"]}, "'lustre_tuning': must be an object"),
     (
@@ -611,6 +892,7 @@ END_TO_END = {
     "efa-without-lustre",
     "nan-tuning",
     "dot-path",
+    "removed-log_dir",
 }
 
 
@@ -649,12 +931,12 @@ def test_config_defaults(read_config):
     values, warnings = read_config.parse(json.dumps(MINIMAL_CONFIG))
     assert warnings == []
     assert values == {
-        "nvme_mount_point": "/opt/dlami/nvme",
+        "nvme_mount_point": "/opt/sagemaker",
         "containerd_on_nvme": "true",
         "kubelet_on_nvme": "true",
         "fsx_efa_enabled": "false",
-        "log_dir": "/var/log/provision",
         "require_nvme": "false",
+        "require_nvme_on_gpu": "true",
         "nvme_wait_seconds": "60",
         "lustre_enabled": "true",
         "lustre_module_options": [],
@@ -695,4 +977,4 @@ def test_example_config_is_valid():
         text=True,
     )
     assert result.returncode == 0, result.stdout
-    assert "CFG_NVME_MOUNT_POINT=/opt/dlami/nvme" in result.stdout.splitlines()
+    assert "CFG_NVME_MOUNT_POINT=/opt/sagemaker" in result.stdout.splitlines()
