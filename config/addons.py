@@ -1,11 +1,16 @@
 """The EKS add-ons the platform installs: the one table of their names, pinned versions,
 placement and settings.
 
-Both EKS stacks iterate over it: add-ons that run without nodes go with the EKS cluster,
-the others after the HyperPod cluster. An environment may override a pin
-(`eks.addons`), e.g. to try an upgrade in dev first; the schema checks overrides
-against the minimum here. Adding an add-on is a row here plus, where it calls AWS APIs, its
-construct (its pod identity and permissions).
+The stacks iterate over it: what every node needs from its first boot goes with the EKS
+cluster, before any node exists; the rest after the HyperPod cluster. An environment may
+override a pin (`eks.addons`), e.g. to try an upgrade in dev first; the schema checks
+overrides against the minimum here. Adding an add-on is a row here plus, where it calls AWS
+APIs, its construct (its pod identity and permissions).
+
+Pins are builds EKS publishes for the default Kubernetes version (config/eks_versions.py),
+from the "latest version for each Kubernetes version" tables of the Amazon EKS User Guide
+(Manage kube-proxy, Manage CoreDNS, Assign IPs to Pods with the Amazon VPC CNI) unless a row
+says otherwise.
 """
 
 from __future__ import annotations
@@ -41,12 +46,23 @@ class ServiceAccount:
 class Addon:
     """One EKS add-on.
 
-    `stack`: where it is created. DaemonSet add-ons are ACTIVE with zero nodes and go with
-    the EKS cluster (`eks`); an add-on that only becomes ACTIVE once its pods run
-    (Deployments) is created after the HyperPod cluster (`cluster-addons`), or with the
-    quotas whose queues it serves (`governance`).
+    `stack`: where it is created.
+    - `eks`: what a node needs from its first boot (pod networking, service routing, pod
+      credentials, cluster DNS), created with the EKS cluster as AWS's HyperPod templates
+      do (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/eks-template.yaml creates
+      vpc-cni, kube-proxy, coredns and eks-pod-identity-agent with the cluster). The
+      HyperPod stack depends on this stack, so no node boots before they exist. DaemonSets
+      are ACTIVE with zero nodes; coredns (a Deployment) is DEGRADED until nodes come, which
+      CloudFormation's AWS::EKS::Addon handler accepts as created
+      (hashicorp/terraform-provider-aws#44669), so nothing waits on nodes.
+    - `cluster-addons`: add-ons whose permissions name the HyperPod cluster or that AWS
+      documents after it (the training operator's prerequisites list the HyperPod cluster
+      and cert-manager), created after the HyperPod cluster; they too are created DEGRADED
+      while continuous provisioning still brings nodes.
+    - `governance` / `observability`: with the quotas whose queues it serves, or with the
+      workspace it writes to.
     `service_account`: the controller's, for an add-on that calls AWS APIs through EKS Pod
-    Identity. `after`: add-ons that must be ACTIVE first.
+    Identity. `after`: add-ons in the same stack that must exist first.
     """
 
     name: str
@@ -68,23 +84,24 @@ VPC_CNI_CONFIGURATION: Mapping[str, Any] = {"env": {"ENABLE_PREFIX_DELEGATION": 
 # Minimums: vpc-cni 1.18.3 is the documented HyperPod minimum; the others are the oldest
 # versions this project tested. Service accounts are the ones AWS documents per add-on.
 _TABLE = (
+    # The EKS User Guide's latest build for Kubernetes 1.29-1.35.
     Addon(
         name="vpc-cni",
-        version="v1.20.4-eksbuild.1",
+        version="v1.21.1-eksbuild.7",
         minimum=(1, 18, 3),
         stack="eks",
         configuration=VPC_CNI_CONFIGURATION,
     ),
-    Addon(name="kube-proxy", version="v1.32.6-eksbuild.2", minimum=(1, 31, 0), stack="eks"),
+    # Built per Kubernetes minor: must match the cluster's (the schema checks it).
+    Addon(name="kube-proxy", version="v1.35.3-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
     Addon(
         name="eks-pod-identity-agent",
         version="v1.3.8-eksbuild.2",
         minimum=(1, 3, 0),
         stack="eks",
     ),
-    Addon(
-        name="coredns", version="v1.11.4-eksbuild.14", minimum=(1, 11, 1), stack="cluster-addons"
-    ),
+    # The EKS User Guide's latest build for Kubernetes 1.33, 1.34 and 1.35 alike.
+    Addon(name="coredns", version="v1.13.2-eksbuild.4", minimum=(1, 11, 1), stack="eks"),
     Addon(
         name="cert-manager",
         version="v1.18.2-eksbuild.1",
@@ -98,9 +115,11 @@ _TABLE = (
         stack="cluster-addons",
         service_account=ServiceAccount(namespace="kube-system", name="fsx-csi-controller-sa"),
     ),
+    # v1.2.1 is the default build for Kubernetes 1.28-1.35 (awslabs/awsome-distributed-
+    # training, hyperpod-eks-tf modules/hyperpod_training_operator/main.tf, 2026-05).
     Addon(
         name="amazon-sagemaker-hyperpod-training-operator",
-        version="v1.1.0-eksbuild.1",
+        version="v1.2.1-eksbuild.1",
         minimum=(1, 0, 0),
         stack="cluster-addons",
         service_account=ServiceAccount(
@@ -137,6 +156,7 @@ ADDONS: Mapping[str, Addon] = MappingProxyType({addon.name: addon for addon in _
 
 # Add-ons other code refers to by name (kube-proxy's build must match the cluster's minor).
 KUBE_PROXY = "kube-proxy"
+COREDNS = "coredns"
 FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
 TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"

@@ -23,11 +23,14 @@ COMPONENTS: tuple[str, ...] = (
     NEURON_DEVICE_PLUGIN,
 )
 
-# Exact tags, each the one the named upstream pins. HyperPod's health monitoring agent is
-# published per Region by AWS (account per Region below); the EFA plugin comes from the
-# Region's EKS image registry. Both are private ECR registries in the node's Region, pulled
-# through the VPC's ECR endpoints (layers through the S3 gateway endpoint).
-HEALTH_MONITORING_AGENT_TAG = "1.0.935.0_1.0.282.0"  # HyperPod dependency chart default
+# Exact tags, each the one the HyperPod dependency chart pins (aws/sagemaker-hyperpod-cli
+# helm_chart/HyperPodHelmChart, checked 2026-11-23 at 011ca92). HyperPod's health monitoring
+# agent is published per Region by AWS (account per Region below); the EFA plugin comes from
+# the Region's EKS image registry. Both are private ECR registries in the node's Region,
+# pulled through the VPC's ECR endpoints (layers through the S3 gateway endpoint).
+# The chart's default tag: charts/health-monitoring-agent/templates/_helpers.tpl (released
+# with "Release new version for Health Monitoring Agent 1.0.1892.0_1.0.424.0", 2026-06-04).
+HEALTH_MONITORING_AGENT_TAG = "1.0.1892.0_1.0.424.0"
 HEALTH_MONITORING_AGENT_ACCOUNTS: Mapping[str, str] = {
     "us-east-1": "767398015722",
     "us-west-2": "905418368575",
@@ -45,7 +48,9 @@ HEALTH_MONITORING_AGENT_ACCOUNTS: Mapping[str, str] = {
 }
 # Every Region above serves EKS images from this account.
 EKS_IMAGE_ACCOUNT = "602401143452"
-EFA_DEVICE_PLUGIN_TAG = "v0.5.6"  # AWS HyperPod EKS reference architecture's pin
+# The chart depends on aws/eks-charts aws-efa-k8s-device-plugin 0.5.20 (Chart.yaml), whose
+# values.yaml pins image tag v0.5.13 (aws/eks-charts stable/aws-efa-k8s-device-plugin).
+EFA_DEVICE_PLUGIN_TAG = "v0.5.13"
 # Registries outside the account's Region: nodes need an egress path to them, or
 # eks.image_overrides naming a copy in the account's private ECR.
 NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin

@@ -35,6 +35,7 @@ from hpctl.cluster import app as cluster_app
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.guard import guard
 from hpctl.job_cmd import app as job_app
+from hpctl.kubeconfig_cmd import kubeconfig
 from hpctl.plans import app as plans_app
 from hpctl.preflight import preflight
 from hpctl.teams_cmd import teams
@@ -270,6 +271,7 @@ def instance_types(
 app.command("teams", cls=OneLineUsageErrors)(teams)
 app.command("guard", cls=OneLineUsageErrors)(guard)
 app.command("preflight", cls=OneLineUsageErrors)(preflight)
+app.command("kubeconfig", cls=OneLineUsageErrors)(kubeconfig)
 app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
 app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
 app.add_typer(

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aws_cdk as cdk
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -19,6 +20,12 @@ class PinnedAddon(Construct):
 
     OVERWRITE lets the add-on take over fields a previous install (or a manifest) set, so an
     upgrade never stalls on a conflict; the add-on's own configuration is the source of truth.
+    It is also what lets a re-created stack adopt add-on software a deleted one preserved.
+
+    `removal_policy`: the cluster's. RETAIN sets PreserveOnDelete: deleting the resource (or
+    its stack) leaves the add-on's software running on the cluster, no longer managed by EKS
+    (DeleteAddon `preserve`), so a retained cluster keeps its networking, DNS and operators.
+    The resource itself is still deleted, so the stack can be created again over the cluster.
     """
 
     def __init__(
@@ -30,6 +37,7 @@ class PinnedAddon(Construct):
         addon_name: str,
         version: str,
         configuration: Mapping[str, Any] | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
     ) -> None:
         super().__init__(scope, construct_id)
         self.resource = eks.CfnAddon(
@@ -42,6 +50,7 @@ class PinnedAddon(Construct):
             configuration_values=json.dumps(configuration, sort_keys=True)
             if configuration
             else None,
+            preserve_on_delete=removal_policy == cdk.RemovalPolicy.RETAIN,
         )
 
 
@@ -88,6 +97,11 @@ class AddonWithPodIdentity(Construct):
     an IAM role (through EKS Pod Identity) with exactly `statements`, and the add-on is
     created after the association so the controller has credentials on first start.
 
+    `removal_policy`: the cluster's. RETAIN preserves the add-on's software (PinnedAddon)
+    and retains its role and association, so the controller a stack deletion leaves running
+    keeps its credentials. Re-creating the stack over that cluster then needs the retained
+    association removed first (EKS allows one per service account).
+
     Exposes `identity` (`role`, `association`) and `addon`.
     """
 
@@ -103,6 +117,7 @@ class AddonWithPodIdentity(Construct):
         description: str,
         statements: Sequence[iam.PolicyStatement],
         configuration: Mapping[str, Any] | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
     ) -> None:
         super().__init__(scope, construct_id)
         self.identity = PodIdentity(
@@ -113,6 +128,9 @@ class AddonWithPodIdentity(Construct):
             description=description,
             statements=statements,
         )
+        for resource in self.identity.node.find_all():
+            if isinstance(resource, cdk.CfnResource):
+                resource.apply_removal_policy(removal_policy)
         self.addon = PinnedAddon(
             self,
             "Addon",
@@ -120,6 +138,7 @@ class AddonWithPodIdentity(Construct):
             addon_name=addon_name,
             version=version,
             configuration=configuration,
+            removal_policy=removal_policy,
         )
         self.addon.node.add_dependency(self.identity)
 
@@ -139,6 +158,7 @@ class FsxCsiDriver(AddonWithPodIdentity):
         cluster_name: str,
         version: str,
         file_system_arn: str,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
     ) -> None:
         super().__init__(
             scope,
@@ -146,6 +166,7 @@ class FsxCsiDriver(AddonWithPodIdentity):
             cluster_name=cluster_name,
             addon_name=FSX_CSI_DRIVER,
             version=version,
+            removal_policy=removal_policy,
             service_account=_service_account(FSX_CSI_DRIVER),
             description="FSx CSI controller: describe the platform's Lustre file system",
             statements=[
@@ -173,6 +194,7 @@ class TrainingOperator(AddonWithPodIdentity):
         cluster_name: str,
         version: str,
         hyperpod_cluster_arn: str,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
     ) -> None:
         super().__init__(
             scope,
@@ -180,6 +202,7 @@ class TrainingOperator(AddonWithPodIdentity):
             cluster_name=cluster_name,
             addon_name=TRAINING_OPERATOR,
             version=version,
+            removal_policy=removal_policy,
             service_account=_service_account(TRAINING_OPERATOR),
             description="HyperPod training operator: describe the HyperPod cluster's nodes",
             statements=[

@@ -12,12 +12,13 @@ import re
 from collections.abc import Sequence
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from platform_constructs.nag import acknowledge
 
@@ -37,6 +38,33 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 def cluster_access_policy_arn(policy_name: str) -> str:
     """ARN of an EKS access policy (these live in the `eks` service namespace, no region)."""
     return f"arn:{cdk.Aws.PARTITION}:eks::aws:cluster-access-policy/{policy_name}"
+
+
+# Never retained: standalone rules name another group (e.g. the kubectl provider's, deleted
+# with the stack) and would block its deletion (a retained group keeps its inline rules);
+# access entries must go when they leave the template, or removing an admin from config (or
+# replacing an entry) would leave that principal cluster admin. After the stack is deleted,
+# admins of a retained cluster are granted again through the EKS API (README, Teardown).
+_NOT_RETAINED = frozenset(
+    {"AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress", "AWS::EKS::AccessEntry"}
+)
+
+
+@jsii.implements(cdk.IAspect)
+class _RetainEverything:
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, cdk.CfnResource) and node.cfn_resource_type not in _NOT_RETAINED:
+            node.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+
+
+def retain_with_cluster(scope: IConstruct, removal_policy: cdk.RemovalPolicy) -> None:
+    """Under a RETAIN policy, keep every resource in `scope` (added now or later) when its
+    stack is deleted: a retained cluster keeps running, and it needs its role, security
+    group, key and in-cluster objects as much as the cluster resource itself. Standalone
+    security group rules and access entries are left out (see above). Under DESTROY,
+    nothing changes."""
+    if removal_policy == cdk.RemovalPolicy.RETAIN:
+        cdk.Aspects.of(scope).add(_RetainEverything())
 
 
 def admin_access_entry_id(principal_arn: str) -> str:
@@ -82,6 +110,9 @@ class EksCluster(Construct):
             raise ValueError("EKS needs control-plane subnets in at least two Availability Zones")
         removal = removal_policy
         self.cluster_name = cluster_name
+        # A retained cluster outlives its stack: its IAM role (the control plane manages its
+        # ENIs with it), security group and key access stay with it.
+        retain_with_cluster(self, removal)
 
         # Envelope encryption of Kubernetes secrets. Retained with the cluster: losing the
         # key would make every secret in a retained cluster unreadable.

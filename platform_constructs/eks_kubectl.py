@@ -20,7 +20,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_iam as iam
-from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 from platform_constructs.cfn_lint import ignore_redundant_role_dependency
@@ -32,7 +32,7 @@ from platform_constructs.network import HTTPS, InlinePrefixList
 # Minor version of the bundled kubectl (the layer package above). kubectl supports API
 # servers one minor version older or newer; the config schema's supported versions stay
 # inside that window (a test checks it).
-KUBECTL_MINOR = (1, 32)
+KUBECTL_MINOR = (1, 34)
 MANAGEABLE_KUBERNETES_VERSIONS: tuple[str, ...] = tuple(
     f"{KUBECTL_MINOR[0]}.{KUBECTL_MINOR[1] + skew}" for skew in (-1, 0, 1)
 )
@@ -142,7 +142,7 @@ class KubectlAccess(Construct):
             self,
             "Provider",
             cluster=reference,
-            kubectl_layer=KubectlV32Layer(self, "KubectlLayer"),
+            kubectl_layer=KubectlV34Layer(self, "KubectlLayer"),
             private_subnets=list(subnets),
             security_groups=[self.security_group],
             # Immutable: the provider cannot widen it behind our back.

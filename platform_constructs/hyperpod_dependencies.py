@@ -5,6 +5,10 @@ AWS documents installing these before the HyperPod cluster is created, so they a
 with the EKS cluster; they are DaemonSets and RBAC only, and applying them does not wait for
 any pod (there are no nodes yet). Device plugins are pinned by node affinity to the
 configured instance types that have the device: elsewhere they would crash-loop.
+
+Under the cluster's RETAIN policy the manifests are retained: deleting the stack leaves them
+applied (the kubectl provider is never asked to delete them), because a retained cluster's
+nodes keep needing their device plugins, health agent and RBAC.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import yaml
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
@@ -205,6 +210,7 @@ class HyperPodDependencies(Construct):
         region: str,
         node_groups: Sequence[NodeGroup],
         image_overrides: Mapping[str, str],
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
     ) -> None:
         super().__init__(scope, construct_id)
         images = {**pinned_images(region), **image_overrides}
@@ -219,6 +225,7 @@ class HyperPodDependencies(Construct):
                 # apply (not create): re-running against objects that already exist, e.g. a
                 # namespace an add-on also declares, converges instead of failing.
                 overwrite=True,
+                removal_policy=removal_policy,
             )
         namespace = self.manifests["namespace"]
         for name, manifest in self.manifests.items():

@@ -9,6 +9,15 @@ pods reach instance metadata), and each team's pods get their own prefix through
 Identity (platform_constructs/team_workspace.py). Actions that AWS does not authorize per resource (EC2 Describe*,
 ecr:GetAuthorizationToken, cloudwatch:PutMetricData, ssmmessages) keep `*`, narrowed by a
 condition key where one exists, and every wildcard is acknowledged on its own.
+
+Against AmazonSageMakerClusterInstanceRolePolicy (SageMaker developer guide, AWS managed
+policies for HyperPod), statement by statement: log streams and the log group under
+/aws/sagemaker/Clusters (here this cluster's only), PutMetricData in the
+/aws/sagemaker/Clusters namespace, the four ssmmessages channel actions, and s3:ListBucket /
+s3:GetObject for lifecycle scripts (the managed policy allows any sagemaker-* bucket of the
+account; here the stack grants read on the scripts' prefix of the artifact bucket). Not
+granted although AWS's templates add it: ec2:AttachNetworkInterface, with which the VPC CNI
+attaches further ENIs; a HyperPod node keeps its one ENI, as the capacity plan assumes.
 """
 
 from __future__ import annotations
@@ -105,7 +114,12 @@ class HyperPodExecutionRole(Construct):
                 actions=["ec2:DetachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"],
                 resources=[instances, security_group_arn],
             ),
-            # Describe calls cannot be scoped to resources; pinned to this region.
+            # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
+            # on each node reads its instance, the instance type's ENI and address limits
+            # (it has no built-in figures for ml.* types) and ENI tags: AWS's HyperPod
+            # templates grant exactly these (aws/sagemaker-hyperpod-cluster-setup
+            # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy; awsome-distributed-
+            # training hyperpod-eks-tf sagemaker_iam_role eks_cni_policy).
             iam.PolicyStatement(
                 sid="DescribeNetwork",
                 actions=[
@@ -114,6 +128,9 @@ class HyperPodExecutionRole(Construct):
                     "ec2:DescribeSecurityGroups",
                     "ec2:DescribeVpcs",
                     "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeTags",
                 ],
                 resources=["*"],
                 conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
@@ -248,10 +265,19 @@ class _Retention:
 
 
 class HyperPodAutoscalingRole(Construct):
-    """The cluster role HyperPod's managed Karpenter assumes to add and remove nodes."""
+    """The cluster role HyperPod's managed Karpenter assumes to add and remove nodes; kept
+    with a retained cluster, which goes on scaling after its stack is deleted."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
+    ) -> None:
         super().__init__(scope, construct_id)
+        cdk.Aspects.of(self).add(_Retention(removal_policy))
         stack = cdk.Stack.of(self)
         # The cluster ARN ends in an id assigned at creation, and the role must exist before
         # the cluster: scope to clusters of this account and region.

@@ -1,5 +1,5 @@
-"""The cluster's VPC: subnets exactly as the capacity planner laid them out, NAT, the EFA
-security group, VPC endpoints and flow logs.
+"""The cluster's VPC: subnets exactly as the capacity planner laid them out, egress (closed,
+or NAT), the EFA security group, VPC endpoints and flow logs.
 
 Every subnet CIDR comes from `config.capacity.NetworkLayout`; nothing here splits a range
 itself. Every subnet (public, infrastructure, cluster) is built explicitly and keyed by its
@@ -8,18 +8,30 @@ index (publicSubnet1, ...), so adding or reordering AZs would replace them. The 
 here creates only the VPC itself (and strips its default security group); the internet
 gateway, NAT gateways and routes are wired below.
 
+Egress is a config choice (`network.egress`), and a NAT gateway exists only where a security
+group lets traffic reach it:
+- `closed` (the default): no internet gateway, no public subnets, no NAT; every private
+  route table has the local route and the S3 gateway endpoint only. AWS APIs are reached
+  through the interface endpoints. The public subnets' ranges stay reserved in the capacity
+  plan, so choosing `nat` later adds them without moving any other subnet.
+- `nat`: public subnets, the internet gateway and `nat_gateways` NAT gateways; the cluster
+  subnets (the only ones whose security group has rules beyond the VPC: the EFA group's
+  `https_egress_cidrs`) route to them. The infrastructure subnets never do: nothing in them
+  may send traffic out of the VPC.
+
 NAT placement: the NAT gateways sit in the public subnets of the `nat_gateways` AZs with the
-lowest letters (sorted AZ names). Each private subnet (infrastructure and cluster) routes to
-its own AZ's NAT gateway, else to the NAT gateway of the lowest-letter AZ. Reordering the AZ
-list, or adding an AZ whose letter is above every NAT AZ, moves no NAT gateway; adding an AZ
-with a lower letter, removing a NAT AZ or changing `nat_gateways` adds, moves or removes NAT
-gateways, and with them their Elastic IPs (the egress addresses), but never a subnet.
+lowest letters (sorted AZ names). Each cluster subnet routes to its own AZ's NAT gateway, else
+to the NAT gateway of the lowest-letter AZ. Reordering the AZ list, or adding an AZ whose
+letter is above every NAT AZ, moves no NAT gateway; adding an AZ with a lower letter,
+removing a NAT AZ or changing `nat_gateways` adds, moves or removes NAT gateways, and with
+them their Elastic IPs (the egress addresses), but never a subnet.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import aws_cdk as cdk
 import jsii
@@ -37,6 +49,7 @@ from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
 INFRA_GROUP = "infra"
+Egress = Literal["closed", "nat"]
 HTTPS = ec2.Port.tcp(443)
 # Lustre LNet (988) and the ports the Lustre servers answer from (1018-1023).
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
@@ -112,13 +125,15 @@ class InlinePrefixList:
 class ClusterNetwork(Construct):
     """VPC for a HyperPod (EKS) cluster.
 
-    - one public subnet per AZ, routed to the internet gateway; `nat_gateways` of them hold a
-      NAT gateway (the lowest-letter AZs, see the module docstring);
-    - small private "infra" subnets for the EKS control-plane ENIs, interface endpoints and
-      in-VPC handlers, with a default route to their AZ's NAT gateway (else the
-      lowest-letter AZ's);
-    - one large private cluster subnet per AZ, on the secondary CIDR when there is one,
-      routed like the infra subnets;
+    - with `egress="nat"` only: one public subnet per AZ, routed to the internet gateway;
+      `nat_gateways` of them hold a NAT gateway (the lowest-letter AZs, see the module
+      docstring). With `egress="closed"`, `public_subnets` and `nat_gateways` are empty and
+      `internet_gateway` is None;
+    - small private "infra" subnets for the EKS control-plane ENIs, interface endpoints,
+      in-VPC handlers and the admin host, without a default route (nothing there may leave
+      the VPC);
+    - one large private cluster subnet per AZ, on the secondary CIDR when there is one, with
+      a default route to its AZ's NAT gateway (else the lowest-letter AZ's) under `nat`;
     - the EFA security group: all traffic to and from itself, and no blanket egress: HTTPS
       only to the interface endpoints, S3 (gateway endpoint prefix list) and the deliberately
       listed CIDRs. Whatever else shares the group (the EKS control-plane ENIs, FSx) is
@@ -139,6 +154,7 @@ class ClusterNetwork(Construct):
         construct_id: str,
         *,
         layout: NetworkLayout,
+        egress: Egress,
         nat_gateways: int,
         interface_endpoints: Sequence[str],
         https_egress_cidrs: Sequence[ipaddress.IPv4Network],
@@ -150,6 +166,9 @@ class ClusterNetwork(Construct):
         # Sorted: the template does not depend on the order of the AZ list either.
         availability_zones = sorted(layout.cluster)
         self.layout = layout
+        self.egress = egress
+        if egress == "closed" and (nat_gateways or https_egress_cidrs):
+            raise ValueError("egress 'closed' takes no NAT gateways and no HTTPS egress CIDRs")
 
         self.vpc = ec2.Vpc(
             self,
@@ -168,28 +187,31 @@ class ClusterNetwork(Construct):
         if provider is not None:
             ignore_redundant_role_dependency(provider.node.try_find_child("Handler"))
 
-        # Under the VPC construct, with the IDs ec2.Vpc gives them: the same logical IDs
-        # (and Name tag) as a VPC that ec2.Vpc wired itself.
-        self.internet_gateway = ec2.CfnInternetGateway(self.vpc, "IGW")
-        self.internet_gateway_attachment = ec2.CfnVPCGatewayAttachment(
-            self.vpc,
-            "VPCGW",
-            vpc_id=self.vpc.vpc_id,
-            internet_gateway_id=self.internet_gateway.ref,
-        )
-
-        self.public_subnets: dict[str, ec2.PublicSubnet] = {
-            az: self._public_subnet(az, layout.public[az]) for az in availability_zones
-        }
-        self.nat_availability_zones = nat_availability_zones(availability_zones, nat_gateways)
-        self.nat_gateways: dict[str, ec2.CfnNatGateway] = {
-            az: self.public_subnets[az].add_nat_gateway() for az in self.nat_availability_zones
-        }
-        # With egress (not isolated): handlers placed here may need AWS APIs that have no
-        # endpoint.
+        self.internet_gateway: ec2.CfnInternetGateway | None = None
+        self.public_subnets: dict[str, ec2.PublicSubnet] = {}
+        self.nat_availability_zones: list[str] = []
+        self.nat_gateways: dict[str, ec2.CfnNatGateway] = {}
+        if egress == "nat":
+            # Under the VPC construct, with the IDs ec2.Vpc gives them: the same logical IDs
+            # (and Name tag) as a VPC that ec2.Vpc wired itself.
+            gateway = ec2.CfnInternetGateway(self.vpc, "IGW")
+            attachment = ec2.CfnVPCGatewayAttachment(
+                self.vpc, "VPCGW", vpc_id=self.vpc.vpc_id, internet_gateway_id=gateway.ref
+            )
+            self.internet_gateway = gateway
+            self.public_subnets = {
+                az: self._public_subnet(az, layout.public[az], gateway, attachment)
+                for az in availability_zones
+            }
+            self.nat_availability_zones = nat_availability_zones(availability_zones, nat_gateways)
+            self.nat_gateways = {
+                az: self.public_subnets[az].add_nat_gateway() for az in self.nat_availability_zones
+            }
+        # No default route, whatever the egress: the control-plane ENIs, endpoints, the
+        # kubectl handler and the admin host talk to the VPC and its endpoints only.
         self.infra_subnets: dict[str, ec2.ISubnet] = {
             az: self._private_subnet(
-                infra_subnet_construct_id(az), az, layout.infra[az], group=INFRA_GROUP
+                infra_subnet_construct_id(az), az, layout.infra[az], group=INFRA_GROUP, nat=False
             )
             for az in availability_zones
         }
@@ -300,13 +322,22 @@ class ClusterNetwork(Construct):
     # ----------------------------------------------------------------------- subnets
 
     def nat_gateway_for(self, availability_zone: str) -> str:
-        """The NAT gateway of `availability_zone`, else that of the lowest-letter AZ."""
+        """The NAT gateway of `availability_zone`, else that of the lowest-letter AZ (only
+        with egress "nat")."""
+        if not self.nat_gateways:
+            raise ValueError("this network has no NAT gateway (egress is closed)")
         gateway = self.nat_gateways.get(availability_zone)
         if gateway is None:
             gateway = self.nat_gateways[self.nat_availability_zones[0]]
         return gateway.ref
 
-    def _public_subnet(self, az: str, cidr: ipaddress.IPv4Network) -> ec2.PublicSubnet:
+    def _public_subnet(
+        self,
+        az: str,
+        cidr: ipaddress.IPv4Network,
+        gateway: ec2.CfnInternetGateway,
+        attachment: ec2.CfnVPCGatewayAttachment,
+    ) -> ec2.PublicSubnet:
         subnet = ec2.PublicSubnet(
             self,
             public_subnet_construct_id(az),
@@ -315,17 +346,21 @@ class ClusterNetwork(Construct):
             cidr_block=str(cidr),
             map_public_ip_on_launch=True,
         )
-        subnet.add_default_internet_route(
-            self.internet_gateway.ref, self.internet_gateway_attachment
-        )
+        subnet.add_default_internet_route(gateway.ref, attachment)
         _tag_subnet(subnet, group=PUBLIC_GROUP, subnet_type="Public")
         return subnet
 
     def _private_subnet(
-        self, construct_id: str, az: str, cidr: ipaddress.IPv4Network, *, group: str | None
+        self,
+        construct_id: str,
+        az: str,
+        cidr: ipaddress.IPv4Network,
+        *,
+        group: str | None,
+        nat: bool,
     ) -> ec2.PrivateSubnet:
-        """A private subnet with a default route to its AZ's NAT gateway (else the
-        lowest-letter AZ's)."""
+        """A private subnet; with `nat`, a default route to its AZ's NAT gateway (else the
+        lowest-letter AZ's), without it no default route at all (isolated)."""
         subnet = ec2.PrivateSubnet(
             self,
             construct_id,
@@ -334,12 +369,15 @@ class ClusterNetwork(Construct):
             cidr_block=str(cidr),
             map_public_ip_on_launch=False,
         )
-        subnet.add_default_nat_route(self.nat_gateway_for(az))
-        _tag_subnet(subnet, group=group, subnet_type="Private")
+        if nat:
+            subnet.add_default_nat_route(self.nat_gateway_for(az))
+        _tag_subnet(subnet, group=group, subnet_type="Private" if nat else "Isolated")
         return subnet
 
     def _cluster_subnet(self, az: str, cidr: ipaddress.IPv4Network) -> ec2.ISubnet:
-        subnet = self._private_subnet(cluster_subnet_construct_id(az), az, cidr, group=None)
+        subnet = self._private_subnet(
+            cluster_subnet_construct_id(az), az, cidr, group=None, nat=bool(self.nat_gateways)
+        )
         if self.secondary_cidr is not None:
             # The subnet's range exists only once the secondary block is associated (and
             # must be deleted before the block is disassociated).

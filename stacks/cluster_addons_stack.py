@@ -1,7 +1,13 @@
-"""Add-ons that need running nodes (the `cluster-addons` rows of config/addons.py), the FSx CSI
-driver's static FSx volume, and the HyperPod training operator. Deployed after the HyperPod
-stack, so their CloudFormation resources (which wait for the add-on to become ACTIVE) find
-nodes to run on."""
+"""The `cluster-addons` rows of config/addons.py (cert-manager, the FSx CSI driver, the
+HyperPod training operator), the FSx CSI driver's static FSx volume, and the controllers' pod
+identities. Deployed after the HyperPod stack: the training operator's permissions name the
+HyperPod cluster, and AWS documents installing it on a created cluster. Nothing here waits
+for nodes: an add-on whose pods cannot run yet (continuous provisioning brings nodes after
+the cluster is InService) is created DEGRADED and becomes ACTIVE when they can.
+
+`removal_policy`: the cluster's. Under RETAIN, deleting this stack leaves a retained cluster
+as it runs: the add-ons' software is preserved, the controllers keep their pod identities,
+and the FSx volume and claim stay bound."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from platform_constructs.eks_addons import (
     PinnedAddon,
     TrainingOperator,
 )
+from platform_constructs.eks_cluster import retain_with_cluster
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 
 
@@ -34,6 +41,8 @@ class ClusterAddonsStack(cdk.Stack):
         kubernetes: eks_v2.ICluster,
         hyperpod_cluster_arn: str,
         file_system: LustreFileSystem,
+        # RETAIN unless told: the safe side for a cluster that outlives this stack.
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -45,6 +54,7 @@ class ClusterAddonsStack(cdk.Stack):
                 cluster_name=cluster_name,
                 version=version,
                 file_system_arn=file_system.arn,
+                removal_policy=removal_policy,
             ),
             TRAINING_OPERATOR: lambda version: TrainingOperator(
                 self,
@@ -52,6 +62,7 @@ class ClusterAddonsStack(cdk.Stack):
                 cluster_name=cluster_name,
                 version=version,
                 hyperpod_cluster_arn=hyperpod_cluster_arn,
+                removal_policy=removal_policy,
             ),
         }
         self.addons: dict[str, PinnedAddon] = {}
@@ -74,6 +85,7 @@ class ClusterAddonsStack(cdk.Stack):
                     addon_name=addon.name,
                     version=version,
                     configuration=addon.configuration,
+                    removal_policy=removal_policy,
                 )
             else:
                 self.identities[addon.name] = build(version)
@@ -91,3 +103,5 @@ class ClusterAddonsStack(cdk.Stack):
         # The PV names the CSI driver; registering the driver first avoids a window where
         # pods referencing the claim fail to mount.
         self.fsx_volume.node.add_dependency(self.identities[FSX_CSI_DRIVER])
+        # Pods of a retained cluster keep mounting the claim after this stack is deleted.
+        retain_with_cluster(self.fsx_volume, removal_policy)

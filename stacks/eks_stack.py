@@ -1,6 +1,11 @@
-"""EKS cluster HyperPod orchestrates through: control plane, access, the add-ons that run
-without nodes, and the HyperPod resiliency components (which must exist before the HyperPod
-cluster is created). Add-ons that need running nodes are in the cluster add-ons stack."""
+"""EKS cluster HyperPod orchestrates through: control plane, access, the add-ons every node
+needs from its first boot (the table's `eks` rows: pod networking, kube-proxy, pod identity,
+cluster DNS), and the HyperPod resiliency components. All must exist before the HyperPod
+cluster is created, and the HyperPod stack depends on this one. Add-ons whose permissions
+name the HyperPod cluster are in the cluster add-ons stack.
+
+Under the cluster's RETAIN policy, deleting this stack leaves the cluster as it runs: the
+add-ons' software is preserved (PreserveOnDelete) and the manifests are retained."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from constructs import Construct
 
 from config.addons import ADDONS
 from config.schema import EksConfig, InstanceGroupConfig
+from platform_constructs.admin_host import AdminHost
 from platform_constructs.eks_addons import PinnedAddon
 from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
@@ -52,6 +58,7 @@ class EksStack(cdk.Stack):
         endpoint_security_group: ec2.ISecurityGroup,
         s3_prefix_list_id: str,
         removal_policy: cdk.RemovalPolicy,
+        admin_host: AdminHost | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -74,6 +81,11 @@ class EksStack(cdk.Stack):
             log_retention_days=eks.log_retention_days,
             removal_policy=removal_policy,
         )
+        # The admin host (network stack) reaches the private endpoint; its role gets an
+        # access entry scoped by network.admin_host.kubernetes_access.
+        self.admin_host_access = (
+            admin_host.grant_cluster_access(self.cluster) if admin_host is not None else None
+        )
         self.kubectl = KubectlAccess(
             self,
             "Kubectl",
@@ -85,7 +97,9 @@ class EksStack(cdk.Stack):
             s3_prefix_list_id=s3_prefix_list_id,
         )
 
-        # DaemonSet add-ons: they become ACTIVE with zero nodes, so they never hold the stack up.
+        # Created before any node exists, as AWS's HyperPod EKS template does. The DaemonSets
+        # are ACTIVE with zero nodes; coredns is DEGRADED until nodes come, which
+        # CloudFormation accepts as created (config/addons.py), so none holds the stack up.
         self.addons: dict[str, PinnedAddon] = {
             addon.name: PinnedAddon(
                 self,
@@ -94,10 +108,14 @@ class EksStack(cdk.Stack):
                 addon_name=addon.name,
                 version=eks.addon_version(addon.name),
                 configuration=addon.configuration,
+                removal_policy=removal_policy,
             )
             for addon in ADDONS.values()
             if addon.stack == "eks"
         }
+        for name, resource in self.addons.items():
+            for earlier in ADDONS[name].after:
+                resource.node.add_dependency(self.addons[earlier])
 
         self.hyperpod_dependencies = HyperPodDependencies(
             self,
@@ -106,6 +124,7 @@ class EksStack(cdk.Stack):
             region=self.region,
             node_groups=node_groups(instance_groups),
             image_overrides=eks.image_overrides,
+            removal_policy=removal_policy,
         )
         for manifest in self.hyperpod_dependencies.manifests.values():
             self.kubectl.depend_on_access(manifest)

@@ -93,6 +93,7 @@ class GovernanceStack(cdk.Stack):
         file_system: LustreFileSystem,
         checkpoint_bucket: s3.IBucket,
         data_bucket: s3.IBucket,
+        removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -104,6 +105,7 @@ class GovernanceStack(cdk.Stack):
                 addon_name=addon.name,
                 version=eks.addon_version(addon.name),
                 configuration=addon.configuration,
+                removal_policy=removal_policy,
             )
             for addon in ADDONS.values()
             if addon.stack == "governance"

@@ -99,7 +99,9 @@ class HyperPodStack(cdk.Stack):
         )
         lifecycle.grant_read(node_role.role)
         autoscaling_role = (
-            HyperPodAutoscalingRole(self, "AutoscalingRole", cluster_name=cluster_name).role
+            HyperPodAutoscalingRole(
+                self, "AutoscalingRole", cluster_name=cluster_name, removal_policy=removal_policy
+            ).role
             if hyperpod.autoscaling
             else None
         )

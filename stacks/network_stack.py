@@ -1,4 +1,4 @@
-"""Network stack: the cluster VPC as the capacity plan laid it out."""
+"""Network stack: the cluster VPC as the capacity plan laid it out, and the admin host."""
 
 from __future__ import annotations
 
@@ -10,15 +10,20 @@ from constructs import Construct
 
 from config.capacity import NetworkLayout
 from config.schema import NetworkConfig
+from config.schema.network import ADMIN_HOST_OUTPUT
+from platform_constructs.admin_host import AdminHost
 from platform_constructs.network import ClusterNetwork
 
 
 class NetworkStack(cdk.Stack):
-    """Owns the VPC, its subnets, NAT, endpoints, flow logs and the EFA security group.
+    """Owns the VPC, its subnets, egress (NAT only with `network.egress: nat`), endpoints,
+    flow logs, the EFA security group and the admin host.
 
     Other stacks use `vpc` (its ID and CIDR; it owns no subnets), `cluster_subnets` /
-    `infra_subnets` (by AZ), `efa_security_group`, `endpoint_security_group` and
-    `s3_prefix_list_id` (the Region's S3 prefix list, routed by the gateway endpoint).
+    `infra_subnets` (by AZ), `efa_security_group`, `endpoint_security_group`,
+    `s3_prefix_list_id` (the Region's S3 prefix list, routed by the gateway endpoint),
+    `nat_gateway_ids` (empty without NAT) and `admin_host` (None when disabled; the EKS stack
+    grants it API access).
     """
 
     def __init__(
@@ -28,10 +33,12 @@ class NetworkStack(cdk.Stack):
         *,
         network: NetworkConfig,
         layout: NetworkLayout,
+        cluster_name: str,
         removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
-        """`removal_policy` applies to the flow-log key and log group."""
+        """`cluster_name`: the EKS cluster's name (the admin host may describe it).
+        `removal_policy` applies to the flow-log key and log group."""
         # Set before anything reads `availability_zones` (ec2.Vpc does).
         self._availability_zones = list(network.availability_zones)
         super().__init__(scope, construct_id, **kwargs)
@@ -40,6 +47,7 @@ class NetworkStack(cdk.Stack):
             self,
             "Network",
             layout=layout,
+            egress=network.egress,
             nat_gateways=network.nat_gateways,
             interface_endpoints=network.interface_endpoints,
             https_egress_cidrs=network.https_egress_cidrs,
@@ -56,6 +64,21 @@ class NetworkStack(cdk.Stack):
         self.nat_gateway_ids: dict[str, str] = {
             az: gateway.ref for az, gateway in cluster_network.nat_gateways.items()
         }
+        self.admin_host: AdminHost | None = None
+        host = network.admin_host
+        if host.enabled:
+            # The lowest-letter AZ's infra subnet: the choice never depends on the AZ order.
+            self.admin_host = AdminHost(
+                self,
+                "AdminHost",
+                vpc=self.vpc,
+                subnet=self.infra_subnets[min(self.infra_subnets)],
+                endpoint_security_group=self.endpoint_security_group,
+                s3_prefix_list_id=self.s3_prefix_list_id,
+                cluster_name=cluster_name,
+                instance_type=host.instance_type,
+                kubernetes_access=host.kubernetes_access,
+            )
 
         # For operators and scripts (`aws cloudformation describe-stacks`); other stacks use
         # the attributes above.
@@ -73,6 +96,14 @@ class NetworkStack(cdk.Stack):
             value=self.efa_security_group.security_group_id,
             description="Security group of HyperPod nodes and FSx for Lustre",
         )
+        if self.admin_host is not None:
+            cdk.CfnOutput(
+                self,
+                ADMIN_HOST_OUTPUT,
+                value=self.admin_host.instance_id,
+                description="Admin host (SSM Session Manager only): aws ssm start-session "
+                "--target <this ID>; see README, Getting in",
+            )
 
     @property
     def availability_zones(self) -> list[str]:

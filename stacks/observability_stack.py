@@ -108,6 +108,7 @@ class ObservabilityStack(cdk.Stack):
             statements=[
                 iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.arn])
             ],
+            removal_policy=removal_policy,
             configuration=addon_configuration(
                 observability,
                 workspace_arn=self.workspace.arn,

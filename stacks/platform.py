@@ -88,6 +88,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         env=env,
         network=config.network,
         layout=loaded.layout,
+        cluster_name=names.eks_cluster,
         removal_policy=removal_policy,
     )
     storage = StorageStack(
@@ -113,6 +114,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         node_security_group=network.efa_security_group,
         endpoint_security_group=network.endpoint_security_group,
         s3_prefix_list_id=network.s3_prefix_list_id,
+        admin_host=network.admin_host,
         removal_policy=removal_policy,
     )
     hyperpod = HyperPodStack(
@@ -137,8 +139,8 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         mount_name=storage.mount_name,
         capacity_gib=config.storage.fsx.storage_capacity_gib,
     )
-    # Add-ons that need running nodes (the table's `cluster-addons` rows) deploy after the
-    # HyperPod cluster so they never wait on nodes that do not exist yet.
+    # The table's `cluster-addons` rows deploy after the HyperPod cluster (AWS documents the
+    # training operator on a created cluster); what nodes boot with is in the EKS stack.
     cluster_addons = ClusterAddonsStack(
         scope,
         names.stack("cluster-addons"),
@@ -149,8 +151,11 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         kubernetes=eks.kubernetes,
         hyperpod_cluster_arn=hyperpod.cluster_arn,
         file_system=file_system,
+        removal_policy=removal_policy,
     )
-    cluster_addons.add_stack_dependency(hyperpod, "add-ons need the HyperPod nodes to be running")
+    cluster_addons.add_stack_dependency(
+        hyperpod, "the training operator's permissions name the HyperPod cluster"
+    )
     governance = None
     if config.governance is not None:
         governance = GovernanceStack(
@@ -168,6 +173,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             file_system=file_system,
             checkpoint_bucket=storage.checkpoint_bucket,
             data_bucket=storage.data_bucket,
+            removal_policy=removal_policy,
         )
         # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the
         # team claims need the FSx CSI driver.

@@ -91,12 +91,14 @@ def variant_of(name: str, mutate: Mutation) -> LoadedEnvironment:
 
 
 def eks_config(**values: Any) -> Any:
-    """An `eks` section on its own: Kubernetes 1.32, one admin, `values` on top."""
+    """An `eks` section on its own: the default Kubernetes version, one admin, `values` on
+    top."""
+    from config.eks_versions import DEFAULT_KUBERNETES_VERSION
     from config.schema import EksConfig
 
     return EksConfig.model_validate(
         {
-            "kubernetes_version": "1.32",
+            "kubernetes_version": DEFAULT_KUBERNETES_VERSION,
             "admin_role_arns": [f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin"],
             **values,
         }

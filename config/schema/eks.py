@@ -7,15 +7,15 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
+from config import eks_versions
 from config.addons import ADDONS, KUBE_PROXY, VERSION_FORMAT, parse_version
+from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS
 from config.errors import FieldError
 from config.images import COMPONENTS
 from config.schema.base import PARTITION, Cidr, Strict, log_retention, unique
 
-# Kubernetes versions HyperPod EKS orchestration supports that the platform's bundled
-# kubectl (1.32, see platform_constructs/eks_kubectl.py) can manage: kubectl supports API
-# servers one minor version older or newer than itself.
-SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33")
+# The versions and their EKS support dates: config/eks_versions.py.
+__all__ = ["SUPPORTED_KUBERNETES_VERSIONS", "EksConfig"]
 
 _ROLE_ARN = re.compile(rf"^arn:{PARTITION}:iam::\d{{12}}:role/[\w+=,.@/-]{{1,512}}$")
 _MIN_PUBLIC_ENDPOINT_PREFIX = 16
@@ -23,6 +23,11 @@ _MIN_PUBLIC_ENDPOINT_PREFIX = 16
 
 class EksConfig(Strict):
     kubernetes_version: str
+    allow_extended_support: bool = Field(
+        default=False,
+        description="Accept running kubernetes_version after its EKS standard support ended "
+        "(billed at the extended-support rate per cluster hour). Without it, that is an error.",
+    )
     admin_role_arns: list[str] = Field(min_length=1)
     public_access_cidrs: list[Cidr] = Field(
         default_factory=list,
@@ -47,7 +52,9 @@ class EksConfig(Strict):
     def _k8s_supported(cls, value: str) -> str:
         if value not in SUPPORTED_KUBERNETES_VERSIONS:
             raise ValueError(
-                f"{value!r} is not supported by HyperPod; use one of "
+                f"{value!r} is not supported (the platform runs the versions HyperPod "
+                "supports, its bundled kubectl manages and EKS supports for at least "
+                f"{eks_versions.RETIREMENT_NOTICE.days} more days); use one of "
                 f"{', '.join(SUPPORTED_KUBERNETES_VERSIONS)}"
             )
         return value
@@ -126,6 +133,17 @@ class EksConfig(Strict):
                     f"{component}: the 'latest' tag moves between deployments; pin an exact tag or digest"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _in_eks_support(self) -> EksConfig:
+        problem = eks_versions.support_problem(
+            self.kubernetes_version,
+            on=eks_versions.today(),
+            allow_extended=self.allow_extended_support,
+        )
+        if problem is not None:
+            raise FieldError("kubernetes_version", problem)
+        return self
 
     @model_validator(mode="after")
     def _kube_proxy_matches_cluster(self) -> EksConfig:

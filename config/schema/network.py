@@ -1,10 +1,12 @@
-"""The `network` section: VPC ranges, AZs, NAT, endpoints and egress."""
+"""The `network` section: VPC ranges, AZs, egress (closed, or NAT), endpoints and the admin
+host."""
 
 from __future__ import annotations
 
 import difflib
 import ipaddress
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -28,6 +30,57 @@ _ENDPOINT_SERVICE = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
 _MIN_EGRESS_PREFIX = 8
 VPC_MIN_PREFIX, VPC_MAX_PREFIX = 16, 28
 
+# The network stack's output holding the admin host's instance ID (`hpctl kubeconfig` reads
+# it; defined here so that hpctl never imports CDK).
+ADMIN_HOST_OUTPUT = "AdminHostInstanceId"
+# What Session Manager needs on the VPC side: the agent registers through `ssm` and carries
+# sessions (shells and port forwarding) over `ssmmessages`.
+ADMIN_HOST_ENDPOINTS: tuple[str, ...] = ("ssm", "ssmmessages")
+# What the admin host's role may do in Kubernetes: the EKS access policy bound to it at cluster
+# scope, or no access entry at all (the host then only relays operators' own connections).
+ADMIN_HOST_ACCESS_POLICIES: dict[str, str | None] = {
+    "none": None,
+    "view": "AmazonEKSViewPolicy",
+    "admin-view": "AmazonEKSAdminViewPolicy",
+    "cluster-admin": "AmazonEKSClusterAdminPolicy",
+}
+# EC2 instance type names (t3.small, m7i.large); SageMaker's ml.* types are not EC2 types.
+_EC2_INSTANCE_TYPE = re.compile(r"^(?P<family>[a-z]+\d+(?P<options>[a-z-]*))\.[a-z0-9]+$")
+
+
+class AdminHostConfig(Strict):
+    """An SSM-managed instance in an infra subnet: the documented way in when the API endpoint
+    is private. No inbound rules, no key pair; kubectl comes from the pinned layer package."""
+
+    enabled: bool = True
+    instance_type: str = Field(
+        default="t3.small",
+        description="An x86_64 EC2 instance type (the bundled kubectl is built for amd64).",
+    )
+    kubernetes_access: Literal["none", "view", "admin-view", "cluster-admin"] = Field(
+        default="view",
+        description="The EKS access policy of the host's own role, cluster-wide: none (the host "
+        "only relays operators' own connections), view (AmazonEKSViewPolicy: no Secrets), "
+        "admin-view (AmazonEKSAdminViewPolicy: reads everything, Secrets included) or "
+        "cluster-admin (AmazonEKSClusterAdminPolicy: whoever may start a session on the host "
+        "is then cluster admin).",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _x86_ec2_type(cls, value: str) -> str:
+        match = _EC2_INSTANCE_TYPE.match(value)
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not an EC2 instance type; use one such as t3.small or m7i.large"
+            )
+        if match["family"] == "a1" or "g" in match["options"]:
+            raise ValueError(
+                f"{value} is a Graviton (arm64) type and the bundled kubectl is amd64; use an "
+                "x86_64 type such as t3.small"
+            )
+        return value
+
 
 class NetworkConfig(Strict):
     vpc_cidr: Cidr = Field(
@@ -39,7 +92,18 @@ class NetworkConfig(Strict):
         "Without it the cluster subnets come from the upper half of vpc_cidr.",
     )
     availability_zones: list[str] = Field(min_length=2, max_length=6)
-    nat_gateways: int = Field(ge=1, le=6)
+    egress: Literal["closed", "nat"] = Field(
+        default="closed",
+        description="closed: nodes reach AWS only through the VPC endpoints; no internet "
+        "gateway, public subnets or NAT. nat: NAT gateways for the deliberate HTTPS egress in "
+        "https_egress_cidrs (and nothing else).",
+    )
+    nat_gateways: int = Field(
+        default=0,
+        ge=0,
+        le=6,
+        description="NAT gateways with egress: nat (1 to one per AZ); 0 with egress: closed.",
+    )
     public_subnet_prefix: int = Field(default=24, ge=MIN_SUBNET_PREFIX, le=MAX_SUBNET_PREFIX)
     infra_subnet_prefix: int = Field(default=24, ge=MIN_SUBNET_PREFIX, le=MAX_SUBNET_PREFIX)
     cluster_subnet_prefix: int | None = Field(
@@ -73,9 +137,11 @@ class NetworkConfig(Strict):
     )
     https_egress_cidrs: list[Cidr] = Field(
         default_factory=list,
-        description="Deliberate, narrow TCP 443 egress for nodes (e.g. a proxy or mirror).",
+        description="Deliberate, narrow TCP 443 egress for nodes (e.g. a proxy or mirror), "
+        "through the NAT gateways; only with egress: nat.",
     )
     flow_log_retention_days: int = 365
+    admin_host: AdminHostConfig = Field(default_factory=AdminHostConfig)
 
     @field_validator("vpc_cidr", "cluster_cidr")
     @classmethod
@@ -145,12 +211,16 @@ class NetworkConfig(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> NetworkConfig:
-        if self.nat_gateways > len(self.availability_zones):
-            raise FieldError(
-                "nat_gateways",
-                f"{self.nat_gateways} NAT gateways for "
-                f"{len(self.availability_zones)} AZs; use at most one per AZ",
-            )
+        self._check_egress()
+        if self.admin_host.enabled:
+            missing = [s for s in ADMIN_HOST_ENDPOINTS if s not in self.interface_endpoints]
+            if missing:
+                raise FieldError(
+                    "interface_endpoints",
+                    f"the admin host is reached through Session Manager, which needs the "
+                    f"{' and '.join(missing)} endpoint{'s' if len(missing) > 1 else ''}; add "
+                    f"{', '.join(missing)} or set admin_host.enabled: false",
+                )
         if self.cluster_cidr is not None:
             if self.cluster_cidr.overlaps(self.vpc_cidr):
                 raise FieldError(
@@ -167,6 +237,37 @@ class NetworkConfig(Strict):
                     f"CIDR is in {primary_block}; use a range in {primary_block} or 100.64.0.0/10",
                 )
         return self
+
+    def _check_egress(self) -> None:
+        """NAT gateways exist only where a security group lets traffic reach them: egress: nat
+        with the HTTPS rules that use them; egress: closed with neither."""
+        azs = len(self.availability_zones)
+        if self.egress == "closed":
+            if self.nat_gateways:
+                raise FieldError(
+                    "nat_gateways",
+                    f"{self.nat_gateways} NAT gateways with egress: closed would carry no "
+                    "traffic; remove nat_gateways, or set egress: nat with https_egress_cidrs",
+                )
+            if self.https_egress_cidrs:
+                raise FieldError(
+                    "https_egress_cidrs",
+                    "egress: closed has no route out of the VPC for these rules; set egress: "
+                    "nat (with nat_gateways) or remove https_egress_cidrs",
+                )
+            return
+        if not 1 <= self.nat_gateways <= azs:
+            raise FieldError(
+                "nat_gateways",
+                f"{self.nat_gateways} NAT gateways for {azs} AZs with egress: nat; use 1 to "
+                f"{azs} (at most one per AZ)",
+            )
+        if not self.https_egress_cidrs:
+            raise FieldError(
+                "https_egress_cidrs",
+                "egress: nat without https_egress_cidrs: no security group lets traffic reach "
+                "the NAT gateways; list the proxy or mirror ranges, or set egress: closed",
+            )
 
 
 def _unknown_service(service: str) -> str:

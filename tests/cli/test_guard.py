@@ -687,10 +687,9 @@ def _routine(data: dict[str, Any]) -> None:
 
 
 def _az_removed(data: dict[str, Any]) -> None:
-    """us-east-1c dropped from both AZ lists (and its NAT gateway with it)."""
+    """us-east-1c dropped from both AZ lists."""
     for section in ("network", "hyperpod"):
         data[section]["availability_zones"] = ["us-east-1a", "us-east-1b"]
-    data["network"]["nat_gateways"] = 2
 
 
 def _plan_added(data: dict[str, Any]) -> None:
@@ -779,12 +778,12 @@ def test_removing_an_az_replaces_the_cluster_and_deletes_its_subnets(
     result = hpctl("guard", str(prod_baseline.outdir), str(az_removed.outdir))
     network = prod_baseline.templates["network"]["Resources"]
     gone = [k for k, v in network.items() if v["Type"] == "AWS::EC2::Subnet" and "useast1c" in k]
-    assert len(gone) == 3  # public, infra and cluster
+    assert len(gone) == 2  # infra and cluster (a closed network has no public subnets)
     expected = [_line(prod_baseline, "network", logical, "deleted") for logical in gone] + [
         _line(prod_baseline, "hyperpod", CLUSTER_LOGICAL_ID, "replaced: VpcConfig changed"),
     ]
     assert sorted(findings(result)) == sorted(expected)
-    assert error_line(result, ExitCode.FAILED) == blocked(4)
+    assert error_line(result, ExitCode.FAILED) == blocked(3)
     # Deliberate (a migration planned around it): every one allowed, still listed.
     allowed = hpctl(
         "guard",
@@ -795,7 +794,7 @@ def test_removing_an_az_replaces_the_cluster_and_deletes_its_subnets(
         *(f"--allow={logical}" for logical in gone),
     )
     assert allowed.exit_code == ExitCode.OK, allowed.output
-    assert sum(line.endswith(" [allowed]") for line in findings(allowed)) == 4
+    assert sum(line.endswith(" [allowed]") for line in findings(allowed)) == 3
 
 
 @synth_test

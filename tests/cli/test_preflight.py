@@ -274,10 +274,11 @@ def version(name: str, status: str, standard_end: str, extended_end: str) -> dic
 
 
 VERSIONS = [
-    version("1.30", "EXTENDED_SUPPORT", "2025-07-23", "2026-07-23"),
     version("1.31", "EXTENDED_SUPPORT", "2025-11-26", "2026-11-26"),
-    version("1.32", "STANDARD_SUPPORT", "2027-03-23", "2028-03-23"),
-    version("1.33", "STANDARD_SUPPORT", "2027-07-29", "2028-07-29"),
+    version("1.32", "EXTENDED_SUPPORT", "2026-03-23", "2027-03-23"),
+    version("1.33", "EXTENDED_SUPPORT", "2026-07-29", "2027-07-29"),
+    version("1.34", "STANDARD_SUPPORT", "2026-12-02", "2027-12-02"),
+    version("1.35", "STANDARD_SUPPORT", "2027-03-27", "2028-03-27"),
 ]
 
 
@@ -376,7 +377,7 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("admin-role", ADMIN, "ok"),
         ("admin-role", BREAK_GLASS, "ok"),
         ("image", "nvidia-device-plugin", "ok"),
-        ("kubernetes-version", "1.32", "ok"),
+        ("kubernetes-version", "1.35", "ok"),
     ]
     details = {(r["check"], r["subject"]): r["detail"] for r in report["checks"]}
     assert details[("training-plan", f"gpu-p5: {PLAN}")] == (
@@ -389,8 +390,9 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert details[("quota", "sagemaker: ml.m5.4xlarge for cluster usage")] == (
         "quota 10, needs 3 (system)"
     )
+    # prod is a closed network: no NAT gateway, no Elastic IP.
     assert details[("quota", "ec2: EC2-VPC Elastic IPs")] == (
-        "quota 5, needs 3 (one per NAT gateway)"
+        "quota 5, needs 0 (one per NAT gateway)"
     )
     assert details[("quota", "fsx: Lustre Persistent_2 storage capacity")] == (
         "quota 100800 GiB, needs 24000 GiB (FSx)"
@@ -403,7 +405,7 @@ def test_prod_all_ok_json(stubs: Stubs):
     )
     assert details[("admin-role", ADMIN)] == "exists (AROAEXAMPLEID0000001)"
     assert details[("image", "nvidia-device-plugin")] == f"{IMAGE} exists (sha256:abababababab)"
-    assert details[("kubernetes-version", "1.32")] == "standard support until 2027-03-23"
+    assert details[("kubernetes-version", "1.35")] == "standard support until 2027-03-27"
     assert all(r["fix"] == "" for r in report["checks"])
     # Every client is built once, for the environment's Region.
     assert sorted(stubs.clients) == sorted((service, REGION) for service in SERVICES)
@@ -431,7 +433,7 @@ def test_prod_all_ok_table(stubs: Stubs):
 
 def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
     """dev: no training plan (a skipped row, no SageMaker call), both groups on-demand, no
-    cluster_cidr (no CIDR-block quota), one NAT gateway, 1200 GiB of FSx."""
+    cluster_cidr (no CIDR-block quota), a closed network (no NAT), 1200 GiB of FSx."""
     dev_account = "111111111111"
     stubs["service-quotas"].add_response(
         "list_service_quotas",
@@ -463,7 +465,7 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
         "sagemaker: ml.m5.xlarge for cluster usage": "quota 4, needs 1 (system)",
         "eks: Clusters": "quota 100, needs 1 (the EKS cluster)",
         "vpc: VPCs per Region": "quota 5, needs 1 (the VPC)",
-        "ec2: EC2-VPC Elastic IPs": "quota 5, needs 1 (one per NAT gateway)",
+        "ec2: EC2-VPC Elastic IPs": "quota 5, needs 0 (one per NAT gateway)",
         "fsx: Lustre Persistent_2 storage capacity": "quota 100800 GiB, needs 1200 GiB (FSx)",
     }
     assert [r["subject"] for r in rows_of(report, "availability-zone")] == [
@@ -641,7 +643,11 @@ def test_plan_of_another_account_is_a_problem(stubs: Stubs):
 # ------------------------------------------------------------------ quotas
 
 
-def test_quota_too_low_is_a_problem_with_the_request_command(stubs: Stubs):
+def test_quota_too_low_is_a_problem_with_the_request_command(stubs: Stubs, config_dir: Path):
+    # prod with egress: nat and its three NAT gateways (shipped prod is a closed network).
+    data = environment_data("prod")
+    data["network"].update(egress="nat", nat_gateways=3, https_egress_cidrs=["203.0.113.10/32"])
+    write_env(config_dir, "prod", data)
     queue_prod(stubs, skip=("quota",))
     queue_quotas(stubs, {"L-0263D0A3": 2.0, "L-8F1B9C74": 19200.0})
     report = run_json("--env", "prod", code=ExitCode.FAILED)
@@ -870,20 +876,26 @@ def test_digest_pins_archived_images_and_images_elsewhere(stubs: Stubs, config_d
 # ------------------------------------------------------------------ Kubernetes version
 
 
-def test_extended_support_is_a_problem_naming_the_upgrade(stubs: Stubs, config_dir: Path):
+def test_extended_support_is_a_problem_naming_the_upgrade(
+    stubs: Stubs, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from config import eks_versions
+
+    monkeypatch.setattr(eks_versions, "today", lambda: eks_versions.CALENDAR_CHECKED)
     data = environment_data("prod")
-    data["eks"]["kubernetes_version"] = "1.31"
-    data["eks"]["addons"] = {"kube-proxy": "v1.31.3-eksbuild.2"}
+    data["eks"]["kubernetes_version"] = "1.33"
+    data["eks"]["allow_extended_support"] = True
+    data["eks"]["addons"] = {"kube-proxy": "v1.33.10-eksbuild.2"}
     write_env(config_dir, "older", data)
     queue_prod(stubs)
     report = run_json("--env", "older", code=ExitCode.FAILED)
-    assert row(report, "kubernetes-version", "1.31") == {
+    assert row(report, "kubernetes-version", "1.33") == {
         "check": "kubernetes-version",
-        "subject": "1.31",
+        "subject": "1.33",
         "status": "problem",
-        "detail": "in extended support since 2025-11-26, until 2026-11-26 "
+        "detail": "in extended support since 2026-07-29, until 2027-07-29 "
         "(billed at the extended support rate)",
-        "fix": "set eks.kubernetes_version to 1.33 (standard support, supported by the "
+        "fix": "set eks.kubernetes_version to 1.35 (standard support, supported by the "
         "platform), one minor version at a time",
     }
     others_ok(report, "kubernetes-version")
@@ -893,13 +905,13 @@ def test_extended_support_is_a_problem_naming_the_upgrade(stubs: Stubs, config_d
     ("versions", "detail"),
     [
         (
-            [v for v in VERSIONS if v["clusterVersion"] != "1.32"],
-            "EKS in us-east-1 does not list Kubernetes 1.32",
+            [v for v in VERSIONS if v["clusterVersion"] != "1.35"],
+            "EKS in us-east-1 does not list Kubernetes 1.35",
         ),
         (
             [
-                version("1.32", "UNSUPPORTED", "2025-03-23", "2026-03-23"),
-                version("1.33", "STANDARD_SUPPORT", "2027-07-29", "2028-07-29"),
+                version("1.35", "UNSUPPORTED", "2025-03-23", "2026-03-23"),
+                version("1.34", "STANDARD_SUPPORT", "2026-12-02", "2027-12-02"),
             ],
             "status UNSUPPORTED (extended support ended 2026-03-23)",
         ),
@@ -910,9 +922,9 @@ def test_unknown_or_unsupported_version(stubs: Stubs, versions: list[dict[str, A
     queue_prod(stubs, skip=("kubernetes-version",))
     queue_versions(stubs, versions)
     report = run_json("--env", "prod", code=ExitCode.FAILED)
-    found = row(report, "kubernetes-version", "1.32")
+    found = row(report, "kubernetes-version", "1.35")
     assert (found["status"], found["detail"]) == ("problem", detail)
-    assert found["fix"].startswith("set eks.kubernetes_version to 1.33 ")
+    assert found["fix"].startswith("set eks.kubernetes_version to 1.3")
 
 
 # ------------------------------------------------------------------ AWS failures
@@ -966,9 +978,9 @@ def test_throttling_is_one_clear_row(stubs: Stubs):
         expected_params={"includeAll": True},
     )
     report = run_json("--env", "prod", code=ExitCode.FAILED)
-    assert row(report, "kubernetes-version", "1.32") == {
+    assert row(report, "kubernetes-version", "1.35") == {
         "check": "kubernetes-version",
-        "subject": "1.32",
+        "subject": "1.35",
         "status": "problem",
         "detail": "ThrottlingException: eks:DescribeClusterVersions was still throttled after "
         "retries",

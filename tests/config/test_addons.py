@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from config import eks_versions
 from config.addons import (
     ADDONS,
+    COREDNS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
+    OBSERVABILITY,
     TASK_GOVERNANCE,
     TRAINING_OPERATOR,
     VERSION_FORMAT,
     parse_version,
 )
+from config.eks_versions import DEFAULT_KUBERNETES_VERSION
 from config.schema import SUPPORTED_KUBERNETES_VERSIONS
 from tests.support import ENVIRONMENTS, eks_config, environment, one_error_on
 
@@ -39,23 +43,37 @@ def test_documented_minimums():
     assert ADDONS["vpc-cni"].minimum == (1, 18, 3)
 
 
-def test_kube_proxy_pin_is_built_for_a_supported_kubernetes_version():
+def test_kube_proxy_pin_is_built_for_the_default_kubernetes_version():
     major, minor, _ = parse_version(ADDONS[KUBE_PROXY].version)
-    assert f"{major}.{minor}" in SUPPORTED_KUBERNETES_VERSIONS
+    assert f"{major}.{minor}" == DEFAULT_KUBERNETES_VERSION
+    assert DEFAULT_KUBERNETES_VERSION in SUPPORTED_KUBERNETES_VERSIONS
+    # The minimum follows the oldest supported minor: an older build fits no cluster.
+    assert ADDONS[KUBE_PROXY].minimum == (*map(int, SUPPORTED_KUBERNETES_VERSIONS[0].split(".")), 0)
+
+
+def test_pins_for_the_default_version_are_the_ones_aws_lists_for_it():
+    # The EKS User Guide's latest builds for Kubernetes 1.35 (kube-proxy, CoreDNS and VPC CNI
+    # tables); coredns v1.13.2-eksbuild.4 is listed for 1.33, 1.34 and 1.35 alike.
+    assert DEFAULT_KUBERNETES_VERSION == "1.35"
+    assert ADDONS[KUBE_PROXY].version == "v1.35.3-eksbuild.2"
+    assert ADDONS[COREDNS].version == "v1.13.2-eksbuild.4"
+    assert ADDONS["vpc-cni"].version == "v1.21.1-eksbuild.7"
+    assert ADDONS[TRAINING_OPERATOR].version == "v1.2.1-eksbuild.1"
 
 
 def test_ordering_only_names_add_ons_placed_with_it():
-    # `after` is applied among the add-ons that need nodes (the cluster add-ons stack).
+    # `after` is applied among the add-ons of one stack.
     for addon in ADDONS.values():
         for earlier in addon.after:
             assert earlier in ADDONS, (addon.name, earlier)
-            assert addon.stack == ADDONS[earlier].stack == "cluster-addons", (addon.name, earlier)
+            assert addon.stack == ADDONS[earlier].stack, (addon.name, earlier)
+            assert addon.stack in ("eks", "cluster-addons"), addon.name
     assert ADDONS[TRAINING_OPERATOR].after == ("cert-manager",)
 
 
 def test_service_accounts_belong_to_the_add_ons_that_call_aws_apis():
     with_identity = {name for name, a in ADDONS.items() if a.service_account is not None}
-    assert with_identity == {FSX_CSI_DRIVER, TRAINING_OPERATOR}
+    assert with_identity == {FSX_CSI_DRIVER, TRAINING_OPERATOR, OBSERVABILITY}
     assert ADDONS[FSX_CSI_DRIVER].service_account.namespace == "kube-system"
     assert ADDONS[FSX_CSI_DRIVER].service_account.name == "fsx-csi-controller-sa"
     assert ADDONS[TRAINING_OPERATOR].service_account.namespace == "aws-hyperpod"
@@ -68,18 +86,16 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():
     assert ADDONS["vpc-cni"].configuration == {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
 
 
-def test_placement_daemonsets_without_nodes_the_rest_after_the_cluster():
+def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():
     def placed(stack: str) -> set[str]:
         return {name for name, a in ADDONS.items() if a.stack == stack}
 
-    assert placed("eks") == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
-    assert placed("cluster-addons") == {
-        "coredns",
-        "cert-manager",
-        FSX_CSI_DRIVER,
-        TRAINING_OPERATOR,
-    }
+    # As AWS's HyperPod EKS template creates them with the cluster: cluster DNS is there
+    # before any node boots (the HyperPod stack depends on the EKS stack).
+    assert placed("eks") == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent", COREDNS}
+    assert placed("cluster-addons") == {"cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR}
     assert placed("governance") == {TASK_GOVERNANCE}
+    assert placed("observability") == {OBSERVABILITY}
 
 
 # --------------------------------------------------------------------------- overrides
@@ -122,14 +138,16 @@ def test_override_of_an_unknown_add_on_is_rejected():
 
 
 def test_kube_proxy_minor_must_match_the_cluster():
-    line = one_error_on("eks.addons.kube-proxy", _override("kube-proxy", "v1.31.2-eksbuild.1"))
-    assert "1.31" in line and "1.32" in line
+    line = one_error_on("eks.addons.kube-proxy", _override("kube-proxy", "v1.34.6-eksbuild.2"))
+    assert "1.34" in line and "1.35" in line
 
 
-def test_other_cluster_versions_need_the_matching_kube_proxy():
+def test_other_cluster_versions_need_the_matching_kube_proxy(monkeypatch):
+    # On a day 1.34 is in standard support, so the version itself is fine.
+    monkeypatch.setattr(eks_versions, "today", lambda: eks_versions.CALENDAR_CHECKED)
     line = one_error_on(
-        "eks.addons.kube-proxy", lambda d: d["eks"].update(kubernetes_version="1.33")
+        "eks.addons.kube-proxy", lambda d: d["eks"].update(kubernetes_version="1.34")
     )
     assert ADDONS[KUBE_PROXY].version in line
-    eks = eks_config(kubernetes_version="1.33", addons={KUBE_PROXY: "v1.33.0-eksbuild.1"})
-    assert eks.addon_version(KUBE_PROXY) == "v1.33.0-eksbuild.1"
+    eks = eks_config(kubernetes_version="1.34", addons={KUBE_PROXY: "v1.34.6-eksbuild.2"})
+    assert eks.addon_version(KUBE_PROXY) == "v1.34.6-eksbuild.2"

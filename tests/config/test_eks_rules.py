@@ -3,20 +3,109 @@ from config/dev.yaml: each bad value gives exactly one line naming the field."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
+from config import eks_versions
+from config.eks_versions import (
+    CALENDAR_CHECKED,
+    DEFAULT_KUBERNETES_VERSION,
+    KUBERNETES_RELEASES,
+    RETIREMENT_NOTICE,
+)
 from config.images import COMPONENTS
 from config.schema import SUPPORTED_KUBERNETES_VERSIONS
-from tests.support import one_error_on
+from tests.support import ENVIRONMENTS, environment_data, loaded_from, one_error_on
 
 
 def _eks(**values):
     return lambda d: d["eks"].update(values)
 
 
-def test_kubernetes_version_outside_supported_set_is_rejected():
-    line = one_error_on("eks.kubernetes_version", _eks(kubernetes_version="1.29"))
+def _on(monkeypatch, day: datetime.date) -> None:
+    monkeypatch.setattr(eks_versions, "today", lambda: day)
+
+
+@pytest.mark.parametrize("version", ["1.29", "1.31", "1.32"])
+def test_kubernetes_version_outside_supported_set_is_rejected(version):
+    line = one_error_on("eks.kubernetes_version", _eks(kubernetes_version=version))
     assert all(v in line for v in SUPPORTED_KUBERNETES_VERSIONS)
+
+
+# ------------------------------------------------------------------- the EKS calendar
+
+
+def test_calendar_is_eks_release_calendar():
+    # "Understand the Kubernetes version lifecycle on EKS" (Amazon EKS User Guide).
+    ends = {
+        v: (r.standard_support_ends.isoformat(), r.extended_support_ends.isoformat())
+        for v, r in KUBERNETES_RELEASES.items()
+    }
+    assert ends == {
+        "1.33": ("2026-07-29", "2027-07-29"),
+        "1.34": ("2026-12-02", "2027-12-02"),
+        "1.35": ("2027-03-27", "2028-03-27"),
+    }
+    assert SUPPORTED_KUBERNETES_VERSIONS == ("1.33", "1.34", "1.35")
+
+
+def test_no_supported_version_leaves_extended_support_within_the_notice():
+    for release in KUBERNETES_RELEASES.values():
+        assert release.extended_support_ends - RETIREMENT_NOTICE > CALENDAR_CHECKED, release
+
+
+def test_the_default_is_the_newest_version_in_standard_support():
+    assert eks_versions.newest_in_standard_support(CALENDAR_CHECKED) == DEFAULT_KUBERNETES_VERSION
+    assert KUBERNETES_RELEASES[DEFAULT_KUBERNETES_VERSION].standard_support_ends > CALENDAR_CHECKED
+
+
+@pytest.mark.parametrize("env_name", ENVIRONMENTS)
+def test_every_environment_runs_the_default_without_extended_support(env_name, monkeypatch):
+    _on(monkeypatch, CALENDAR_CHECKED)
+    data = environment_data(env_name)
+    assert data["eks"]["kubernetes_version"] == DEFAULT_KUBERNETES_VERSION
+    assert "allow_extended_support" not in data["eks"]
+    loaded_from(data)
+
+
+def test_extended_support_is_an_error_without_the_opt_in(monkeypatch):
+    _on(monkeypatch, datetime.date(2027, 3, 27))  # 1.35 leaves standard support
+    line = one_error_on("eks.kubernetes_version", _eks())
+    assert "left EKS standard support on 2027-03-27" in line
+    assert "extended-support rate until 2028-03-27" in line
+    assert "eks.allow_extended_support: true" in line
+
+
+def test_extended_support_is_accepted_when_opted_in(monkeypatch):
+    _on(monkeypatch, datetime.date(2027, 3, 27))
+    data = environment_data("dev")
+    data["eks"]["allow_extended_support"] = True
+    assert loaded_from(data).config.eks.allow_extended_support is True
+
+
+def test_standard_support_needs_no_opt_in(monkeypatch):
+    _on(monkeypatch, datetime.date(2027, 3, 26))
+    loaded_from(environment_data("dev"))
+
+
+def test_a_version_close_to_the_end_of_extended_support_is_rejected_even_opted_in(monkeypatch):
+    ends = KUBERNETES_RELEASES["1.35"].extended_support_ends
+    _on(monkeypatch, ends - RETIREMENT_NOTICE)
+    line = one_error_on("eks.kubernetes_version", _eks(allow_extended_support=True))
+    assert f"leaves EKS extended support on {ends}" in line
+    assert "EKS upgrades the control plane itself" in line
+
+
+def test_the_fix_names_the_newest_version_in_standard_support(monkeypatch):
+    _on(monkeypatch, datetime.date(2026, 12, 2))  # 1.34 leaves standard support
+    data = environment_data("dev")
+    data["eks"].update(kubernetes_version="1.34", addons={"kube-proxy": "v1.34.6-eksbuild.2"})
+    from tests.support import config_errors
+
+    (line,) = config_errors(lambda d: d.update(data))
+    assert line.startswith("eks.kubernetes_version: 1.34 left EKS standard support")
+    assert "upgrade to 1.35, one minor version at a time" in line
 
 
 def test_admin_role_arn_must_be_a_role_arn():

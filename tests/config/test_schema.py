@@ -69,7 +69,9 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ),
     (
         "nat-per-az",
-        set_path("network.nat_gateways", 4),
+        lambda d: d["network"].update(
+            egress="nat", nat_gateways=4, https_egress_cidrs=["203.0.113.10/32"]
+        ),
         "network.nat_gateways",
         "at most one per AZ",
     ),

@@ -43,8 +43,8 @@ def one_line_for(tmp_path: Path, content: str | bytes) -> str:
 def test_aliases_are_refused(tmp_path):
     # Even a harmless alias: a few nested ones expand into billions of values.
     text = dev_with(
-        "  availability_zones: [us-east-1a, us-east-1b]\n  nat",
-        "  availability_zones: &azs [us-east-1a, us-east-1b]\n  nat",
+        "  availability_zones: [us-east-1a, us-east-1b]\n  # Closed network",
+        "  availability_zones: &azs [us-east-1a, us-east-1b]\n  # Closed network",
     ).replace("  availability_zones: [us-east-1a, us-east-1b]\n", "  availability_zones: *azs\n")
     line = one_line_for(tmp_path, text)
     row = text.splitlines().index("  availability_zones: *azs") + 1
@@ -134,7 +134,7 @@ def test_a_file_larger_than_the_limit_is_refused(tmp_path):
     ("old", "new", "expected"),
     [
         (
-            'kubernetes_version: "1.32"',
+            'kubernetes_version: "1.35"',
             "kubernetes_version: 1.30",
             "eks.kubernetes_version: 1.3 is a number in YAML (1.30 lost its trailing zero); "
             'quote it: "1.30"',

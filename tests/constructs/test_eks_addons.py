@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import aws_cdk as cdk
+import pytest
+
 from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR
 from platform_constructs.eks_addons import FsxCsiDriver, PinnedAddon, TrainingOperator
 from tests.support import bare_stack, resources_of, template_of
@@ -35,8 +38,47 @@ def test_pinned_addon_sets_the_exact_version_and_sorted_configuration():
         "ClusterName": "c",
         "ResolveConflicts": "OVERWRITE",
         "ConfigurationValues": json.dumps({"env": {"A": "1", "B": "2"}}),
+        "PreserveOnDelete": False,
     }
     assert "ConfigurationValues" not in addons["coredns"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "preserved"),
+    [(cdk.RemovalPolicy.RETAIN, True), (cdk.RemovalPolicy.DESTROY, False)],
+)
+def test_a_retained_cluster_keeps_its_add_ons_and_their_identities(policy, preserved):
+    stack = bare_stack()
+    PinnedAddon(
+        stack,
+        "Dns",
+        cluster_name="c",
+        addon_name="coredns",
+        version="v1.13.2-eksbuild.4",
+        removal_policy=policy,
+    )
+    FsxCsiDriver(
+        stack,
+        "Fsx",
+        cluster_name="c",
+        version="v1.6.0-eksbuild.1",
+        file_system_arn=FILE_SYSTEM_ARN,
+        removal_policy=policy,
+    )
+    resources = template_of(stack).to_json()["Resources"]
+    addons = [r for r in resources.values() if r["Type"] == "AWS::EKS::Addon"]
+    assert len(addons) == 2
+    for addon in addons:
+        # The software stays on the cluster; the resource itself goes, so the stack can be
+        # created again over the cluster (OVERWRITE adopts what was preserved).
+        assert addon["Properties"]["PreserveOnDelete"] is preserved
+        assert addon["Properties"]["ResolveConflicts"] == "OVERWRITE"
+        assert "DeletionPolicy" not in addon
+    # The controller left running keeps its credentials.
+    for type_ in ("AWS::IAM::Role", "AWS::EKS::PodIdentityAssociation"):
+        (identity,) = [r for r in resources.values() if r["Type"] == type_]
+        expected = "Retain" if preserved else "Delete"
+        assert identity.get("DeletionPolicy", "Delete") == expected, type_
 
 
 def test_identity_add_ons_grant_exactly_their_documented_permission():

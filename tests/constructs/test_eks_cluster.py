@@ -12,24 +12,65 @@ from tests.support import bare_stack, resources_of, template_of
 
 
 def eks_cluster(
-    *, admin_role_arns: list[str] = (), public_access_cidrs: list[str] = ()
+    *,
+    admin_role_arns: list[str] = (),
+    public_access_cidrs: list[str] = (),
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
 ) -> cdk.Stack:
     stack = bare_stack("Eks")
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=0)
-    EksCluster(
+    cluster = EksCluster(
         stack,
         "Cluster",
         cluster_name="c",
-        kubernetes_version="1.32",
+        kubernetes_version="1.35",
         vpc=vpc,
         control_plane_subnets=vpc.public_subnets,
         security_groups=[],
         admin_role_arns=list(admin_role_arns),
         public_access_cidrs=list(public_access_cidrs),
         log_retention_days=30,
-        removal_policy=cdk.RemovalPolicy.DESTROY,
+        removal_policy=removal_policy,
     )
+    # Like the kubectl provider: a client group allowed into the control plane.
+    client = ec2.SecurityGroup(stack, "Client", vpc=vpc)
+    cluster.control_plane_security_group.add_ingress_rule(client, ec2.Port.tcp(443))
     return stack
+
+
+def test_a_retained_cluster_keeps_everything_it_runs_on():
+    resources = template_of(
+        eks_cluster(
+            admin_role_arns=["arn:aws:iam::111111111111:role/PlatformAdmin"],
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+    ).to_json()["Resources"]
+    mine = {k: v for k, v in resources.items() if k.startswith("Cluster")}
+    kept = {v["Type"] for v in mine.values() if v.get("DeletionPolicy") == "Retain"}
+    assert {
+        "AWS::EKS::Cluster",
+        "AWS::KMS::Key",
+        "AWS::Logs::LogGroup",
+        "AWS::IAM::Role",  # the control plane manages its ENIs with it
+        "AWS::IAM::Policy",  # the role's use of the secrets key
+        "AWS::EC2::SecurityGroup",
+    } <= kept
+    for resource in mine.values():
+        if resource["Type"] in (
+            # would block deleting the client's group, deleted with the stack
+            "AWS::EC2::SecurityGroupIngress",
+            # removing an admin from config must revoke their access
+            "AWS::EKS::AccessEntry",
+        ):
+            assert "DeletionPolicy" not in resource, resource["Type"]
+        else:
+            assert resource["DeletionPolicy"] == "Retain", resource["Type"]
+
+
+def test_a_cluster_that_is_not_retained_changes_nothing_else():
+    resources = template_of(eks_cluster()).to_json()["Resources"]
+    (role,) = [r for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
+    assert "DeletionPolicy" not in role
 
 
 def test_public_endpoint_is_restricted_to_listed_cidrs():
@@ -85,7 +126,7 @@ def test_control_plane_needs_two_availability_zones():
             stack,
             "Cluster",
             cluster_name="c",
-            kubernetes_version="1.32",
+            kubernetes_version="1.35",
             vpc=vpc,
             control_plane_subnets=vpc.public_subnets,
             security_groups=[],

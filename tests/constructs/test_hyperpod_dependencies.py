@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
@@ -148,3 +149,31 @@ def test_construct_applies_each_component_after_the_namespace_with_overrides_win
         assert manifest["Properties"]["Overwrite"] is True
         if logical_id != namespace:
             assert namespace in manifest["DependsOn"], logical_id
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [(cdk.RemovalPolicy.RETAIN, "Retain"), (cdk.RemovalPolicy.DESTROY, "Delete")],
+)
+def test_a_retained_cluster_keeps_its_dependency_components(policy, expected):
+    # Retained: deleting the stack never asks kubectl to delete the device plugins, health
+    # agent or RBAC that a retained cluster's nodes keep needing.
+    stack = bare_stack()
+    HyperPodDependencies(
+        stack,
+        "Dependencies",
+        cluster=imported_cluster(stack),
+        region="us-west-2",
+        node_groups=[GPU],
+        image_overrides={},
+        removal_policy=policy,
+    )
+    manifests = [
+        r
+        for r in template_of(stack).to_json()["Resources"].values()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    ]
+    assert len(manifests) >= 5
+    for manifest in manifests:
+        assert manifest.get("DeletionPolicy", "Delete") == expected
+        assert manifest.get("UpdateReplacePolicy", "Delete") == expected

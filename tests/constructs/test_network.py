@@ -1,5 +1,6 @@
-"""The cluster network construct on a bare stack, fed a capacity-plan layout: NAT placement,
-construct IDs, independence from the order of the AZ list, and deliberate egress."""
+"""The cluster network construct on a bare stack, fed a capacity-plan layout: egress (closed,
+or NAT only with deliberate HTTPS rules), NAT placement, construct IDs, independence from
+the order of the AZ list."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from platform_constructs.network import (
     endpoint_construct_id,
     nat_availability_zones,
 )
-from tests.support import bare_stack, template_of
+from tests.support import bare_stack, resources_of, template_of
 
 EGRESS = ipaddress.IPv4Network("203.0.113.10/32")
 
@@ -41,7 +42,9 @@ def test_endpoint_construct_ids_follow_the_service_name():
     assert endpoint_construct_id("sts") == "StsEndpoint"
 
 
-def network_template(availability_zones: list[str]) -> dict:
+def network_template(
+    availability_zones: list[str], *, egress: str = "nat", nat_gateways: int = 1
+) -> dict:
     layout = plan_network(
         vpc_cidr=ipaddress.IPv4Network("10.0.0.0/20"),
         cluster_cidr=ipaddress.IPv4Network("10.1.0.0/16"),
@@ -56,9 +59,10 @@ def network_template(availability_zones: list[str]) -> dict:
         stack,
         "Network",
         layout=layout,
-        nat_gateways=1,
+        egress=egress,
+        nat_gateways=nat_gateways,
         interface_endpoints=["sts", "ecr.api"],
-        https_egress_cidrs=[EGRESS],
+        https_egress_cidrs=[EGRESS] if egress == "nat" else [],
         flow_log_retention_days=30,
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )
@@ -105,3 +109,105 @@ def test_cluster_subnets_wait_for_the_secondary_cidr(ordered):
     ]
     assert len(cluster) == 2
     assert all(association in subnet["DependsOn"] for subnet in cluster)
+
+
+# --------------------------------------------------------------------------- egress
+
+AZS = ["us-west-2a", "us-west-2b"]
+OPEN = "0.0.0.0/0"
+
+
+@pytest.fixture(scope="module")
+def closed() -> dict:
+    return network_template(AZS, egress="closed", nat_gateways=0)
+
+
+def _count(template: dict, type_: str) -> int:
+    return len(resources_of(template, type_))
+
+
+def _default_routes(template: dict) -> list[dict]:
+    return [
+        r["Properties"]
+        for r in resources_of(template, "AWS::EC2::Route").values()
+        if r["Properties"].get("DestinationCidrBlock") == OPEN
+    ]
+
+
+def _subnet_types(template: dict) -> dict[str, str]:
+    """Subnet CIDR -> its aws-cdk:subnet-type tag (cluster subnets carry none)."""
+    return {
+        s["Properties"]["CidrBlock"]: next(
+            (t["Value"] for t in s["Properties"]["Tags"] if t["Key"] == "aws-cdk:subnet-type"),
+            "-",
+        )
+        for s in resources_of(template, "AWS::EC2::Subnet").values()
+    }
+
+
+def test_closed_network_has_no_internet_gateway_public_subnet_nat_or_default_route(closed):
+    for type_ in (
+        "AWS::EC2::InternetGateway",
+        "AWS::EC2::VPCGatewayAttachment",
+        "AWS::EC2::NatGateway",
+        "AWS::EC2::EIP",
+        "AWS::EC2::Route",
+    ):
+        assert _count(closed, type_) == 0, type_
+    # Infra and cluster subnets only, both isolated; S3 still reaches every route table.
+    assert _count(closed, "AWS::EC2::Subnet") == 2 * len(AZS)
+    assert not any(
+        s["Properties"]["MapPublicIpOnLaunch"]
+        for s in resources_of(closed, "AWS::EC2::Subnet").values()
+    )
+    assert sorted(_subnet_types(closed).values()) == ["-", "-", "Isolated", "Isolated"]
+    (gateway,) = [
+        e["Properties"]
+        for e in resources_of(closed, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType") == "Gateway"
+    ]
+    assert len(gateway["RouteTableIds"]) == _count(closed, "AWS::EC2::RouteTable") == 4
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_nat_egress_creates_exactly_the_configured_nat_gateways(count):
+    template = network_template(AZS, egress="nat", nat_gateways=count)
+    assert _count(template, "AWS::EC2::NatGateway") == count
+    assert _count(template, "AWS::EC2::EIP") == count
+    assert _count(template, "AWS::EC2::InternetGateway") == 1
+    assert _count(template, "AWS::EC2::Subnet") == 3 * len(AZS)
+
+
+def test_only_cluster_subnets_route_to_nat_the_infra_subnets_stay_isolated(ordered):
+    routes = _default_routes(ordered)
+    nat_routes = [r for r in routes if "NatGatewayId" in r]
+    internet_routes = [r for r in routes if "GatewayId" in r]
+    # One per cluster subnet (none for infra), one per public subnet to the internet gateway.
+    assert len(nat_routes) == len(AZS) and len(internet_routes) == len(AZS)
+    types = _subnet_types(ordered)
+    assert sorted(types.values()) == ["-", "-", "Isolated", "Isolated", "Public", "Public"]
+
+
+def test_a_closed_network_refuses_nat_gateways_and_egress_cidrs():
+    layout = plan_network(
+        vpc_cidr=ipaddress.IPv4Network("10.0.0.0/20"),
+        cluster_cidr=ipaddress.IPv4Network("10.1.0.0/16"),
+        availability_zones=AZS,
+        public_prefix=24,
+        infra_prefix=24,
+        cluster_prefix=None,
+        groups=[plan_group(name="cpu", instance_type="ml.m5.xlarge", count=2)],
+    )
+    for nat_gateways, cidrs in ((1, []), (0, [EGRESS])):
+        with pytest.raises(ValueError, match="egress 'closed' takes no NAT gateways"):
+            ClusterNetwork(
+                bare_stack("Network"),
+                "Network",
+                layout=layout,
+                egress="closed",
+                nat_gateways=nat_gateways,
+                interface_endpoints=["sts"],
+                https_egress_cidrs=cidrs,
+                flow_log_retention_days=30,
+                removal_policy=cdk.RemovalPolicy.DESTROY,
+            )

@@ -160,7 +160,7 @@ def test_invalid_environment_file_is_one_line(config_dir: Any, tmp_path: Path) -
     data = environment_data("dev")
     data["environment"] = "broken"
     data["hyperpod"]["instance_groups"][0]["count"] = -1
-    data["network"]["nat_gateways"] = 0
+    data["network"]["nat_gateways"] = 9  # over the 6 allowed, whatever the egress
     config_dir("broken", data)
     line = _fails(
         *ARGS, "--env", "broken", option="--env", fix="count: -1 is too small; use 0 or more"

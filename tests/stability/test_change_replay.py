@@ -3,8 +3,8 @@ real app and compared with a prod baseline synthesized here, so this module runs
 worker (xdist group "variants") next to the main synth.
 
 - everyday changes (FSx throughput and maintenance window, bucket retention, node counts, the
-  GPU group's training plan removed, a new instance group, a deliberate HTTPS egress CIDR,
-  team quotas, sharing and fair-share weights edited, a priority class reweighted)
+  GPU group's training plan removed, a new instance group, team quotas, sharing and
+  fair-share weights edited, a priority class reweighted)
   and an AZ list that is reordered and grows by one AZ replace nothing in the network and
   storage stacks and leave the HyperPod cluster's create-only properties alone;
 - instance groups reordered in the file with one group added change nothing but the new
@@ -28,7 +28,6 @@ from tests.stability.replacement import (
 from tests.support import (
     VARIANTS_GROUP,
     SynthResult,
-    cluster_network,
     environment,
     synthesize,
     variant_of,
@@ -77,7 +76,6 @@ def _everyday_changes(data: dict) -> None:
     assert groups[0]["name"] == GPU_GROUP
     del groups[0]["training_plan"]
     groups.append(copy.deepcopy(VARIANT_GROUP))
-    data["network"]["https_egress_cidrs"] = ["203.0.113.10/32"]
     teams = {team["name"]: team for team in data["governance"]["teams"]}
     teams[EDITED_TEAM]["quotas"][0]["count"] += 2
     teams[EDITED_TEAM]["borrow_limit_percent"] = 25
@@ -170,7 +168,7 @@ def test_config_changes_leave_create_only_properties_unchanged(baseline, changed
                 )
             checked.add(resource["Type"])
     assert {
-        "AWS::EC2::VPC", "AWS::EC2::VPCCidrBlock", "AWS::EC2::Subnet", "AWS::EC2::NatGateway",
+        "AWS::EC2::VPC", "AWS::EC2::VPCCidrBlock", "AWS::EC2::Subnet",
         "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::S3::Bucket",
         "AWS::KMS::Key",
     } <= checked  # fmt: skip
@@ -228,17 +226,15 @@ def test_the_changes_took_effect(variant, az_variant):
         g for g in cluster["Properties"]["InstanceGroups"] if g["InstanceGroupName"] == GPU_GROUP
     ]
     assert "TrainingPlanArn" not in gpu and "OverrideVpcConfig" not in gpu
-    assert [str(c) for c in variant.config.network.https_egress_cidrs] == ["203.0.113.10/32"]
 
 
 # --------------------------------------------------------------------------- AZ changes
 
 
-def test_an_added_az_gets_its_planned_subnets_and_routes_to_the_lowest_letter_nat(
-    baseline, az_variant
-):
+def test_an_added_az_gets_its_planned_subnets_and_no_way_out(baseline, az_variant):
+    """prod's network is closed (egress: closed): the new AZ's infra and cluster subnets
+    take their planned ranges and, like the others, route nowhere outside the VPC."""
     network = az_variant.stacks["network"]
-    construct = cluster_network(az_variant)
     layout, before = az_variant.layout, baseline.layout
     for kind in ("public", "infra"):
         assert {az: c for az, c in getattr(layout, kind).items() if az != ADDED_AZ} == getattr(
@@ -249,26 +245,19 @@ def test_an_added_az_gets_its_planned_subnets_and_routes_to_the_lowest_letter_na
     }
     templates = raw(az_variant, "network")["Resources"]
     for kind, subnet, cidr in (
-        ("public", construct.public_subnets[ADDED_AZ], layout.public[ADDED_AZ]),
         ("infra", network.infra_subnets[ADDED_AZ], layout.infra[ADDED_AZ]),
         ("cluster", network.cluster_subnets[ADDED_AZ], layout.cluster[ADDED_AZ].cidr),
     ):
         props = templates[az_variant.logical_id("network", subnet)]["Properties"]
         assert (props["AvailabilityZone"], props["CidrBlock"]) == (ADDED_AZ, str(cidr)), kind
-    # nat_gateways is 3: they stay in a, b and c; d's private subnets use a's.
-    assert sorted(construct.nat_gateways) == ["us-east-1a", "us-east-1b", "us-east-1c"]
-    assert set(az_variant.resources("network", "AWS::EC2::NatGateway")) == set(
-        baseline.resources("network", "AWS::EC2::NatGateway")
-    )
-    lowest = network.resolve(construct.nat_gateways["us-east-1a"].ref)
+    assert az_variant.resources("network", "AWS::EC2::NatGateway") == {}
     for subnet in (network.infra_subnets[ADDED_AZ], network.cluster_subnets[ADDED_AZ]):
         table = network.resolve(subnet.route_table.route_table_id)
-        (route,) = [
-            r["Properties"]
+        assert not [
+            r
             for r in az_variant.resources("network", "AWS::EC2::Route").values()
             if r["Properties"]["RouteTableId"] == table
         ]
-        assert route["NatGatewayId"] == lowest
 
 
 def test_reordering_and_adding_azs_only_extends_the_endpoints_subnet_lists(baseline, az_variant):
@@ -314,18 +303,6 @@ def test_config_changes_reach_the_updatable_properties(variant):
         "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
         "Status": "Enabled",
     } in rules
-
-
-def test_https_egress_cidr_becomes_one_narrow_rule_on_the_efa_group(variant):
-    efa = variant.logical_id("network", variant.stacks["network"].efa_security_group)
-    inline = raw(variant, "network")["Resources"][efa]["Properties"]["SecurityGroupEgress"]
-    assert sorted(r.get("CidrIp", "prefix-list") for r in inline) == [
-        "203.0.113.10/32",
-        "prefix-list",
-    ]
-
-
-# --------------------------------------------------------------------------- instance groups
 
 
 def test_reordering_and_adding_groups_changes_nothing_else(baseline, reordered):

@@ -19,7 +19,11 @@ from tests.support import (
     template_of,
 )
 
-OVERRIDES = {"coredns": "v1.11.4-eksbuild.20", "vpc-cni": "v1.19.0-eksbuild.1"}
+OVERRIDES = {
+    "coredns": "v1.11.4-eksbuild.20",
+    "vpc-cni": "v1.19.0-eksbuild.1",
+    "cert-manager": "v1.18.2-eksbuild.2",
+}
 EKS = eks_config(addons=OVERRIDES)
 ENV = cdk.Environment(account=ACCOUNT, region=REGION)
 
@@ -59,7 +63,7 @@ def test_overrides_reach_the_cluster_addons_stack():
         ),
     )
     assert addon_versions(stack) == expected("cluster-addons")
-    assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"
+    assert addon_versions(stack)["cert-manager"] == "v1.18.2-eksbuild.2"
 
 
 def test_overrides_reach_the_eks_stack():
@@ -89,3 +93,4 @@ def test_overrides_reach_the_eks_stack():
     )
     assert addon_versions(stack) == expected("eks")
     assert addon_versions(stack)["vpc-cni"] == "v1.19.0-eksbuild.1"
+    assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"

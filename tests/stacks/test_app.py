@@ -92,7 +92,15 @@ def test_prod_synthesizes_offline_on_a_supported_node(tmp_path, home):
     names = sorted(p.name for p in outdir.glob("*.template.json"))
     assert names == [
         f"hyperpod-prod-{s}.template.json"
-        for s in ("cluster-addons", "eks", "governance", "hyperpod", "network", "storage")
+        for s in (
+            "cluster-addons",
+            "eks",
+            "governance",
+            "hyperpod",
+            "network",
+            "observability",
+            "storage",
+        )
     ]
     assert "end-of-life" not in result.stderr + result.stdout
     assert os.path.exists(outdir / "manifest.json")

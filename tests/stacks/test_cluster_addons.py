@@ -47,9 +47,9 @@ def _eks_cluster_name(result: SynthResult) -> dict:
 # ------------------------------------------------------------------------------ add-ons
 
 
-def test_node_dependent_addons_are_pinned_to_config(env):
+def test_cluster_addons_are_pinned_to_config(env):
     names = set()
-    for name in ("coredns", "cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR):
+    for name in ("cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR):
         env.template("cluster_addons").has_resource_properties(
             "AWS::EKS::Addon",
             {
@@ -67,9 +67,28 @@ def test_node_dependent_addons_are_pinned_to_config(env):
     assert set(env.stacks["cluster_addons"].addons) == names
 
 
-def test_stack_deploys_after_the_hyperpod_nodes(env):
+def test_stack_deploys_after_the_hyperpod_cluster(env):
     addons = env.stacks["cluster_addons"]
     assert env.stacks["hyperpod"] in addons.dependencies
+    # Cluster DNS is not here: nodes boot with it (the EKS stack).
+    names = {a["Properties"]["AddonName"] for a in _resources(env, "AWS::EKS::Addon").values()}
+    assert "coredns" not in names
+
+
+def test_a_retained_cluster_keeps_its_addons_identities_and_volume(env):
+    retained = env.config.retain_stateful
+    policy = "Retain" if retained else "Delete"
+    for addon in _resources(env, "AWS::EKS::Addon").values():
+        assert addon["Properties"]["PreserveOnDelete"] is retained
+    for type_ in (
+        "AWS::IAM::Role",
+        "AWS::EKS::PodIdentityAssociation",
+        "Custom::AWSCDK-EKS-KubernetesResource",
+    ):
+        found = _resources(env, type_)
+        assert found, type_
+        for resource in found.values():
+            assert resource.get("DeletionPolicy", "Delete") == policy, type_
 
 
 def test_fsx_csi_controller_identity_is_scoped_to_the_file_system(env):

@@ -28,7 +28,8 @@ from tests.support import (
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
-NODELESS_ADDONS = {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
+# What every node needs from its first boot, created with the cluster.
+BOOT_ADDONS = {"vpc-cni", "kube-proxy", "eks-pod-identity-agent", "coredns"}
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 GITHUB_HOSTS = ("github.com", "raw.githubusercontent.com", "githubusercontent")
 PINNED_IMAGE = re.compile(r"^[^@\s]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
@@ -176,11 +177,12 @@ def test_one_cluster_admin_access_entry_per_admin_role(env):
                 ],
             },
         )
-    # Plus exactly one for the kubectl provider's role.
+    # Plus exactly one for the kubectl provider's role and one for the admin host's role
+    # (from the network stack; tests/stacks/test_admin_access.py).
     entries = resources_of(template, "AWS::EKS::AccessEntry")
-    assert len(entries) == len(admins) + 1
+    assert len(entries) == len(admins) + 2
     provider_entries = [
-        e for e in entries.values() if isinstance(e["Properties"]["PrincipalArn"], dict)
+        e for e in entries.values() if "Fn::GetAtt" in e["Properties"]["PrincipalArn"]
     ]
     assert len(provider_entries) == 1
 
@@ -202,9 +204,9 @@ def test_stack_interface_for_the_hyperpod_and_addons_stacks(env):
 # ------------------------------------------------------------------------------ add-ons
 
 
-def test_nodeless_addons_are_pinned_to_config(env):
+def test_boot_addons_are_pinned_to_config(env):
     template = env.template("eks")
-    for name in NODELESS_ADDONS:
+    for name in BOOT_ADDONS:
         template.has_resource_properties(
             "AWS::EKS::Addon",
             {
@@ -226,11 +228,42 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes(env):
     }
 
 
-def test_node_dependent_addons_are_not_in_the_eks_stack(env):
+def test_only_what_nodes_boot_with_is_in_the_eks_stack(env):
     names = {a["Properties"]["AddonName"] for a in env.resources("eks", "AWS::EKS::Addon").values()}
-    assert names == NODELESS_ADDONS == {n for n, a in ADDONS.items() if a.stack == "eks"}
+    assert names == BOOT_ADDONS == {n for n, a in ADDONS.items() if a.stack == "eks"}
     assert set(env.stacks["eks"].addons) == names
     assert env.resources("eks", "AWS::EKS::PodIdentityAssociation") == {}
+
+
+def test_no_node_boots_without_cluster_dns(env):
+    # coredns is created with the EKS cluster, and the HyperPod cluster (whose nodes join
+    # it) deploys only after the whole EKS stack.
+    assert "coredns" in env.stacks["eks"].addons
+    assert env.stacks["eks"] in env.stacks["hyperpod"].dependencies
+    assert env.stacks["hyperpod"] not in env.stacks["eks"].dependencies
+
+
+# ----------------------------------------------------------------------------- teardown
+
+
+def test_a_retained_cluster_keeps_its_addons_and_components_when_the_stack_goes(env):
+    retained = env.config.retain_stateful
+    resources = env.templates["eks"]["Resources"]
+    for resource in resources.values():
+        if resource["Type"] == "AWS::EKS::Addon":
+            assert resource["Properties"]["PreserveOnDelete"] is retained
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
+            assert resource.get("DeletionPolicy", "Delete") == ("Retain" if retained else "Delete")
+    if retained:
+        # What the retained control plane runs on stays with it.
+        for type_ in ("AWS::EKS::Cluster", "AWS::KMS::Key", "AWS::Logs::LogGroup"):
+            env.template("eks").has_resource(type_, {"DeletionPolicy": "Retain"})
+        cluster_role = env.logical_id("eks", env.stacks["eks"].cluster.role)
+        assert resources[cluster_role]["DeletionPolicy"] == "Retain"
+        # Access entries never are: removing an admin from config must revoke access.
+        for resource in resources.values():
+            if resource["Type"] == "AWS::EKS::AccessEntry":
+                assert "DeletionPolicy" not in resource
 
 
 # --------------------------------------------------------------- kubectl provider
@@ -405,7 +438,8 @@ def test_components_wait_for_the_namespace_and_the_provider_access(env):
         k
         for k, v in template.items()
         if v["Type"] == "AWS::EKS::AccessEntry"
-        and isinstance(v["Properties"]["PrincipalArn"], dict)
+        # The provider's role is in this stack (the admin host's is imported).
+        and "Fn::GetAtt" in v["Properties"]["PrincipalArn"]
     )
     for logical_id, manifest in manifests.items():
         assert access in manifest["DependsOn"]

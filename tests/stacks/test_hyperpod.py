@@ -27,6 +27,9 @@ STAR_RESOURCE_ACTIONS = {
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeVpcs",
     "ec2:DescribeDhcpOptions",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeTags",
     "ecr:GetAuthorizationToken",
     "cloudwatch:PutMetricData",
     "ssmmessages:CreateControlChannel",
@@ -335,7 +338,7 @@ def test_lifecycle_config_carries_the_environments_values(env):
     settings = json.loads(deployed_files(env)["lifecycle_config.json"].read_text())
     assert settings["fsx_efa_enabled"] is config.storage.fsx.efa_enabled
     assert settings == LifecycleSettings(fsx_efa_enabled=config.storage.fsx.efa_enabled).as_json()
-    assert settings["nvme_mount_point"] == "/opt/dlami/nvme"
+    assert settings["nvme_mount_point"] == "/opt/sagemaker"
     assert settings["containerd_on_nvme"] is settings["kubelet_on_nvme"] is True
 
 
@@ -383,6 +386,59 @@ def test_execution_role_is_narrow(env):
     assert sids["DescribeNetwork"]["Condition"] == {
         "StringEquals": {"aws:RequestedRegion": env.config.region}
     }
+
+
+def test_the_vpc_cni_reads_its_instance_its_limits_and_eni_tags(env):
+    # What AWS's HyperPod templates grant the VPC CNI on the nodes (cluster-setup
+    # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy): describe calls, which
+    # take no resource, kept to the environment's Region.
+    describe = by_sid(role_statements(env, execution_role_id(env)))["DescribeNetwork"]
+    assert {
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeTags",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeSubnets",
+    } <= set(listed(describe["Action"]))
+    assert describe["Resource"] == "*"
+    assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": env.config.region}}
+
+
+# AmazonSageMakerClusterInstanceRolePolicy, statement by statement (SageMaker developer
+# guide, "AWS managed policy: AmazonSageMakerClusterInstanceRolePolicy"), and the role's
+# statement granting each (narrower: this cluster's log group, the lifecycle prefix).
+CLUSTER_INSTANCE_ROLE_POLICY = {
+    "CloudwatchLogStreamPublishPermissions": (
+        {"logs:PutLogEvents", "logs:CreateLogStream", "logs:DescribeLogStreams"},
+        "ClusterLogStreams",
+    ),
+    "CloudwatchLogGroupCreationPermissions": ({"logs:CreateLogGroup"}, "ClusterLogGroup"),
+    "CloudwatchPutMetricDataAccess": ({"cloudwatch:PutMetricData"}, "ClusterMetrics"),
+    "DataRetrievalFromS3BucketPermissions": (
+        {"s3:ListBucket", "s3:GetObject"},
+        ("ListLifecycleScripts", "ReadLifecycleScripts"),
+    ),
+    "SSMConnectivityPermissions": (
+        {
+            "ssmmessages:CreateControlChannel",
+            "ssmmessages:CreateDataChannel",
+            "ssmmessages:OpenControlChannel",
+            "ssmmessages:OpenDataChannel",
+        },
+        "SessionManagerChannels",
+    ),
+}
+
+
+def test_execution_role_covers_the_cluster_instance_role_policy(prod):
+    statements = by_sid(role_statements(prod, execution_role_id(prod)))
+    for managed_sid, (actions, sids) in CLUSTER_INSTANCE_ROLE_POLICY.items():
+        granted = {
+            a
+            for sid in ([sids] if isinstance(sids, str) else sids)
+            for a in listed(statements[sid]["Action"])
+        }
+        assert actions <= granted, managed_sid
 
 
 def join_parts(value: Any) -> list[Any]:
@@ -491,3 +547,20 @@ def test_cluster_outputs_name_and_arn_for_operators(prod):
     outputs = prod.templates["hyperpod"]["Outputs"]
     assert outputs["ClusterName"]["Value"] == "hyperpod-prod"
     assert outputs["ClusterArn"]["Value"] == {"Fn::GetAtt": [CLUSTER_LOGICAL_ID, "ClusterArn"]}
+
+
+def test_a_retained_cluster_keeps_its_autoscaling_role():
+    # Karpenter goes on adding and removing nodes of a retained cluster after its stack is
+    # deleted, with this role.
+    import aws_cdk as cdk
+
+    from platform_constructs.hyperpod_role import HyperPodAutoscalingRole
+    from tests.support import bare_stack, template_of
+
+    stack = bare_stack()
+    HyperPodAutoscalingRole(
+        stack, "Autoscaling", cluster_name="c", removal_policy=cdk.RemovalPolicy.RETAIN
+    )
+    template_of(stack).has_resource(
+        "AWS::IAM::Role", {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
+    )

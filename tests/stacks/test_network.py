@@ -1,26 +1,39 @@
-"""Network stack of every environment: subnets exactly as planned, NAT, the EFA security group
-(no blanket egress), endpoints and flow logs. Templates come from the session fixtures
-(dev, staging, prod); pinned logical IDs are in tests/stability/."""
+"""Network stack of every environment: subnets exactly as planned, egress (every environment
+is a closed network: no internet gateway, NAT or default route; NAT placement and routes are
+checked on each environment switched to `egress: nat`), the EFA security group (no blanket
+egress), endpoints and flow logs. Templates come from the session fixtures (dev, staging,
+prod); pinned logical IDs are in tests/stability/."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
 from config.schema import REQUIRED_ENDPOINTS, NetworkConfig
+from config.schema.network import ADMIN_HOST_OUTPUT
+from platform_constructs.admin_host import AdminHost
 from platform_constructs.retention import stateful_removal_policy
-from tests.support import SYNTH_GROUP, SynthResult, cluster_network, security_group_rules
+from tests.support import (
+    SYNTH_GROUP,
+    SynthResult,
+    cluster_network,
+    security_group_rules,
+    variant_of,
+)
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
 OPEN_IPV4 = "0.0.0.0/0"
 OPEN_IPV6 = "::/0"
+# NAT gateways of each environment switched to `egress: nat` (the network stack alone).
 NAT_GATEWAYS = {"dev": 1, "staging": 2, "prod": 3}
+EGRESS_CIDR = "203.0.113.10/32"
 FLOW_LOG_RETENTION = {"dev": 30, "staging": 90, "prod": 365}
 RETAINED = {"dev": False, "staging": True, "prod": True}
 PEER_KEYS = (
@@ -91,7 +104,15 @@ def test_vpc_uses_the_planned_primary_cidr(env):
     network(env).resource_count_is("AWS::EC2::VPC", 1)
 
 
-def test_public_subnets_are_the_planned_ones(env):
+def test_a_closed_network_has_no_public_subnet_but_keeps_their_planned_ranges(env):
+    assert env.config.network.egress == "closed"
+    assert cluster_network(env).public_subnets == {}
+    # Reserved: switching to egress: nat adds them without moving any other subnet.
+    assert sorted(env.layout.public) == sorted(env.config.network.availability_zones)
+
+
+def test_public_subnets_are_the_planned_ones(nat_env):
+    env = nat_env
     public = cluster_network(env).public_subnets
     assert sorted(public) == sorted(env.layout.public)
     for az, cidr in env.layout.public.items():
@@ -111,19 +132,28 @@ def test_infra_subnets_are_the_planned_private_ones(env):
         assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
 
 
-@pytest.mark.parametrize(("group", "type_"), [("public", "Public"), ("infra", "Private")])
-def test_public_and_infra_subnets_carry_the_subnet_group_tags(env, group, type_):
+def _assert_subnet_group_tags(env: SynthResult, group: str, type_: str) -> None:
     subnets = (
         cluster_network(env).public_subnets
         if group == "public"
         else env.stacks["network"].infra_subnets
     )
+    assert subnets
     for az, subnet in subnets.items():
         props = raw(env)["Resources"][logical_id(env, subnet)]["Properties"]
         tags = {t["Key"]: t["Value"] for t in props["Tags"]}
         assert tags["aws-cdk:subnet-name"] == group, az
         assert tags["aws-cdk:subnet-type"] == type_, az
         assert tags["Name"] == subnet.node.path, az
+
+
+def test_infra_subnets_carry_the_subnet_group_tags_as_isolated(env):
+    _assert_subnet_group_tags(env, "infra", "Isolated")
+
+
+@pytest.mark.parametrize(("group", "type_"), [("public", "Public"), ("infra", "Isolated")])
+def test_with_nat_public_and_infra_subnets_carry_the_subnet_group_tags(nat_env, group, type_):
+    _assert_subnet_group_tags(nat_env, group, type_)
 
 
 def test_cluster_subnets_are_the_planned_ones(env):
@@ -139,12 +169,20 @@ def test_cluster_subnets_are_the_planned_ones(env):
         assert subnet["Properties"]["VpcId"] == {"Ref": vpc_id(env)}
 
 
-def test_one_public_infra_and_cluster_subnet_per_az(env):
+def _assert_subnets_per_az(env: SynthResult, per_az: int) -> None:
     azs = env.config.network.availability_zones
-    network(env).resource_count_is("AWS::EC2::Subnet", 3 * len(azs))
+    network(env).resource_count_is("AWS::EC2::Subnet", per_az * len(azs))
     subnets = resources(env, "AWS::EC2::Subnet").values()
     for az in azs:
-        assert sum(s["Properties"]["AvailabilityZone"] == az for s in subnets) == 3
+        assert sum(s["Properties"]["AvailabilityZone"] == az for s in subnets) == per_az
+
+
+def test_one_infra_and_cluster_subnet_per_az(env):
+    _assert_subnets_per_az(env, 2)
+
+
+def test_with_nat_one_public_infra_and_cluster_subnet_per_az(nat_env):
+    _assert_subnets_per_az(nat_env, 3)
 
 
 def test_no_two_subnets_overlap(env):
@@ -191,7 +229,8 @@ def test_dev_has_no_secondary_cidr_and_cluster_subnets_in_the_upper_half(dev):
         assert "DependsOn" not in resource
 
 
-def test_public_and_infra_subnets_stay_in_the_primary_cidr(env):
+def test_public_and_infra_subnets_stay_in_the_primary_cidr(nat_env):
+    env = nat_env
     subnets = [
         *cluster_network(env).public_subnets.values(),
         *env.stacks["network"].infra_subnets.values(),
@@ -201,18 +240,78 @@ def test_public_and_infra_subnets_stay_in_the_primary_cidr(env):
         assert ipaddress.IPv4Network(cidr).subnet_of(env.layout.vpc_cidr)
 
 
-# --------------------------------------------------------------------------- NAT and routes
+# --------------------------------------------------------------------------- egress
 
 
-def test_nat_gateway_count_per_environment(env):
+@pytest.fixture(scope="module", params=sorted(NAT_GATEWAYS))
+def nat_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The environment's network stack alone, switched to egress: nat with one deliberate
+    HTTPS egress CIDR and NAT_GATEWAYS[name] NAT gateways."""
+    from stacks.network_stack import NetworkStack
+
+    name = request.param
+    loaded = variant_of(
+        name,
+        lambda d: d["network"].update(
+            egress="nat", nat_gateways=NAT_GATEWAYS[name], https_egress_cidrs=[EGRESS_CIDR]
+        ),
+    )
+    config = loaded.config
+    outdir = tmp_path_factory.mktemp(f"cdk-nat-{name}")
+    app = cdk.App(outdir=str(outdir))
+    stack = NetworkStack(
+        app,
+        "nat-network",
+        env=cdk.Environment(account=config.account, region=config.region),
+        network=config.network,
+        layout=loaded.layout,
+        cluster_name=config.names.eks_cluster,
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+    template = Template.from_stack(stack).to_json()
+    return SynthResult(
+        env_name=name,
+        loaded=loaded,
+        outdir=outdir,
+        platform=None,  # type: ignore[arg-type]
+        stacks={"network": stack},
+        templates={"network": template},
+    )
+
+
+def test_closed_network_has_no_internet_gateway_nat_or_elastic_ip(env):
+    for type_ in (
+        "AWS::EC2::InternetGateway",
+        "AWS::EC2::VPCGatewayAttachment",
+        "AWS::EC2::NatGateway",
+        "AWS::EC2::EIP",
+    ):
+        network(env).resource_count_is(type_, 0)
+    assert cluster_network(env).internet_gateway is None
+    assert cluster_network(env).nat_gateways == {}
+    # The observability stack's NAT alarms get nothing to watch.
+    assert env.stacks["network"].nat_gateway_ids == {}
+
+
+def test_closed_network_routes_nothing_out_of_the_vpc(env):
+    # Local routes are implicit; S3 is reached through the gateway endpoint's prefix list.
+    network(env).resource_count_is("AWS::EC2::Route", 0)
+
+
+def test_nat_gateway_count_per_egress_choice(nat_env):
+    env = nat_env
     expected = NAT_GATEWAYS[env.env_name]
     assert env.config.network.nat_gateways == expected
     network(env).resource_count_is("AWS::EC2::NatGateway", expected)
     network(env).resource_count_is("AWS::EC2::EIP", expected)
     network(env).resource_count_is("AWS::EC2::InternetGateway", 1)
+    assert sorted(env.stacks["network"].nat_gateway_ids) == sorted(
+        cluster_network(env).nat_gateways
+    )
 
 
-def test_nat_gateways_sit_in_public_subnets_of_the_lowest_letter_azs(env):
+def test_nat_gateways_sit_in_public_subnets_of_the_lowest_letter_azs(nat_env):
+    env = nat_env
     construct = cluster_network(env)
     public_ids = {logical_id(env, s): az for az, s in construct.public_subnets.items()}
     azs = [
@@ -263,20 +362,26 @@ def _default_routes(result: SynthResult, subnet) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("kind", ["infra", "cluster"])
-def test_private_subnets_route_to_their_own_azs_nat_else_the_lowest_letter_azs(env, kind):
+def test_cluster_subnets_route_to_their_own_azs_nat_else_the_lowest_letter_azs(nat_env):
+    env = nat_env
     nat_az = _nat_az(env)
     lowest = min(nat_az.values())
     assert lowest == min(env.config.network.availability_zones)
-    stack = env.stacks["network"]
-    subnets = stack.infra_subnets if kind == "infra" else stack.cluster_subnets
-    for az, subnet in subnets.items():
+    for az, subnet in env.stacks["network"].cluster_subnets.items():
         (route,) = _default_routes(env, subnet)
         expected_az = az if az in nat_az.values() else lowest
         assert nat_az[route["NatGatewayId"]["Ref"]] == expected_az, az
 
 
-def test_public_subnets_route_to_the_internet_gateway(env):
+def test_infra_subnets_never_route_out_of_the_vpc_even_with_nat(nat_env):
+    # Nothing there (control-plane ENIs, endpoints, the kubectl handler, the admin host) has
+    # a security group rule beyond the VPC: a NAT route would carry nothing.
+    for az, subnet in nat_env.stacks["network"].infra_subnets.items():
+        assert _default_routes(nat_env, subnet) == [], az
+
+
+def test_public_subnets_route_to_the_internet_gateway(nat_env):
+    env = nat_env
     igw = logical_id(env, cluster_network(env).internet_gateway)
     attachment = network(env).find_resources("AWS::EC2::VPCGatewayAttachment")
     assert [a["Properties"] for a in attachment.values()] == [
@@ -290,7 +395,9 @@ def test_public_subnets_route_to_the_internet_gateway(env):
         assert resource["DependsOn"] == list(attachment), az
 
 
-def test_dev_sends_the_second_azs_cluster_traffic_through_the_only_nat(dev):
+@pytest.mark.parametrize("nat_env", ["dev"], indirect=True)
+def test_dev_sends_the_second_azs_cluster_traffic_through_the_only_nat(nat_env):
+    dev = nat_env
     nat_az = _nat_az(dev)
     assert list(nat_az.values()) == ["us-east-1a"]
     subnet = dev.stacks["network"].cluster_subnets["us-east-1b"]
@@ -304,7 +411,8 @@ def test_dev_sends_the_second_azs_cluster_traffic_through_the_only_nat(dev):
     )
 
 
-def test_private_subnets_never_route_to_the_internet_gateway(env):
+def test_private_subnets_never_route_to_the_internet_gateway(nat_env):
+    env = nat_env
     stack = env.stacks["network"]
     private_tables = {
         _route_table_logical_id(env, s)
@@ -314,6 +422,12 @@ def test_private_subnets_never_route_to_the_internet_gateway(env):
         if route["Properties"]["RouteTableId"]["Ref"] in private_tables:
             assert "GatewayId" not in route["Properties"]
             assert "NatGatewayId" in route["Properties"]
+
+
+def test_with_nat_the_efa_group_adds_exactly_the_listed_https_egress(nat_env):
+    efa = efa_group_id(nat_env)
+    cidrs = [r["CidrIp"] for r in egress_rules(nat_env, efa) if "CidrIp" in r]
+    assert cidrs == [EGRESS_CIDR]
 
 
 # --------------------------------------------------------------------------- security groups
@@ -594,6 +708,8 @@ def test_stack_interface_for_other_stacks(env):
     # The VPC owns no subnets: every subnet is reached by AZ through the attributes above.
     assert stack.vpc.public_subnets == stack.vpc.private_subnets == stack.vpc.isolated_subnets == []
     assert stack.availability_zones == env.config.network.availability_zones
+    assert stack.nat_gateway_ids == {}
+    assert isinstance(stack.admin_host, AdminHost)
 
 
 def test_outputs_name_the_vpc_cluster_subnets_and_efa_group(env):
@@ -604,3 +720,51 @@ def test_outputs_name_the_vpc_cluster_subnets_and_efa_group(env):
         key = "ClusterSubnet" + az.replace("-", "")
         subnet = env.stacks["network"].cluster_subnets[az]
         assert outputs[key]["Value"] == {"Ref": logical_id(env, subnet)}
+    # hpctl kubeconfig reads the admin host's instance ID from here.
+    instance = env.stacks["network"].admin_host.instance
+    assert outputs[ADMIN_HOST_OUTPUT]["Value"] == {"Ref": logical_id(env, instance)}
+
+
+# --------------------------------------------------------------------------- admin host
+
+
+def test_admin_host_is_one_ssm_instance_in_the_lowest_letter_infra_subnet(env):
+    stack = env.stacks["network"]
+    (instance,) = resources(env, "AWS::EC2::Instance").values()
+    (interface,) = instance["Properties"]["NetworkInterfaces"]
+    lowest = min(env.config.network.availability_zones)
+    assert interface["SubnetId"] == {"Ref": logical_id(env, stack.infra_subnets[lowest])}
+    assert interface["AssociatePublicIpAddress"] is False
+    assert instance["Properties"]["MetadataOptions"]["HttpTokens"] == "required"
+    assert all(m["Ebs"]["Encrypted"] for m in instance["Properties"]["BlockDeviceMappings"])
+    assert "KeyName" not in instance["Properties"]
+    network(env).resource_count_is("AWS::EC2::KeyPair", 0)
+
+
+def test_admin_host_group_admits_nothing_and_reaches_only_endpoints_and_s3_here(env):
+    host = logical_id(env, env.stacks["network"].admin_host.security_group)
+    assert ingress_rules(env, host) == []
+    prefix_list = {"Fn::GetAtt": [_prefix_list_lookup(env), "PrefixLists.0.PrefixListId"]}
+    # The third rule, HTTPS to the control plane, lives in the EKS stack (tests/stacks/test_eks).
+    assert {rule_key(r) for r in egress_rules(env, host)} == {
+        ("tcp", 443, 443, json.dumps(group_ref(endpoint_group_id(env)))),
+        ("tcp", 443, 443, json.dumps(prefix_list)),
+    }
+
+
+def test_admin_host_role_describes_only_this_environments_cluster(env):
+    role = raw(env)["Resources"][logical_id(env, env.stacks["network"].admin_host.role)]
+    (policy,) = role["Properties"]["Policies"]
+    describe = [
+        s for s in policy["PolicyDocument"]["Statement"] if s["Action"] == "eks:DescribeCluster"
+    ]
+    names = env.config.names
+    assert describe == [
+        {
+            "Action": "eks:DescribeCluster",
+            "Effect": "Allow",
+            "Resource": f"arn:aws:eks:{env.config.region}:{env.config.account}:cluster/"
+            f"{names.eks_cluster}",
+        }
+    ]
+    assert "ManagedPolicyArns" not in role["Properties"]

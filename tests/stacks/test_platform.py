@@ -18,13 +18,16 @@ UNITS = {
     "hyperpod": "hyperpod",
     "cluster_addons": "cluster-addons",
     "governance": "governance",
+    "observability": "observability",
 }
+# Stacks only environments with that section get.
+OPTIONAL_UNITS = {"governance": "governance", "observability": "observability"}
 
 
 def test_stacks_are_named_after_the_environment_and_deployed_into_its_account(env):
     names = env.config.names
-    governed = env.config.governance is not None
-    assert set(env.stacks) == {s for s in UNITS if governed or s != "governance"}
+    present = {s for s, section in OPTIONAL_UNITS.items() if getattr(env.config, section)}
+    assert set(env.stacks) == {s for s in UNITS if s not in OPTIONAL_UNITS or s in present}
     for short, stack in env.stacks.items():
         unit = UNITS[short]
         assert stack.stack_name == names.stack(unit) == f"hyperpod-{env.env_name}-{unit}"
