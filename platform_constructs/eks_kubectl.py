@@ -10,6 +10,10 @@ Network paths (no internet egress): the handler reaches the EKS API (DescribeClu
 through the `eks` interface endpoint and the Kubernetes API through the private endpoint;
 the provider framework invokes the handler through the `lambda` interface endpoint and
 answers CloudFormation at its pre-signed S3 response URL through the S3 gateway endpoint.
+
+Logs: the provider takes no log group, so both functions get theirs, in this stack, from the
+`FunctionLogGroups` aspect (`platform_constructs/log_groups.py`) that `build_platform`
+registers with the environment's retention.
 """
 
 from __future__ import annotations

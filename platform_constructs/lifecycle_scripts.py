@@ -5,6 +5,10 @@ HyperPod downloads everything under `LifeCycleConfig.SourceS3Uri` onto each new 
 asset is. A BucketDeployment copies the `lifecycle/` folder plus a generated
 `lifecycle_config.json` (the scripts' only input) to a dedicated prefix of the artifact bucket
 during the deploy; nothing is fetched from the internet at boot.
+
+The deployment's handler is CDK's per-stack singleton, whose log group only the deployment
+that creates it can choose; it gets one with the environment's retention from the
+`FunctionLogGroups` aspect (`platform_constructs/log_groups.py`) instead.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from constructs import Construct
 from config.capacity import NetworkLayout
 from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
 from platform_constructs.l1 import default_resource
+from platform_constructs.log_groups import has_log_group, log_group, log_to
 from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
@@ -183,9 +184,9 @@ class ClusterNetwork(Construct):
             # ever fall back to it.
             restrict_default_security_group=True,
         )
-        provider = stack.node.try_find_child(RESTRICT_DEFAULT_SG_PROVIDER_ID)
-        if provider is not None:
-            ignore_redundant_role_dependency(provider.node.try_find_child("Handler"))
+        restrict_provider = stack.node.try_find_child(RESTRICT_DEFAULT_SG_PROVIDER_ID)
+        if restrict_provider is not None:
+            ignore_redundant_role_dependency(restrict_provider.node.try_find_child("Handler"))
 
         self.internet_gateway: ec2.CfnInternetGateway | None = None
         self.public_subnets: dict[str, ec2.PublicSubnet] = {}
@@ -301,23 +302,31 @@ class ClusterNetwork(Construct):
         self.s3_prefix_list_id = self._s3_prefix_list_id(
             stack, self._log_group("S3PrefixListLogGroup", flow_log_retention_days, removal_policy)
         )
+        # The provider stripping the default security group logs with the others: its
+        # construct (CDK's singleton, one per stack) takes no log group.
+        if restrict_provider is not None:
+            handler = restrict_provider.node.find_child("Handler")
+            if not isinstance(handler, cdk.CfnResource):
+                raise TypeError(f"{handler.node.path}: expected the provider's function resource")
+            if not has_log_group(handler):
+                log_to(
+                    handler,
+                    self._log_group(
+                        "RestrictDefaultSgLogGroup", flow_log_retention_days, removal_policy
+                    ),
+                )
         self.efa_security_group = self._efa_security_group(https_egress_cidrs)
 
     def _log_group(
         self, construct_id: str, retention_days: int, removal_policy: cdk.RemovalPolicy
     ) -> logs.LogGroup:
-        group = logs.LogGroup(
+        return log_group(
             self,
             construct_id,
-            encryption_key=self.log_key,
+            retention_days=retention_days,
             removal_policy=removal_policy,
-            retention=logs.RetentionDays.INFINITE,
+            encryption_key=self.log_key,
         )
-        # RetentionDays is a named enum; the schema already limits the value to the periods
-        # CloudWatch Logs accepts, so the number is set directly.
-        resource = default_resource(group, logs.CfnLogGroup)
-        resource.retention_in_days = retention_days
-        return group
 
     # ----------------------------------------------------------------------- subnets
 

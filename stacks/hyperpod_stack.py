@@ -12,10 +12,13 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.schema import HyperPodConfig, InstanceGroupConfig
+from config.schema.hyperpod import ScheduledUpdateConfig, batch_size_parts
 from platform_constructs.hyperpod_cluster import (
+    BatchSize,
     HyperPodCluster,
     HyperPodClusterProps,
     InstanceGroupProps,
+    ScheduledUpdate,
     Taint,
     TrainingPlan,
 )
@@ -26,8 +29,28 @@ LIFECYCLE_DIR = Path(__file__).resolve().parent.parent / "lifecycle"
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"
 
 
+def _batch(value: int | str | None) -> BatchSize | None:
+    if value is None:
+        return None
+    kind, size = batch_size_parts(value)
+    return BatchSize(kind=kind, value=size)
+
+
+def scheduled_update_props(update: ScheduledUpdateConfig | None) -> ScheduledUpdate | None:
+    if update is None:
+        return None
+    return ScheduledUpdate(
+        schedule_expression=update.cron,
+        max_batch=_batch(update.max_batch),
+        rollback_batch=_batch(update.rollback_batch),
+        wait_seconds=update.wait_s,
+        rollback_alarms=tuple(update.rollback_alarms or ()),
+    )
+
+
 def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
     plan = group.training_plan
+    updates = group.updates
     return InstanceGroupProps(
         name=group.name,
         instance_type=group.instance_type,
@@ -42,6 +65,10 @@ def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
         training_plan=TrainingPlan(arn=plan.arn, availability_zone=plan.availability_zone)
         if plan is not None
         else None,
+        image_release_version=updates.image_release_version if updates else None,
+        scheduled_update=scheduled_update_props(updates.scheduled_update if updates else None),
+        auto_patch=updates.auto_patch if updates else None,
+        capacity=group.capacity,
     )
 
 

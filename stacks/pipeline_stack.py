@@ -38,6 +38,7 @@ from config.loader import LoadedEnvironment
 from config.schema.pipeline import PipelineConfig
 from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.l1 import default_resource
+from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.nag import acknowledge_known_wildcards
 from platform_constructs.storage import AccessLogBucket
 from stacks.platform import PlatformStacks, build_platform, cdk_json_context
@@ -51,6 +52,9 @@ SETUP_COMMAND = "make setup"
 # CodeBuild image with Python 3.11/3.12 (what scripts/bootstrap.sh accepts).
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 ACCESS_LOG_RETENTION_DAYS = 365
+# Logs of any Lambda function in the pipeline stack (CDK Pipelines creates none today; the
+# environments' functions are their Stages' own): a year, like the artifact access logs.
+FUNCTION_LOG_RETENTION_DAYS = 365
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
 NOTIFIED_EVENTS = (
@@ -115,6 +119,13 @@ class PipelineStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        # Aspects stop at a Stage: each environment's Stage registers its own (build_platform).
+        cdk.Aspects.of(self).add(
+            FunctionLogGroups(
+                retention_days=FUNCTION_LOG_RETENTION_DAYS, removal_policy=cdk.RemovalPolicy.RETAIN
+            ),
+            priority=cdk.AspectPriority.MUTATING,
+        )
         source = pipelines.CodePipelineSource.connection(
             pipeline.source.repository,
             pipeline.source.branch,

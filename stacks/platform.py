@@ -18,6 +18,7 @@ from constructs import Construct
 
 from config.loader import LoadedEnvironment
 from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.retention import stateful_removal_policy
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
@@ -80,6 +81,15 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     env = cdk.Environment(account=config.account, region=config.region)
     # The one mapping of `retain_stateful`: every stateful resource takes this policy.
     removal_policy = stateful_removal_policy(config.retain_stateful)
+    # Every Lambda function (all CDK's deploy-time handlers) logs to a group of its own
+    # template. Their logs expire with the environment's flow logs, the retention the
+    # prefix-list lookup's handler already had: short in dev, a year in prod.
+    cdk.Aspects.of(scope).add(
+        FunctionLogGroups(
+            retention_days=config.network.flow_log_retention_days, removal_policy=removal_policy
+        ),
+        priority=cdk.AspectPriority.MUTATING,
+    )
 
     network = NetworkStack(
         scope,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
 
 from config.errors import FieldError
 from config.instance_types import INSTANCE_TYPES, InterfaceType, unknown_instance_type
@@ -24,6 +24,27 @@ _TRAINING_PLAN_ARN = re.compile(
 GroupName = Annotated[str, StringConstraints(pattern=INSTANCE_GROUP_NAME_PATTERN)]
 # HyperPod's KubernetesConfig accepts at most 50 taints per group.
 _MAX_TAINTS = 50
+
+# AWS::SageMaker::Cluster ClusterInstanceGroup.ImageReleaseVersion (CloudFormation resource
+# schema, as cfn-lint 1.58 ships it): "semantic version format MAJOR.MINOR.PATCH (for
+# example, 1.2.3)", pattern ^[0-9]+\.[0-9]+\.[0-9]+$, length 5-64.
+_RELEASE_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+_RELEASE_VERSION_LENGTH = (5, 64)
+# ScheduledUpdateConfig.ScheduleExpression, the resource schema's pattern verbatim (six
+# fields: minutes, hours, day of month, month, day of week, year), matched whole.
+_SCHEDULE_EXPRESSION = re.compile(
+    r"cron\((?:[0-5][0-9]|[0-9]|) (?:[01][0-9]|2[0-3]|[0-9]) "
+    r"(?:[1-9]|0[1-9]|[12][0-9]|3[01]|\?) (?:[1-9]|0[1-9]|1[0-2]|\*|\*/(?:[1-9]|1[0-2])|) "
+    r"(?:MON|TUE|WED|THU|FRI|SAT|SUN|[1-7]|\?|L|(?:[1-7]#[1-5])|(?:[1-7]L)) "
+    r"(?:20[2-9][0-9]|\*|)\)"
+)
+_SCHEDULE_EXAMPLE = "cron(0 4 ? * SUN *)"
+# DeploymentConfig.WaitIntervalInSeconds: 0-3600. AutoRollbackConfiguration: 1-10 alarms;
+# AlarmName 1-256 in the resource schema, 1-255 in the SageMaker API: the tighter one.
+_MAX_WAIT_SECONDS = 3600
+_MAX_ROLLBACK_ALARMS = 10
+_MAX_ALARM_NAME = 255
+_PERCENT = re.compile(r"([0-9]+)%")
 
 
 def _reserved_key(key: str, example: str) -> None:
@@ -87,6 +108,160 @@ class TaintConfig(Strict):
         return value
 
 
+def _batch_size(value: object) -> object:
+    """A rolling-update batch: a whole number of instances (2) or a share of the group
+    ("25%"); CapacitySizeConfig Value is at least 1 (INSTANCE_COUNT or CAPACITY_PERCENTAGE)."""
+    fix = 'write a number of instances (e.g. 2) or a percentage of the group (e.g. "25%")'
+    if value is None:
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a batch size; {fix}")
+    if not isinstance(value, int | str):
+        raise ValueError(f"{value!r} is not a batch size; {fix}")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"{value} instances is too small; use 1 or more")
+        return value
+    match = _PERCENT.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"{value!r} is not a batch size; {fix}")
+    percent = int(match[1])
+    if not 1 <= percent <= 100:
+        raise ValueError(f"{value} is outside 1%-100%; use a percentage in that range")
+    return f"{percent}%"
+
+
+# The validator takes the whole optional value, so a wrong one is one problem, not one per
+# member of the union.
+BatchSize = Annotated[int | str | None, BeforeValidator(_batch_size)]
+
+
+def batch_size_parts(value: int | str) -> tuple[str, int]:
+    """(CapacitySizeConfig Type, Value) for a validated batch size."""
+    if isinstance(value, int):
+        return "INSTANCE_COUNT", value
+    return "CAPACITY_PERCENTAGE", int(value.removesuffix("%"))
+
+
+class ScheduledUpdateConfig(Strict):
+    """ScheduledUpdateConfig: when HyperPod rolls AMI updates onto the group, and how."""
+
+    cron: str = Field(
+        description="When updates start: the documented six-field form "
+        f'"{_SCHEDULE_EXAMPLE}" (minutes hours day-of-month month day-of-week year).'
+    )
+    max_batch: BatchSize = Field(
+        default=None,
+        description='Instances updated at a time: a count (2) or a share of the group ("25%"); '
+        "without it HyperPod updates the whole group at once.",
+    )
+    rollback_batch: BatchSize = Field(
+        default=None, description="Instances rolled back at a time (needs max_batch)."
+    )
+    wait_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=_MAX_WAIT_SECONDS,
+        description="Seconds to wait between batches, while the alarms are watched (needs "
+        "max_batch).",
+    )
+    rollback_alarms: list[str] | None = Field(
+        default=None,
+        description="CloudWatch alarm names; any in ALARM during a wait rolls the update "
+        "back (needs max_batch). The node role may read these alarms.",
+    )
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not _SCHEDULE_EXPRESSION.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a schedule HyperPod accepts; write "
+                "cron(minutes hours day-of-month month day-of-week year), e.g. "
+                f'"{_SCHEDULE_EXAMPLE}"'
+            )
+        return value
+
+    @field_validator("rollback_alarms")
+    @classmethod
+    def _alarms(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("lists no alarm; name 1 to 10 alarms or remove rollback_alarms")
+        if len(value) > _MAX_ROLLBACK_ALARMS:
+            raise ValueError(
+                f"{len(value)} alarms; HyperPod watches at most {_MAX_ROLLBACK_ALARMS}, "
+                "combine them into a composite alarm"
+            )
+        for name in value:
+            if not name.strip() or len(name) > _MAX_ALARM_NAME:
+                raise ValueError(
+                    f"{name!r} is not a CloudWatch alarm name; use 1-{_MAX_ALARM_NAME} "
+                    "characters, not only spaces"
+                )
+        unique(value, "alarm")
+        return value
+
+    @model_validator(mode="after")
+    def _batches(self) -> ScheduledUpdateConfig:
+        # RollingUpdatePolicy requires MaximumBatchSize; the wait and the alarms act between
+        # batches ("Update your AMI version in your SageMaker HyperPod cluster").
+        if self.max_batch is None:
+            for name in ("rollback_batch", "wait_s", "rollback_alarms"):
+                if getattr(self, name) is not None:
+                    raise FieldError(
+                        name,
+                        "applies between batches of a rolling update; set max_batch "
+                        f"(e.g. 1) or remove {name}",
+                    )
+        return self
+
+
+class UpdatesConfig(Strict):
+    """How the group's HyperPod AMI moves: a pinned release, a rolling schedule, or
+    automatic patching."""
+
+    image_release_version: str | None = Field(
+        default=None,
+        description="The HyperPod AMI release the group runs (MAJOR.MINOR.PATCH); changing it "
+        "updates the group's software. Unset: the latest release when the group is created.",
+    )
+    scheduled_update: ScheduledUpdateConfig | None = None
+    auto_patch: Literal["WhenIdle", "WhenAllIdle"] | None = Field(
+        default=None,
+        description="Patch the AMI automatically: as each node becomes idle (WhenIdle) or once "
+        "all are (WhenAllIdle). Cannot be combined with image_release_version.",
+    )
+
+    @field_validator("image_release_version")
+    @classmethod
+    def _release(cls, value: str | None) -> str | None:
+        shortest, longest = _RELEASE_VERSION_LENGTH
+        if value is not None and (
+            not _RELEASE_VERSION.fullmatch(value) or not shortest <= len(value) <= longest
+        ):
+            raise ValueError(
+                f"{value!r} is not a HyperPod AMI release version; write MAJOR.MINOR.PATCH in "
+                'quotes, e.g. "1.2.3"'
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _patching_moves_the_pin(self) -> UpdatesConfig:
+        # The resource schema: "Automatic patching (AutoPatchConfig) ... can advance the
+        # running version past this value; CloudFormation does not revert such changes and
+        # may report the property as drifted."
+        if self.auto_patch is not None and self.image_release_version is not None:
+            raise FieldError(
+                "auto_patch",
+                f"would move the group past its pinned image_release_version "
+                f"{self.image_release_version} (CloudFormation then reports drift); remove "
+                "auto_patch or image_release_version",
+            )
+        return self
+
+
 class InstanceGroupConfig(Strict):
     name: GroupName
     instance_type: str
@@ -109,6 +284,12 @@ class InstanceGroupConfig(Strict):
         description="Spare addresses for replacements and rolling updates, in nodes; default "
         "network.default_headroom_percent of count (at least 1).",
     )
+    capacity: Literal["on-demand", "spot"] | None = Field(
+        default=None,
+        description="CapacityRequirements: on-demand or spot instances; unset: left to "
+        "HyperPod. Not with a training plan, which is reserved capacity.",
+    )
+    updates: UpdatesConfig | None = None
 
     @field_validator("instance_type")
     @classmethod
@@ -185,6 +366,12 @@ class InstanceGroupConfig(Strict):
             raise FieldError(
                 "deep_health_checks",
                 f"{self.instance_type} has no accelerators to check; remove deep_health_checks",
+            )
+        if self.capacity is not None and self.training_plan is not None:
+            raise FieldError(
+                "capacity",
+                f"{self.capacity!r} with a training_plan: the group runs on the plan's reserved "
+                "capacity; remove capacity or training_plan",
             )
         return self
 

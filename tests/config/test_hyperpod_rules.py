@@ -32,6 +32,18 @@ GPU = f"hyperpod.instance_groups[{index_of('gpu-p5')}]"
 SYSTEM = f"hyperpod.instance_groups[{index_of('system')}]"
 
 
+def updates(group: dict) -> dict:
+    return group["updates"]
+
+
+def schedule(group: dict) -> dict:
+    return group["updates"]["scheduled_update"]
+
+
+UPDATES = f"{GPU}.updates"
+SCHEDULE = f"{UPDATES}.scheduled_update"
+
+
 def second_plan_in(az: str) -> Mutation:
     """Add a second training-plan group whose plan is in `az`."""
 
@@ -195,6 +207,132 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "node_provisioning_mode: Continuous",
     ),
     (
+        "release-version-format",
+        lambda d: updates(gpu(d)).update(image_release_version="v1.2"),
+        f"{UPDATES}.image_release_version",
+        'write MAJOR.MINOR.PATCH in quotes, e.g. "1.2.3"',
+    ),
+    (
+        "release-version-is-text",
+        lambda d: updates(gpu(d)).update(image_release_version=1.2),
+        f"{UPDATES}.image_release_version",
+        "is a number in YAML",
+    ),
+    (
+        "auto-patch-excludes-pinned-release",
+        lambda d: updates(gpu(d)).update(image_release_version="1.4.2", auto_patch="WhenIdle"),
+        f"{UPDATES}.auto_patch",
+        "remove auto_patch or image_release_version",
+    ),
+    (
+        "auto-patch-strategy",
+        lambda d: updates(system(d)).update(image_release_version=None, auto_patch="DrainFirst"),
+        f"{SYSTEM}.updates.auto_patch",
+        "'WhenIdle' or 'WhenAllIdle'",
+    ),
+    (
+        "schedule-expression-format",
+        lambda d: schedule(gpu(d)).update(cron="0 4 * * 0"),
+        f"{SCHEDULE}.cron",
+        'e.g. "cron(0 4 ? * SUN *)"',
+    ),
+    (
+        "schedule-expression-fields",
+        lambda d: schedule(gpu(d)).update(cron="cron(0 24 ? * SUN *)"),
+        f"{SCHEDULE}.cron",
+        "not a schedule HyperPod accepts",
+    ),
+    (
+        "max-batch-count-at-least-1",
+        lambda d: schedule(gpu(d)).update(max_batch=0),
+        f"{SCHEDULE}.max_batch",
+        "use 1 or more",
+    ),
+    (
+        "max-batch-percent-range",
+        lambda d: schedule(gpu(d)).update(max_batch="150%"),
+        f"{SCHEDULE}.max_batch",
+        "outside 1%-100%",
+    ),
+    (
+        "max-batch-count-or-percent",
+        lambda d: schedule(gpu(d)).update(max_batch="two"),
+        f"{SCHEDULE}.max_batch",
+        'a percentage of the group (e.g. "25%")',
+    ),
+    (
+        "rollback-batch-count-or-percent",
+        lambda d: schedule(gpu(d)).update(rollback_batch=True),
+        f"{SCHEDULE}.rollback_batch",
+        "true is not a batch size",
+    ),
+    (
+        "rollback-batch-needs-max-batch",
+        lambda d: schedule(gpu(d)).update(max_batch=None, wait_s=None),
+        f"{SCHEDULE}.rollback_batch",
+        "set max_batch",
+    ),
+    (
+        "wait-needs-max-batch",
+        lambda d: schedule(system(d)).pop("max_batch"),
+        f"{SYSTEM}.updates.scheduled_update.wait_s",
+        "set max_batch",
+    ),
+    (
+        "rollback-alarms-need-max-batch",
+        lambda d: schedule(system(d)).update(max_batch=None, wait_s=None, rollback_alarms=["a"]),
+        f"{SYSTEM}.updates.scheduled_update.rollback_alarms",
+        "set max_batch",
+    ),
+    (
+        "wait-at-most-an-hour",
+        lambda d: schedule(gpu(d)).update(wait_s=3601),
+        f"{SCHEDULE}.wait_s",
+        "use 3600 or less",
+    ),
+    (
+        "rollback-alarms-not-empty",
+        lambda d: schedule(gpu(d)).update(rollback_alarms=[]),
+        f"{SCHEDULE}.rollback_alarms",
+        "name 1 to 10 alarms",
+    ),
+    (
+        "rollback-alarms-at-most-10",
+        lambda d: schedule(gpu(d)).update(rollback_alarms=[f"alarm-{i}" for i in range(11)]),
+        f"{SCHEDULE}.rollback_alarms",
+        "at most 10",
+    ),
+    (
+        "rollback-alarms-unique",
+        lambda d: schedule(gpu(d)).update(rollback_alarms=["gpu-errors", "gpu-errors"]),
+        f"{SCHEDULE}.rollback_alarms",
+        "list each alarm once",
+    ),
+    (
+        "rollback-alarm-name-length",
+        lambda d: schedule(gpu(d)).update(rollback_alarms=["a" * 256]),
+        f"{SCHEDULE}.rollback_alarms",
+        "1-255 characters",
+    ),
+    (
+        "schedule-needs-cron",
+        lambda d: schedule(gpu(d)).pop("cron"),
+        f"{SCHEDULE}.cron",
+        "required field is missing",
+    ),
+    (
+        "capacity-type",
+        lambda d: system(d).update(capacity="reserved"),
+        f"{SYSTEM}.capacity",
+        "'on-demand' or 'spot'",
+    ),
+    (
+        "capacity-excludes-training-plan",
+        lambda d: gpu(d).update(capacity="spot"),
+        f"{GPU}.capacity",
+        "remove capacity or training_plan",
+    ),
+    (
         "counts-within-capacity-plan",
         lambda d: gpu(d).update(count=400, min_count=400),
         "network.cluster_cidr",
@@ -235,3 +373,44 @@ def test_tiered_storage_bounds_are_accepted() -> None:
         data = environment_data("prod")
         data["hyperpod"]["tiered_storage"]["memory_percent"] = percent
         assert parse_config(data, "x").hyperpod.tiered_storage.memory_percent == percent
+
+
+def test_updates_accept_percentages_alarms_and_auto_patch() -> None:
+    data = environment_data("prod")
+    schedule(gpu(data)).update(
+        max_batch="25%", rollback_batch="50%", rollback_alarms=["hyperpod-prod-gpu-errors"]
+    )
+    updates(system(data)).update(image_release_version=None, scheduled_update=None)
+    updates(system(data))["auto_patch"] = "WhenAllIdle"
+    system(data)["capacity"] = "spot"
+    groups = {g.name: g for g in parse_config(data, "x").hyperpod.instance_groups}
+    gpu_schedule = groups["gpu-p5"].updates.scheduled_update
+    assert (gpu_schedule.max_batch, gpu_schedule.rollback_batch) == ("25%", "50%")
+    assert groups["system"].updates.auto_patch == "WhenAllIdle"
+    assert groups["system"].capacity == "spot"
+
+
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "cron(0 4 ? * SUN *)",
+        "cron(30 23 ? * 6L *)",
+        "cron(0 2 ? */3 2#1 2027)",
+        "cron(5 0 15 1 ? *)",
+    ],
+)
+def test_documented_schedule_forms_are_accepted(cron: str) -> None:
+    data = environment_data("prod")
+    schedule(gpu(data))["cron"] = cron
+    assert parse_config(data, "x").hyperpod.instance_groups[0].updates.scheduled_update.cron == cron
+
+
+def test_prod_never_auto_patches_and_pins_no_guessed_release() -> None:
+    # A release is pinned once the cluster exists (describe-cluster); a guessed one would
+    # update every node on the first deploy.
+    for name in ("staging", "prod"):
+        config = parse_config(environment_data(name), "x")
+        for group in config.hyperpod.instance_groups:
+            assert group.updates.auto_patch is None, (name, group.name)
+            assert group.updates.image_release_version is None, (name, group.name)
+            assert group.updates.scheduled_update is not None, (name, group.name)

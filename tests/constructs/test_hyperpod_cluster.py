@@ -10,9 +10,11 @@ from aws_cdk import aws_s3 as s3
 
 from platform_constructs.hyperpod_cluster import (
     CLUSTER_LOGICAL_ID,
+    BatchSize,
     HyperPodCluster,
     HyperPodClusterProps,
     InstanceGroupProps,
+    ScheduledUpdate,
     Taint,
     TrainingPlan,
 )
@@ -48,8 +50,8 @@ GROUPS = (
 )
 
 
-def cluster_stack(props: HyperPodClusterProps) -> cdk.Stack:
-    stack = bare_stack("HyperPod", account=ACCOUNT, region=REGION)
+def cluster_stack(props: HyperPodClusterProps, stack: cdk.Stack | None = None) -> cdk.Stack:
+    stack = stack or bare_stack("HyperPod", account=ACCOUNT, region=REGION)
     subnets = {
         az: ec2.Subnet.from_subnet_attributes(
             stack, f"Subnet{az}", subnet_id=f"subnet-{index:017x}", availability_zone=az
@@ -182,3 +184,173 @@ def test_each_group_carries_exactly_its_props(autoscaling_template):
         assert key not in system, key
     assert gpu["ExecutionRole"] == system["ExecutionRole"]
     assert gpu["LifeCycleConfig"]["OnCreate"] == "on_create.sh"
+
+
+# --------------------------------------------------------------------------- AMI updates
+
+RELEASE = "1.2.3"
+UPDATED_GROUPS = (
+    InstanceGroupProps(
+        name="gpu-p5",
+        instance_type="ml.p5.48xlarge",
+        count=16,
+        ebs_volume_gib=1000,
+        interface="efa",
+        training_plan=PLAN,
+        image_release_version=RELEASE,
+        scheduled_update=ScheduledUpdate(
+            schedule_expression="cron(0 4 ? * SUN *)",
+            max_batch=BatchSize(kind="INSTANCE_COUNT", value=2),
+            rollback_batch=BatchSize(kind="CAPACITY_PERCENTAGE", value=50),
+            wait_seconds=600,
+            rollback_alarms=("gpu-xid-errors", "gpu-nodes-not-ready"),
+        ),
+    ),
+    InstanceGroupProps(
+        name="system",
+        instance_type="ml.m5.4xlarge",
+        count=3,
+        ebs_volume_gib=200,
+        scheduled_update=ScheduledUpdate(schedule_expression="cron(0 1 ? * SUN *)"),
+        auto_patch="WhenIdle",
+        capacity="on-demand",
+    ),
+    InstanceGroupProps(
+        name="spot-cpu",
+        instance_type="ml.c5.4xlarge",
+        count=2,
+        ebs_volume_gib=100,
+        capacity="spot",
+    ),
+)
+
+
+def updates_props(groups: tuple[InstanceGroupProps, ...]) -> HyperPodClusterProps:
+    return HyperPodClusterProps(
+        availability_zones=AZS,
+        node_recovery="Automatic",
+        node_provisioning_mode="Continuous",
+        tiered_storage_percent=None,
+        autoscaling=False,
+        instance_groups=groups,
+    )
+
+
+@pytest.fixture(scope="module")
+def updates_template() -> dict:
+    return template_of(cluster_stack(updates_props(UPDATED_GROUPS))).to_json()
+
+
+def groups_by_name(template: dict) -> dict[str, dict]:
+    return {g["InstanceGroupName"]: g for g in cluster(template)["InstanceGroups"]}
+
+
+def test_pinned_release_and_rolling_schedule_render(updates_template):
+    gpu = groups_by_name(updates_template)["gpu-p5"]
+    assert gpu["ImageReleaseVersion"] == RELEASE
+    assert gpu["ScheduledUpdateConfig"] == {
+        "ScheduleExpression": "cron(0 4 ? * SUN *)",
+        "DeploymentConfig": {
+            "RollingUpdatePolicy": {
+                "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 2},
+                "RollbackMaximumBatchSize": {"Type": "CAPACITY_PERCENTAGE", "Value": 50},
+            },
+            "WaitIntervalInSeconds": 600,
+            "AutoRollbackConfiguration": [
+                {"AlarmName": "gpu-xid-errors"},
+                {"AlarmName": "gpu-nodes-not-ready"},
+            ],
+        },
+    }
+    for key in ("AutoPatchConfig", "CapacityRequirements"):
+        assert key not in gpu, key
+
+
+def test_schedule_without_batches_auto_patch_and_capacity_render(updates_template):
+    groups = groups_by_name(updates_template)
+    system, spot = groups["system"], groups["spot-cpu"]
+    # No max_batch: no DeploymentConfig (HyperPod's default, the whole group at once).
+    assert system["ScheduledUpdateConfig"] == {"ScheduleExpression": "cron(0 1 ? * SUN *)"}
+    assert system["AutoPatchConfig"] == {"PatchingStrategy": "WhenIdle"}
+    assert system["CapacityRequirements"] == {"OnDemand": {}}
+    assert "ImageReleaseVersion" not in system
+    assert spot["CapacityRequirements"] == {"Spot": {}}
+    for key in ("ImageReleaseVersion", "ScheduledUpdateConfig", "AutoPatchConfig"):
+        assert key not in spot, key
+
+
+def test_groups_without_updates_render_none_of_the_update_properties(autoscaling_template):
+    for group in cluster(autoscaling_template)["InstanceGroups"]:
+        for key in (
+            "ImageReleaseVersion",
+            "ScheduledUpdateConfig",
+            "AutoPatchConfig",
+            "CapacityRequirements",
+        ):
+            assert key not in group, (group["InstanceGroupName"], key)
+
+
+def test_the_node_role_may_read_exactly_the_rollback_alarms(updates_template):
+    resources = updates_template["Resources"]
+    policies = [r for r in resources.values() if r["Type"] == "AWS::IAM::Policy"]
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    (alarms,) = [s for s in statements if s.get("Sid") == "ReadRollbackAlarms"]
+    assert alarms["Action"] == "cloudwatch:DescribeAlarms"
+    arns = [a["Fn::Join"][1] for a in alarms["Resource"]]
+    assert [arn[-1] for arn in arns] == [
+        f":cloudwatch:{REGION}:{ACCOUNT}:alarm:gpu-nodes-not-ready",
+        f":cloudwatch:{REGION}:{ACCOUNT}:alarm:gpu-xid-errors",
+    ]
+    (policy_id,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::IAM::Policy"
+        and alarms in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (role_ref,) = resources[policy_id]["Properties"]["Roles"]
+    node_role = cluster(updates_template)["InstanceGroups"][0]["ExecutionRole"]
+    assert node_role == {"Fn::GetAtt": [role_ref["Ref"], "Arn"]}
+    # The grant exists before HyperPod can start an update that reads the alarms.
+    assert policy_id in updates_template["Resources"][CLUSTER_LOGICAL_ID]["DependsOn"]
+
+
+def test_no_alarm_grant_without_rollback_alarms(autoscaling_template):
+    statements = [
+        s
+        for r in autoscaling_template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert not [s for s in statements if "cloudwatch:DescribeAlarms" in str(s["Action"])]
+
+
+def test_a_pinned_release_synthesizes_under_cdks_template_validation():
+    # cdk.json turns CDK's built-in validation findings into errors; its bundled schema
+    # predates ImageReleaseVersion, so a pinned release is acknowledged (F3002), only then.
+    def acknowledged(groups: tuple[InstanceGroupProps, ...]) -> set[str]:
+        app = cdk.App(context={"@aws-cdk/core:validateAgainstDefaultRules": True})
+        stack = cluster_stack(
+            updates_props(groups),
+            cdk.Stack(app, "HyperPod", env=cdk.Environment(account=ACCOUNT, region=REGION)),
+        )
+        app.synth()
+        resource = stack.node.find_child("Cluster").node.find_child("Resource")
+        key = cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
+        return {rule for m in resource.node.metadata if m.type == key for rule in m.data}
+
+    assert acknowledged(UPDATED_GROUPS) == {"CloudFormation-Validate::F3002"}
+    assert acknowledged(UPDATED_GROUPS[1:]) == set()
+
+
+def test_batch_settings_without_max_batch_are_refused():
+    group = InstanceGroupProps(
+        name="system",
+        instance_type="ml.m5.4xlarge",
+        count=3,
+        ebs_volume_gib=200,
+        scheduled_update=ScheduledUpdate(
+            schedule_expression="cron(0 1 ? * SUN *)", rollback_alarms=("a",)
+        ),
+    )
+    with pytest.raises(ValueError, match="need max_batch"):
+        cluster_stack(updates_props((group,)))

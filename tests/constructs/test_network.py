@@ -96,6 +96,20 @@ def test_https_egress_cidr_becomes_one_narrow_inline_rule_on_the_efa_group(order
     assert sorted(r.get("CidrIp", "prefix-list") for r in inline) == [str(EGRESS), "prefix-list"]
 
 
+def test_every_function_logs_to_an_encrypted_group_expiring_with_the_flow_logs(ordered):
+    # The AwsCustomResource handler (prefix-list lookup) and the provider behind
+    # restrict_default_security_group: no group is left to Lambda's never-expiring default.
+    groups = resources_of(ordered, "AWS::Logs::LogGroup")
+    (key,) = resources_of(ordered, "AWS::KMS::Key")
+    functions = resources_of(ordered, "AWS::Lambda::Function")
+    assert len(functions) == 2
+    used = {f["Properties"]["LoggingConfig"]["LogGroup"]["Ref"] for f in functions.values()}
+    assert len(used) == 2 and used < set(groups)
+    for logical in used:
+        assert groups[logical]["Properties"]["RetentionInDays"] == 30
+        assert groups[logical]["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+
+
 def test_cluster_subnets_wait_for_the_secondary_cidr(ordered):
     resources = ordered["Resources"]
     (association,) = [k for k, v in resources.items() if v["Type"] == "AWS::EC2::VPCCidrBlock"]

@@ -228,6 +228,17 @@ def test_groups_in_name_order_with_their_config(env):
         assert spec.get("TrainingPlanArn") == (
             group.training_plan.arn if group.training_plan else None
         )
+        updates = group.updates
+        assert spec.get("ImageReleaseVersion") == (updates and updates.image_release_version)
+        schedule = updates.scheduled_update if updates else None
+        assert spec.get("ScheduledUpdateConfig", {}).get("ScheduleExpression") == (
+            schedule.cron if schedule else None
+        )
+        assert spec.get("AutoPatchConfig", {}).get("PatchingStrategy") == (
+            updates and updates.auto_patch
+        )
+        capacity = {"spot": {"Spot": {}}, "on-demand": {"OnDemand": {}}}.get(group.capacity or "")
+        assert spec.get("CapacityRequirements") == capacity
 
 
 def test_network_interface_is_what_the_capacity_plan_assumed(env):
@@ -249,6 +260,54 @@ def test_prod_gpu_group(prod):
         "arn:aws:sagemaker:us-east-1:333333333333:training-plan/p5-prod-2026h2"
     )
     assert gpu["KubernetesConfig"] == {"Labels": {"workload": "training"}}
+
+
+def test_prod_rolls_updates_in_batches_and_never_auto_patches(prod, staging):
+    groups = groups_of(prod)
+    # No release is pinned until the cluster exists (a guessed release would make the first
+    # deploy update every node); nothing patches the nodes outside the schedule.
+    assert not [g for g in groups.values() if "ImageReleaseVersion" in g]
+    assert not [g for g in groups.values() if "AutoPatchConfig" in g]
+    assert groups["gpu-p5"]["ScheduledUpdateConfig"] == {
+        "ScheduleExpression": "cron(0 4 ? * SUN *)",
+        "DeploymentConfig": {
+            "RollingUpdatePolicy": {
+                "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 2},
+                "RollbackMaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 4},
+            },
+            "WaitIntervalInSeconds": 600,
+        },
+    }
+    assert groups["system"]["ScheduledUpdateConfig"] == {
+        "ScheduleExpression": "cron(0 1 ? * SUN *)",
+        "DeploymentConfig": {
+            "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}},
+            "WaitIntervalInSeconds": 300,
+        },
+    }
+    # Overlapping schedules can fail: every group of an environment has its own window.
+    for result in (prod, staging):
+        schedules = [
+            g["ScheduledUpdateConfig"]["ScheduleExpression"] for g in groups_of(result).values()
+        ]
+        assert len(set(schedules)) == len(schedules), result.env_name
+    # Staging's windows come before prod's in the week (Wednesday vs Sunday).
+    assert all(
+        "WED" in s["ScheduledUpdateConfig"]["ScheduleExpression"]
+        for s in groups_of(staging).values()
+    )
+
+
+def test_no_alarm_grant_where_no_group_names_rollback_alarms(env):
+    statements = role_statements(env, execution_role_id(env))
+    alarms = {
+        a
+        for g in env.config.hyperpod.instance_groups
+        if g.updates and g.updates.scheduled_update
+        for a in g.updates.scheduled_update.rollback_alarms or ()
+    }
+    granted = [s for s in statements if s.get("Sid") == "ReadRollbackAlarms"]
+    assert bool(granted) == bool(alarms)
 
 
 @pytest.mark.parametrize("name", ["staging", "prod"])
