@@ -7,6 +7,7 @@ traceback, and one way to print tables of ids people copy.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -32,8 +33,14 @@ _CLIENT_CONFIG = Config(
 
 
 def session(region: str | None = None) -> boto3.session.Session:
-    """A session from the usual credential chain; `region` overrides the configured one."""
-    return boto3.session.Session(region_name=region)
+    """A session from the usual credential chain; `region` overrides the configured one.
+
+    AWS_PROFILE is passed explicitly: botocore only lets a named profile (e.g. one that
+    assumes a role with `credential_source = Environment`) win over credentials in the
+    environment when the profile is given to the session, not read from the environment."""
+    return boto3.session.Session(
+        profile_name=os.environ.get("AWS_PROFILE") or None, region_name=region
+    )
 
 
 def client(service: str, region: str | None = None) -> BaseClient:

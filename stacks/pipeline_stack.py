@@ -48,7 +48,7 @@ PIPELINE_STACK_NAME = "hyperpod-pipeline"
 TEST_COMMAND = "make test"
 SYNTH_COMMAND = "make synth-pipeline"
 SYNTH_OUTPUT = "cdk.out/pipeline"  # where SYNTH_COMMAND writes the cloud assembly
-SETUP_COMMAND = "make setup"
+SETUP_COMMAND = "make setup-synth"  # hpctl with cfn-lint; not the test extras
 # CodeBuild image with Python 3.11/3.12 (what scripts/bootstrap.sh accepts).
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 ACCESS_LOG_RETENTION_DAYS = 365
@@ -79,13 +79,14 @@ class PlatformStage(cdk.Stage):
         self.platform: PlatformStacks = build_platform(self, loaded)
 
 
+def lookup_role_name(account: str, region: str) -> str:
+    """The read-only role `cdk bootstrap --trust` lets the pipeline account assume (also
+    what the pull-request workflow assumes)."""
+    return f"cdk-{cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER}-lookup-role-{account}-{region}"
+
+
 def lookup_role_arn(account: str, region: str) -> str:
-    """The read-only role `cdk bootstrap --trust` lets the pipeline account assume."""
-    qualifier = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
-    return (
-        f"arn:{cdk.Aws.PARTITION}:iam::{account}:role/"
-        f"cdk-{qualifier}-lookup-role-{account}-{region}"
-    )
+    return f"arn:{cdk.Aws.PARTITION}:iam::{account}:role/{lookup_role_name(account, region)}"
 
 
 def guard_step(source: pipelines.IFileSetProducer, loaded: LoadedEnvironment) -> pipelines.Step:

@@ -32,12 +32,27 @@ GPU = f"hyperpod.instance_groups[{index_of('gpu-p5')}]"
 SYSTEM = f"hyperpod.instance_groups[{index_of('system')}]"
 
 
+# The updates each prod group would carry once a release is pinned (the commented block in
+# config/prod.yaml); rules are planted on it.
+_PINNED_UPDATES = {
+    "gpu-p5": {"cron": "cron(0 4 ? * SUN *)", "max_batch": 2, "rollback_batch": 4, "wait_s": 600},
+    "system": {"cron": "cron(0 1 ? * SUN *)", "max_batch": 1, "wait_s": 300},
+}
+
+
 def updates(group: dict) -> dict:
-    return group["updates"]
+    block: dict = group.setdefault(
+        "updates",
+        {
+            "image_release_version": "1.4.2",
+            "scheduled_update": dict(_PINNED_UPDATES[group["name"]]),
+        },
+    )
+    return block
 
 
 def schedule(group: dict) -> dict:
-    return group["updates"]["scheduled_update"]
+    return updates(group)["scheduled_update"]
 
 
 UPDATES = f"{GPU}.updates"
@@ -407,10 +422,11 @@ def test_documented_schedule_forms_are_accepted(cron: str) -> None:
 
 def test_prod_never_auto_patches_and_pins_no_guessed_release() -> None:
     # A release is pinned once the cluster exists (describe-cluster); a guessed one would
-    # update every node on the first deploy.
-    for name in ("staging", "prod"):
-        config = parse_config(environment_data(name), "x")
-        for group in config.hyperpod.instance_groups:
-            assert group.updates.auto_patch is None, (name, group.name)
-            assert group.updates.image_release_version is None, (name, group.name)
-            assert group.updates.scheduled_update is not None, (name, group.name)
+    # update every node on the first deploy. staging takes new AMIs on its schedule first.
+    prod = parse_config(environment_data("prod"), "x")
+    assert all(g.updates is None for g in prod.hyperpod.instance_groups)
+    staging = parse_config(environment_data("staging"), "x")
+    for group in staging.hyperpod.instance_groups:
+        assert group.updates is not None and group.updates.auto_patch is None, group.name
+        assert group.updates.image_release_version is None, group.name
+        assert group.updates.scheduled_update is not None, group.name
