@@ -31,6 +31,11 @@ class InstanceType:
     has_nvme: bool
 
     @property
+    def has_accelerators(self) -> bool:
+        """GPUs or Trainium chips: what a training job needs."""
+        return self.accelerator != "none" and self.accelerator_count > 0
+
+    @property
     def supports_efa(self) -> bool:
         return self.efa_interfaces > 0
 

@@ -278,7 +278,7 @@ class JobSpec(BaseModel):
             instance = lookup(value)
         except KeyError as error:
             raise ValueError(error.args[0]) from None
-        if instance.accelerator == "none" or instance.accelerator_count == 0:
+        if not instance.has_accelerators:
             raise ValueError(
                 f"{value} has no accelerators; pick a GPU (ml.p*, ml.g*) or Trainium (ml.trn*) type"
             )
@@ -753,8 +753,7 @@ def _unknown(option: str, what: str, value: str, known: list[str], env: str, hin
 
 
 def _accelerated(instance_type: str) -> bool:
-    instance = lookup(instance_type)
-    return instance.accelerator != "none" and instance.accelerator_count > 0
+    return lookup(instance_type).has_accelerators
 
 
 def _quota_problem(

@@ -246,7 +246,7 @@ def rendered_jobs(result: SynthResult) -> Iterator[tuple[str, dict[str, Any]]]:
         usable = [
             c
             for c in team_capacity(governance, team, config.hyperpod.instance_groups)
-            if c.max_job_nodes >= 1 and INSTANCE_TYPES[c.instance_type].accelerator_count > 0
+            if c.max_job_nodes >= 1 and INSTANCE_TYPES[c.instance_type].has_accelerators
         ]
         assert usable, f"team {team.name} can run no job in {result.env_name}"
         for capacity in usable:
