@@ -16,6 +16,9 @@ LOG_RETENTION_DAYS: tuple[int, ...] = (
 )  # fmt: skip
 
 PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
+REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
+AccountId = Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
+Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")]
 
 # Private ranges a VPC's primary CIDR must come from.
 RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))

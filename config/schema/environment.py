@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from config.capacity import MAX_AZ_LETTER
 from config.errors import FieldError
@@ -14,7 +13,7 @@ from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES
 from config.names import PlatformNames
 from config.regions import availability_zones
-from config.schema.base import Name, Strict
+from config.schema.base import REGION_PATTERN, AccountId, Name, Strict
 from config.schema.eks import EksConfig
 from config.schema.governance import (
     GOVERNANCE_REGIONS,
@@ -27,7 +26,7 @@ from config.schema.network import PROMETHEUS_ENDPOINT, NetworkConfig
 from config.schema.observability import GRAFANA_REGIONS, ObservabilityConfig
 from config.schema.storage import StorageConfig
 
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_REGION = re.compile(REGION_PATTERN)
 # Characters AWS tag keys and values take: the pattern of the Resource Groups Tagging API
 # and most services' Tag shapes, ^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$ (Unicode letters,
 # separators such as spaces, and numbers, plus these). Some services take more; the stack
@@ -46,7 +45,7 @@ def _tag_refusal(text: str) -> str | None:
 
 class EnvironmentConfig(Strict):
     environment: Name
-    account: Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
+    account: AccountId
     region: str
     retain_stateful: bool = Field(
         description="Keep FSx, buckets and the cluster when the stack is deleted. Required in prod."

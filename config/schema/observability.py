@@ -9,15 +9,14 @@ ADVANCED; network (EFA), task-governance (Kueue) and scaling metrics are DISABLE
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from config.schema.base import Strict
+from config.schema.base import Email, Strict
 
 BasicOrAdvanced = Literal["BASIC", "ADVANCED"]
 DisabledOrAdvanced = Literal["DISABLED", "ADVANCED"]
-Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")]
 
 # Regions with Amazon Managed Grafana (AWS General Reference, Amazon Managed Grafana
 # endpoints, checked 2026-11).

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from config.errors import FieldError
-from config.schema.base import PARTITION, Strict, unique
+from config.schema.base import PARTITION, REGION_PATTERN, AccountId, Email, Strict, unique
 
 ConnectionArn = Annotated[
     str,
@@ -17,7 +17,6 @@ ConnectionArn = Annotated[
     ),
 ]
 Repository = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
-Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")]
 
 
 class SourceConfig(Strict):
@@ -50,8 +49,8 @@ class PullRequestConfig(Strict):
 
 
 class PipelineConfig(Strict):
-    account: Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
-    region: Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")]
+    account: AccountId
+    region: Annotated[str, StringConstraints(pattern=REGION_PATTERN)]
     source: SourceConfig
     environments: list[str] = Field(
         min_length=1, description="Environment names (config/<name>.yaml), deployed in order."
