@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from config.capacity import (
 )
 from config.errors import ConfigError, Location, ScalarText, not_text, problem_lines
 from config.schema import EnvironmentConfig
+from config.schema.base import ACCOUNT_CONTEXT, REGION_CONTEXT, ZONE_IDS_CONTEXT
+from config.zones import CONTEXT_FILE, recorded_zone_ids
 
 CONFIG_DIR = Path(__file__).resolve().parent
 
@@ -130,14 +133,27 @@ _PATTERN_HINTS = {
 
 
 def parse_config(
-    data: object, source: str, *, scalar_text: ScalarText | None = None
+    data: object,
+    source: str,
+    *,
+    scalar_text: ScalarText | None = None,
+    zone_ids: Mapping[str, str] | None = None,
 ) -> EnvironmentConfig:
     """Validate `data`; `scalar_text` gives a value's text as written in the file (see
-    `config.errors.problem_lines`)."""
+    `config.errors.problem_lines`); `zone_ids` is the account's AZ name -> zone ID mapping
+    (config/zones.py), which zones written by ID need: by default the one cdk.context.json
+    records for the account and Region in `data`."""
     if not isinstance(data, dict):
         raise ConfigError(source, ["(top level): expected a mapping of settings"])
+    if zone_ids is None:
+        zone_ids = _recorded_zone_ids(data, CONTEXT_FILE)
+    context = {
+        ACCOUNT_CONTEXT: data.get("account"),
+        REGION_CONTEXT: data.get("region"),
+        ZONE_IDS_CONTEXT: dict(zone_ids),
+    }
     try:
-        return EnvironmentConfig.model_validate(data)
+        return EnvironmentConfig.model_validate(data, context=context)
     except ValidationError as error:
         raise ConfigError(
             source, problem_lines(error, pattern_hints=_PATTERN_HINTS, scalar_text=scalar_text)
@@ -294,10 +310,21 @@ def read_document(path: Path) -> tuple[object, ScalarText]:
     return data, _scalar_text(root)
 
 
-def load_file(path: Path) -> LoadedEnvironment:
+def _recorded_zone_ids(data: object, context_file: Path) -> dict[str, str]:
+    if not isinstance(data, dict):
+        return {}
+    account, region = data.get("account"), data.get("region")
+    if not isinstance(account, str) or not isinstance(region, str):
+        return {}
+    return recorded_zone_ids(account, region, context_file)
+
+
+def load_file(path: Path, context_file: Path = CONTEXT_FILE) -> LoadedEnvironment:
     source = str(path)
     data, scalar_text = read_document(path)
-    config = parse_config(data, source, scalar_text=scalar_text)
+    config = parse_config(
+        data, source, scalar_text=scalar_text, zone_ids=_recorded_zone_ids(data, context_file)
+    )
     layout = plan_layout(config, source)
     # Files in config/ are selected by name (-c env=<name>): the name and the field must agree,
     # or two files would deploy over the same stacks.
@@ -311,14 +338,16 @@ def load_file(path: Path) -> LoadedEnvironment:
     return LoadedEnvironment(config=config, layout=layout, source=path)
 
 
-def load_environment(name: str, config_dir: Path = CONFIG_DIR) -> LoadedEnvironment:
+def load_environment(
+    name: str, config_dir: Path = CONFIG_DIR, context_file: Path = CONTEXT_FILE
+) -> LoadedEnvironment:
     """Load config/<name>.yaml (what `cdk synth -c env=<name>` selects)."""
     known = sorted(p.stem for p in config_dir.glob("*.yaml"))
     if name not in known:
         raise ConfigError(
             "-c env", [f"unknown environment {name!r}; use one of {', '.join(known)}"]
         )
-    loaded = load_file(config_dir / f"{name}.yaml")
+    loaded = load_file(config_dir / f"{name}.yaml", context_file)
     if loaded.config.environment != name:
         raise ConfigError(
             str(loaded.source),

@@ -49,6 +49,53 @@ def availability_zones(region: str) -> tuple[str, ...] | None:
     return None if letters is None else tuple(f"{region}{letter}" for letter in letters)
 
 
+# AZ IDs of each Region in the table above: the Region's ID prefix and the numbers of its
+# zones, from the "AWS Availability Zones" tables of the AWS Regions and Availability Zones
+# guide (an ID is the Region's short code, "-az" and a number, the same physical zone in every
+# account). Zones closed to newer accounts keep their IDs (usw1-az2, cac1-az3, apne1-az3):
+# older accounts still see them, and they must be recognised to be refused where needed.
+_ZONE_ID_NUMBERS: Mapping[str, tuple[str, str]] = {
+    "us-east-1": ("use1", "123456"),
+    "us-east-2": ("use2", "123"),
+    "us-west-1": ("usw1", "123"),
+    "us-west-2": ("usw2", "1234"),
+    "ca-central-1": ("cac1", "1234"),
+    "sa-east-1": ("sae1", "123"),
+    "eu-west-1": ("euw1", "123"),
+    "eu-west-2": ("euw2", "123"),
+    "eu-west-3": ("euw3", "123"),
+    "eu-central-1": ("euc1", "123"),
+    "eu-north-1": ("eun1", "123"),
+    "eu-south-1": ("eus1", "123"),
+    "ap-northeast-1": ("apne1", "1234"),
+    "ap-northeast-2": ("apne2", "1234"),
+    "ap-northeast-3": ("apne3", "123"),
+    "ap-south-1": ("aps1", "123"),
+    "ap-southeast-1": ("apse1", "123"),
+    "ap-southeast-2": ("apse2", "123"),
+    "ap-east-1": ("ape1", "123"),
+    "me-south-1": ("mes1", "123"),
+    "af-south-1": ("afs1", "123"),
+    "us-gov-west-1": ("usgw1", "123"),
+    "us-gov-east-1": ("usge1", "123"),
+}
+
+# Zone IDs where EKS does not place control-plane network interfaces: a cluster with a subnet
+# there fails with UnsupportedAvailabilityZoneException (Amazon EKS User Guide, "View Amazon
+# EKS networking requirements for VPC and subnets", subnet requirements for clusters).
+EKS_UNSUPPORTED_ZONE_IDS: frozenset[str] = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
+
+
+def zone_ids(region: str) -> tuple[str, ...] | None:
+    """Every AZ ID of `region` (us-east-2 -> use2-az1, use2-az2, use2-az3), or None when the
+    Region is not in the table (its IDs are then not checked)."""
+    entry = _ZONE_ID_NUMBERS.get(region)
+    if entry is None:
+        return None
+    prefix, numbers = entry
+    return tuple(f"{prefix}-az{number}" for number in numbers)
+
+
 # Interface endpoint services, as written after "com.amazonaws.<region>.": every service
 # aws-cdk-lib 2.275.0 names in `ec2.InterfaceVpcEndpointAwsService` with that prefix (the
 # class platform_constructs/network.py creates the endpoints with). Services under other

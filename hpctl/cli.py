@@ -39,6 +39,7 @@ from hpctl.kubeconfig_cmd import kubeconfig
 from hpctl.plans import app as plans_app
 from hpctl.preflight import preflight
 from hpctl.teams_cmd import teams
+from hpctl.zones_cmd import zones
 
 app = typer.Typer(
     name="hpctl",
@@ -272,6 +273,7 @@ app.command("teams", cls=OneLineUsageErrors)(teams)
 app.command("guard", cls=OneLineUsageErrors)(guard)
 app.command("preflight", cls=OneLineUsageErrors)(preflight)
 app.command("kubeconfig", cls=OneLineUsageErrors)(kubeconfig)
+app.command("zones", cls=OneLineUsageErrors)(zones)
 app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
 app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
 app.add_typer(

@@ -26,8 +26,9 @@ The checks, in table order (IAM actions in brackets):
   Service Quotas does not report current usage, so an account that already uses part of a
   quota can pass here and still hit it on deploy.
 - availability-zone [ec2:DescribeAvailabilityZones]: every network.availability_zones entry
-  exists in the Region for this account and is available; the row gives its zone ID (names
-  map to different physical zones in different accounts). HyperPod has no API that says which
+  exists in the Region for this account and is available, and its zone ID is the one
+  cdk.context.json records for it (names map to different physical zones in different
+  accounts; zones written by ID were placed by that record). HyperPod has no API that says which
   ml.* instance types a zone offers, so on-demand groups are not checked per zone; only
   plan-backed groups are tied to a zone (the training-plan row).
 - admin-role [iam:GetRole]: each eks.admin_role_arns role exists with exactly that ARN
@@ -634,6 +635,15 @@ def availability_zone_rows(config: EnvironmentConfig, account: Account) -> list[
             problems.append("not opted in")
         if info.get("ZoneType", "availability-zone") != "availability-zone":
             problems.append(f"a {info['ZoneType']}, not an Availability Zone")
+        fix = f"use other zones of {offered}"
+        recorded = config.zone_id(zone)
+        if not problems and recorded is not None and recorded != zone_id:
+            # Synth placed every subnet by this record: a stale one puts them in other zones.
+            problems.append(f"cdk.context.json records {recorded} for it")
+            fix = (
+                f"run hpctl zones --env {config.environment} --write, commit cdk.context.json "
+                "and check the diff of the next synth"
+            )
         if problems:
             rows.append(
                 Row(
@@ -641,7 +651,7 @@ def availability_zone_rows(config: EnvironmentConfig, account: Account) -> list[
                     zone,
                     PROBLEM,
                     f"{zone_id}: {'; '.join(problems)}{used_by}",
-                    f"use other zones of {offered}",
+                    fix,
                 )
             )
         else:

@@ -4,10 +4,21 @@ small rules several sections apply."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StringConstraints,
+    ValidationInfo,
+)
+
+from config.regions import zone_ids
+from config.zones import is_zone_id
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS: tuple[int, ...] = (
@@ -17,7 +28,8 @@ LOG_RETENTION_DAYS: tuple[int, ...] = (
 
 PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
 REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
-AccountId = Annotated[str, StringConstraints(pattern=r"^\d{12}$")]
+ACCOUNT_PATTERN = r"^\d{12}$"
+AccountId = Annotated[str, StringConstraints(pattern=ACCOUNT_PATTERN)]
 Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")]
 
 # Private ranges a VPC's primary CIDR must come from.
@@ -52,6 +64,45 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
 Cidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_parse_cidr)]
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
+
+# Validation context keys (config/loader.py passes them): the environment's account and
+# Region as written, and its recorded AZ name -> zone ID mapping (config/zones.py).
+ACCOUNT_CONTEXT = "account"
+REGION_CONTEXT = "region"
+ZONE_IDS_CONTEXT = "zone_ids"
+
+
+def _zone(value: str, info: ValidationInfo) -> str:
+    """An AZ written by name stays a name; one written by ID (use1-az4) becomes this account's
+    name for that zone, so subnet slots, logical IDs and templates are the same either way."""
+    if not is_zone_id(value):
+        return value
+    context = info.context or {}
+    account, region = context.get(ACCOUNT_CONTEXT), context.get(REGION_CONTEXT)
+    if not (
+        isinstance(account, str)
+        and re.match(ACCOUNT_PATTERN, account)
+        and isinstance(region, str)
+        and re.match(REGION_PATTERN, region)
+    ):
+        return value  # the account or Region field reports the problem; IDs cannot be looked up
+    known = zone_ids(region)
+    if known is not None and value not in known:
+        raise ValueError(
+            f"{value} is not an AZ ID of {region}; use one of {', '.join(known)} (or an AZ name)"
+        )
+    recorded: dict[str, str] = context.get(ZONE_IDS_CONTEXT, {})
+    names = {zone_id: name for name, zone_id in recorded.items()}
+    if value not in names:
+        raise ValueError(
+            f"{value}: cdk.context.json records no AZ name for it in account {account}; run "
+            "`hpctl zones --env <name>` with that account's credentials and commit the file"
+        )
+    return names[value]
+
+
+# An Availability Zone by name (us-east-1a) or by ID (use1-az4); validated as its name.
+Zone = Annotated[str, AfterValidator(_zone)]
 
 
 def unique(values: Sequence[object], what: str) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from config.capacity import MAX_AZ_LETTER
 from config.errors import FieldError
 from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES
 from config.names import PlatformNames
-from config.regions import availability_zones
-from config.schema.base import REGION_PATTERN, AccountId, Name, Strict
+from config.regions import EKS_UNSUPPORTED_ZONE_IDS, availability_zones
+from config.schema.base import REGION_PATTERN, ZONE_IDS_CONTEXT, AccountId, Name, Strict
 from config.schema.eks import EksConfig
 from config.schema.governance import (
     GOVERNANCE_REGIONS,
@@ -65,6 +65,9 @@ class EnvironmentConfig(Strict):
         description="Managed Prometheus, the HyperPod observability add-on and CloudWatch "
         "alarms. Without it, nothing watches the cluster.",
     )
+    # This account's AZ name -> zone ID mapping, as recorded in cdk.context.json (empty when
+    # none is): zones written by ID are already names here.
+    _zone_ids: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("tags")
     @classmethod
@@ -95,6 +98,24 @@ class EnvironmentConfig(Strict):
         if not _REGION.match(value):
             raise ValueError(f"{value!r} is not an AWS region name (e.g. us-east-1)")
         return value
+
+    @model_validator(mode="after")
+    def _physical_zones(self, info: ValidationInfo) -> EnvironmentConfig:
+        recorded = (info.context or {}).get(ZONE_IDS_CONTEXT, {})
+        self._zone_ids = {
+            az: recorded[az] for az in self.network.availability_zones if az in recorded
+        }
+        # Every network AZ holds an infrastructure subnet, and those carry the control plane.
+        for index, az in enumerate(self.network.availability_zones):
+            zone_id = self._zone_ids.get(az)
+            if zone_id in EKS_UNSUPPORTED_ZONE_IDS:
+                raise FieldError(
+                    f"network.availability_zones[{index}]",
+                    f"{az} is {zone_id} in account {self.account}, where EKS cannot place its "
+                    "control plane (every network AZ holds a control-plane subnet); use "
+                    "another zone",
+                )
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
@@ -218,6 +239,10 @@ class EnvironmentConfig(Strict):
                 )
         for path, message in quota_problems(governance, self.hyperpod.instance_groups):
             raise FieldError(path, message)
+
+    def zone_id(self, availability_zone: str) -> str | None:
+        """The zone ID of one of the network's AZs in this account, when recorded."""
+        return self._zone_ids.get(availability_zone)
 
     @property
     def training_availability_zone(self) -> str:

@@ -15,7 +15,7 @@ from config.kubernetes import (
     LABEL_VALUE,
     reserved_label_domain,
 )
-from config.schema.base import PARTITION, Strict, unique
+from config.schema.base import PARTITION, Strict, Zone, unique
 
 _TRAINING_PLAN_ARN = re.compile(
     rf"^arn:{PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
@@ -58,7 +58,7 @@ def _reserved_key(key: str, example: str) -> None:
 
 class TrainingPlanConfig(Strict):
     arn: str
-    availability_zone: str
+    availability_zone: Zone
 
     @field_validator("arn")
     @classmethod
@@ -411,7 +411,7 @@ class TieredStorageConfig(Strict):
 
 
 class HyperPodConfig(Strict):
-    availability_zones: list[str] = Field(
+    availability_zones: list[Zone] = Field(
         min_length=1,
         description="AZs of the cluster-level subnets, where groups without a training plan "
         "run. Fixed when the cluster is created (its VpcConfig cannot change); groups reach "

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from config.capacity import MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX
 from config.errors import FieldError
 from config.regions import INTERFACE_ENDPOINT_SERVICES
-from config.schema.base import RFC1918, Cidr, Strict, log_retention, unique
+from config.schema.base import RFC1918, Cidr, Strict, Zone, log_retention, unique
 
 # Interface endpoints nodes and the kubectl handler cannot work without (no internet egress).
 REQUIRED_ENDPOINTS: tuple[str, ...] = (
@@ -91,7 +91,7 @@ class NetworkConfig(Strict):
         description="Secondary CIDR carved into the large private cluster subnets, one per AZ. "
         "Without it the cluster subnets come from the upper half of vpc_cidr.",
     )
-    availability_zones: list[str] = Field(min_length=2, max_length=6)
+    availability_zones: list[Zone] = Field(min_length=2, max_length=6)
     egress: Literal["closed", "nat"] = Field(
         default="closed",
         description="closed: nodes reach AWS only through the VPC endpoints; no internet "

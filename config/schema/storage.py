@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from config.schema.base import Strict, unique
+from config.schema.base import Strict, Zone, unique
 
 RepositoryEvent = Literal["NEW", "CHANGED", "DELETED"]
 _ALL_EVENTS: tuple[RepositoryEvent, ...] = ("NEW", "CHANGED", "DELETED")
@@ -38,7 +38,7 @@ class DataRepositoryConfig(Strict):
 
 
 class FsxConfig(Strict):
-    availability_zone: str = Field(
+    availability_zone: Zone = Field(
         description="The AZ of the file system: fixed at creation (moving it replaces the file "
         "system). Training plans must be in this AZ so training I/O and EFA stay in one AZ."
     )

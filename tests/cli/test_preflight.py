@@ -201,6 +201,7 @@ def zone(name: str, zone_id: str, state: str = "available") -> dict[str, Any]:
     }
 
 
+# prod's account, as cdk.context.json records it.
 ZONES = [
     zone("us-east-1a", "use1-az4"),
     zone("us-east-1b", "use1-az6"),
@@ -443,7 +444,8 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
     for service, code, name, value in CODED:
         if code != "L-83CA0A9D":
             queue_coded_quota(stubs, service, code, name, value)
-    queue_zones(stubs)
+    # dev's account maps the names to other zones than prod's (cdk.context.json).
+    queue_zones(stubs, [zone("us-east-1a", "use1-az2"), zone("us-east-1b", "use1-az4")])
     stubs["iam"].add_response(
         "get_role",
         role(f"arn:aws:iam::{dev_account}:role/PlatformAdmin"),
@@ -747,6 +749,21 @@ def test_missing_and_impaired_zones(stubs: Stubs):
         "use1-az6: state impaired; used by cluster subnets",
     )
     assert row(report, "availability-zone", "us-east-1a")["status"] == "ok"
+    others_ok(report, "availability-zone")
+
+
+def test_a_zone_id_other_than_the_recorded_one_is_a_problem(stubs: Stubs):
+    # prod names its zones by ID; cdk.context.json maps use1-az6 to us-east-1b. An account
+    # that says otherwise would get its subnets in other physical zones than the file says.
+    queue_prod(stubs, skip=("availability-zone",))
+    queue_zones(stubs, [ZONES[0], zone("us-east-1b", "use1-az2"), ZONES[2], ZONES[3]])
+    report = run_json("--env", "prod", code=ExitCode.FAILED)
+    stale = row(report, "availability-zone", "us-east-1b")
+    assert (stale["status"], stale["detail"]) == (
+        "problem",
+        "use1-az2: cdk.context.json records use1-az6 for it; used by cluster subnets",
+    )
+    assert stale["fix"].startswith("run hpctl zones --env prod --write")
     others_ok(report, "availability-zone")
 
 

@@ -11,6 +11,7 @@ from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import INSTANCE_GROUP_NAME
 from config.loader import parse_config, plan_layout
 from config.schema import EnvironmentConfig
+from config.zones import zone_ids_key, zone_names_key
 from tests.support import ENVIRONMENTS, REPO, environment, environment_data
 
 
@@ -45,9 +46,12 @@ def test_physical_names_derive_from_the_environment_name(env_name):
     assert INSTANCE_GROUP_NAME.match(names.hyperpod_cluster)
 
 
-def test_cdk_context_lists_the_azs_of_every_environment():
+def test_cdk_context_lists_the_azs_of_every_environment_with_their_zone_ids():
     context = json.loads((REPO / "cdk.context.json").read_text())
     for name in ENVIRONMENTS:
-        data = environment_data(name)
-        key = f"availability-zones:account={data['account']}:region={data['region']}"
-        assert set(data["network"]["availability_zones"]) <= set(context[key]), name
+        config = environment(name).config
+        names = context[zone_names_key(config.account, config.region)]
+        ids = context[zone_ids_key(config.account, config.region)]
+        assert set(config.network.availability_zones) <= set(names), name
+        assert sorted(ids) == names, name
+        assert all(config.zone_id(az) == ids[az] for az in config.network.availability_zones)

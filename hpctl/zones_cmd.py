@@ -1,0 +1,111 @@
+"""`hpctl zones --env NAME`: record the account's Availability Zone names and their zone IDs
+in cdk.context.json, so the environment can name zones by ID and synth stays offline.
+
+Reads only the environment file's `account` and `region` (the rest may still name zones the
+file cannot resolve yet), checks that the credentials belong to that account
+(sts:GetCallerIdentity) and asks ec2:DescribeAvailabilityZones for the Region's zones of type
+availability-zone. Prints the table (name, zone ID, state) and, with `--write`, records it;
+commit the file so every synth and reviewer sees the same mapping. Failures are one line
+(exit 1 for AWS, 2 for options and files).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from config.errors import ConfigError
+from config.loader import read_yaml
+from config.zones import CONTEXT_FILE, record_zones, recorded_zone_ids
+from hpctl import aws
+from hpctl.errors import ExitCode, fail
+from hpctl.job_cmd import config_dir
+
+
+def _account_and_region(ctx: typer.Context, env: str) -> tuple[str, str]:
+    path = config_dir / f"{env}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml")))
+        fail(ctx, f"--env: unknown environment {env!r}; use one of {known}", code=ExitCode.USAGE)
+    try:
+        data = read_yaml(path)
+    except ConfigError as error:
+        fail(ctx, "--env: " + "; ".join(error.located_lines()), code=ExitCode.USAGE)
+    fields = data if isinstance(data, dict) else {}
+    account, region = fields.get("account"), fields.get("region")
+    if not isinstance(account, str) or not isinstance(region, str):
+        fail(
+            ctx,
+            f"--env: {path.name} needs `account` (quoted) and `region` before zones can be "
+            "looked up; add them",
+            code=ExitCode.USAGE,
+        )
+    return account, region
+
+
+def account_zones(region: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(the caller's account, name -> zone) for the Region's Availability Zones (not Local
+    or Wavelength Zones)."""
+    caller = aws.client("sts", region=region).get_caller_identity()["Account"]
+    found = aws.client("ec2", region=region).describe_availability_zones()["AvailabilityZones"]
+    zones = {
+        z["ZoneName"]: z
+        for z in found
+        if z.get("ZoneType", "availability-zone") == "availability-zone"
+    }
+    return str(caller), zones
+
+
+def zones(
+    ctx: typer.Context,
+    env: Annotated[str, typer.Option(help="Environment (config/<env>.yaml), e.g. prod.")],
+    write: Annotated[
+        bool, typer.Option("--write", help="Record the mapping in cdk.context.json.")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    context_file: Annotated[Path, typer.Option(hidden=True)] = CONTEXT_FILE,
+) -> None:
+    """Show (and with --write record) the account's AZ names and zone IDs."""
+    account, region = _account_and_region(ctx, env)
+    with aws.reported_errors(ctx):
+        caller, found = account_zones(region)
+    if caller != account:
+        fail(
+            ctx,
+            f"--env: {env} deploys into account {account}, the credentials are of {caller}; "
+            "use credentials of that account (AWS_PROFILE)",
+            code=ExitCode.USAGE,
+        )
+    mapping = {name: str(zone["ZoneId"]) for name, zone in sorted(found.items())}
+    recorded = recorded_zone_ids(account, region, context_file)
+    rows = [
+        {
+            "name": name,
+            "zone_id": zone_id,
+            "state": str(found[name].get("State", "unknown")),
+            "recorded": recorded.get(name, "-"),
+        }
+        for name, zone_id in mapping.items()
+    ]
+    if write:
+        record_zones(account, region, mapping, context_file)
+    differs = [r["name"] for r in rows if r["recorded"] != r["zone_id"]]
+    if json_output:
+        document = {"account": account, "region": region, "zones": rows, "differs": differs}
+        typer.echo(json.dumps(document | {"written": write}, indent=2))
+        return
+    table = Table("name", "zone ID", "state", "recorded")
+    for row in rows:
+        table.add_row(row["name"], row["zone_id"], row["state"], row["recorded"])
+    aws.print_table(Console(), table)
+    if write:
+        typer.echo(f"recorded {len(rows)} zones of {account}/{region}; commit cdk.context.json")
+    elif differs:
+        typer.echo(
+            f"cdk.context.json differs for {', '.join(differs)}; run with --write and commit it"
+        )
