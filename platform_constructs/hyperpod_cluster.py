@@ -14,20 +14,29 @@ role), so the construct grants exactly those alarms to it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from platform_constructs.hyperpod_role import LOG_GROUP_PREFIX
 from platform_constructs.lifecycle_scripts import LifecycleScripts
+from platform_constructs.nag import acknowledge, acknowledge_known_wildcards
+from platform_constructs.retention import RETENTION_DAYS
 
 # Pinned so that refactoring the construct tree can never make CloudFormation replace (and
 # so delete) the cluster and its nodes.
 CLUSTER_LOGICAL_ID = "HyperPodCluster"
+
+
+# The construct ID of CDK's per-stack LogRetention handler (aws-logs LogRetention).
+LOG_RETENTION_HANDLER_ID = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +108,7 @@ class HyperPodClusterProps:
     node_provisioning_mode: str | None
     tiered_storage_percent: int | None
     autoscaling: bool
+    log_retention_days: int
     instance_groups: tuple[InstanceGroupProps, ...]
 
 
@@ -176,6 +186,58 @@ class HyperPodCluster(Construct):
             _acknowledge_image_release_version(self.resource)
         self.cluster_name = cluster_name
         self.cluster_arn = self.resource.attr_cluster_arn
+        # HyperPod creates /aws/sagemaker/Clusters/<name>/<cluster id> (node logs and the
+        # lifecycle scripts' output) with no retention; the ID exists only once the cluster
+        # does, so CDK's LogRetention (create if missing, then set) runs after it.
+        self.log_retention = logs.LogRetention(
+            self,
+            "LogRetention",
+            log_group_name=cdk.Fn.join(
+                "",
+                [
+                    f"{LOG_GROUP_PREFIX}/{cluster_name}/",
+                    cdk.Fn.select(1, cdk.Fn.split("/", self.cluster_arn)),
+                ],
+            ),
+            retention=RETENTION_DAYS[props.log_retention_days],
+            removal_policy=removal_policy,
+        )
+        self._acknowledge_log_retention_handler()
+
+    def _acknowledge_log_retention_handler(self) -> None:
+        """LogRetention's handler is CDK's per-stack singleton; its findings are accepted on
+        its role and policy only."""
+        handler = cdk.Stack.of(self).node.try_find_child(LOG_RETENTION_HANDLER_ID)
+        if handler is None:
+            raise ValueError(f"CDK's LogRetention handler {LOG_RETENTION_HANDLER_ID} moved")
+        role = handler.node.find_child("ServiceRole")
+        acknowledge(
+            role,
+            "IAM4",
+            "CDK's LogRetention handler uses AWSLambdaBasicExecutionRole for its own "
+            "CloudWatch log group; the managed policy grants logs only.",
+            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        )
+        policy = role.node.find_child("DefaultPolicy").node.default_child
+        if not isinstance(policy, iam.CfnPolicy):
+            raise TypeError("CDK's LogRetention handler policy is no longer an iam.CfnPolicy")
+        acknowledge_known_wildcards(
+            policy,
+            [
+                (
+                    re.compile(r"Resource::\*"),
+                    "CDK's LogRetention handler sets and removes retention policies by log "
+                    "group name given at deploy time (logs:PutRetentionPolicy, "
+                    "logs:DeleteRetentionPolicy take no narrower resource here).",
+                ),
+                (
+                    re.compile(
+                        rf"Resource::arn:[^:]+:logs:[^:]+:\d{{12}}:log-group:{LOG_GROUP_PREFIX}/.*:\*"
+                    ),
+                    "The cluster's own log group (named by its cluster ID) and its streams.",
+                ),
+            ],
+        )
 
     def _instance_group(
         self, group: InstanceGroupProps

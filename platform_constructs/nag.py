@@ -7,6 +7,7 @@ exact finding (e.g. the one wildcard resource) where the rule reports one, and a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +57,9 @@ def nag_resource_string(value: Any) -> str:
             return f"<{arg[0]}.{arg[1]}>"
         if key == "Fn::ImportValue":
             return nag_resource_string(arg)
+        if key in ("Fn::Select", "Fn::Split"):
+            # cdk-nag writes other intrinsics as compact JSON (JSON.stringify).
+            return json.dumps(value, separators=(",", ":"))
     raise ValueError(f"cannot write {value!r} as a cdk-nag finding")
 
 

@@ -80,6 +80,7 @@ def cluster_props(hyperpod: HyperPodConfig) -> HyperPodClusterProps:
         node_provisioning_mode=hyperpod.node_provisioning_mode,
         tiered_storage_percent=tiered.memory_percent if tiered.enabled else None,
         autoscaling=hyperpod.autoscaling,
+        log_retention_days=hyperpod.log_retention_days,
         instance_groups=tuple(instance_group_props(g) for g in hyperpod.instance_groups),
     )
 

@@ -26,6 +26,7 @@ from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_codestarnotifications as notifications
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -40,6 +41,7 @@ from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.l1 import default_resource
 from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.nag import acknowledge_known_wildcards
+from platform_constructs.retention import RETENTION_DAYS
 from platform_constructs.storage import AccessLogBucket
 from stacks.platform import PlatformStacks, build_platform, cdk_json_context
 
@@ -54,7 +56,8 @@ BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 ACCESS_LOG_RETENTION_DAYS = 365
 # Logs of any Lambda function in the pipeline stack (CDK Pipelines creates none today; the
 # environments' functions are their Stages' own): a year, like the artifact access logs.
-FUNCTION_LOG_RETENTION_DAYS = 365
+# Retention of the pipeline's own logs: its deploy-time functions and every CodeBuild step.
+PIPELINE_LOG_RETENTION_DAYS = 365
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
 NOTIFIED_EVENTS = (
@@ -123,7 +126,7 @@ class PipelineStack(cdk.Stack):
         # Aspects stop at a Stage: each environment's Stage registers its own (build_platform).
         cdk.Aspects.of(self).add(
             FunctionLogGroups(
-                retention_days=FUNCTION_LOG_RETENTION_DAYS, removal_policy=cdk.RemovalPolicy.RETAIN
+                retention_days=PIPELINE_LOG_RETENTION_DAYS, removal_policy=cdk.RemovalPolicy.RETAIN
             ),
             priority=cdk.AspectPriority.MUTATING,
         )
@@ -131,6 +134,14 @@ class PipelineStack(cdk.Stack):
             pipeline.source.repository,
             pipeline.source.branch,
             connection_arn=pipeline.source.connection_arn,
+        )
+        # Every CodeBuild project of the pipeline (synth, guards, asset publishing,
+        # self-mutation) logs here instead of a never-expiring /aws/codebuild/<project>.
+        self.build_logs = logs.LogGroup(
+            self,
+            "BuildLogs",
+            retention=RETENTION_DAYS[PIPELINE_LOG_RETENTION_DAYS],
+            removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         self.pipeline = pipelines.CodePipeline(
             self,
@@ -147,7 +158,10 @@ class PipelineStack(cdk.Stack):
             code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(
                     build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.LARGE
-                )
+                ),
+                logging=codebuild.LoggingOptions(
+                    cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.build_logs)
+                ),
             ),
         )
         self.stages: dict[str, PlatformStage] = {}

@@ -15,7 +15,7 @@ from config.kubernetes import (
     LABEL_VALUE,
     reserved_label_domain,
 )
-from config.schema.base import PARTITION, Strict, Zone, unique
+from config.schema.base import PARTITION, Strict, Zone, log_retention, unique
 
 _TRAINING_PLAN_ARN = re.compile(
     rf"^arn:{PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
@@ -422,7 +422,17 @@ class HyperPodConfig(Strict):
     node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
     tiered_storage: TieredStorageConfig = Field(default_factory=TieredStorageConfig)
     autoscaling: bool = False
+    log_retention_days: int = Field(
+        default=365,
+        description="Retention of the cluster's log group, which HyperPod creates and fills "
+        "with node logs and the lifecycle scripts' output (/var/log/provision).",
+    )
     instance_groups: list[InstanceGroupConfig] = Field(min_length=1, max_length=100)
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _log_retention(cls, value: int) -> int:
+        return log_retention(value)
 
     @field_validator("availability_zones")
     @classmethod

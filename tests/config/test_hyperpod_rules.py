@@ -430,3 +430,10 @@ def test_prod_never_auto_patches_and_pins_no_guessed_release() -> None:
         assert group.updates is not None and group.updates.auto_patch is None, group.name
         assert group.updates.image_release_version is None, group.name
         assert group.updates.scheduled_update is not None, group.name
+
+
+def test_rule_cluster_log_retention_is_a_cloudwatch_period():
+    line = one_error_on(
+        "hyperpod.log_retention_days", lambda d: d["hyperpod"].update(log_retention_days=42)
+    )
+    assert "42 is not a CloudWatch Logs retention period" in line

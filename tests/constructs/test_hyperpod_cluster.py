@@ -8,6 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
+from config.schema.base import LOG_RETENTION_DAYS
 from platform_constructs.hyperpod_cluster import (
     CLUSTER_LOGICAL_ID,
     BatchSize,
@@ -20,6 +21,7 @@ from platform_constructs.hyperpod_cluster import (
 )
 from platform_constructs.hyperpod_role import HyperPodAutoscalingRole
 from platform_constructs.lifecycle_scripts import LifecycleScripts, LifecycleSettings
+from platform_constructs.retention import RETENTION_DAYS
 from stacks.hyperpod_stack import LIFECYCLE_DIR, LIFECYCLE_PREFIX
 from tests.support import bare_stack, template_of
 
@@ -98,6 +100,7 @@ def autoscaling_template() -> dict:
         node_provisioning_mode="Continuous",
         tiered_storage_percent=None,
         autoscaling=True,
+        log_retention_days=30,
         instance_groups=GROUPS,
     )
     return template_of(cluster_stack(props)).to_json()
@@ -132,6 +135,7 @@ def test_autoscaling_needs_its_role():
         node_provisioning_mode="Continuous",
         tiered_storage_percent=None,
         autoscaling=True,
+        log_retention_days=30,
         instance_groups=GROUPS,
     )
     with pytest.raises(ValueError, match="no autoscaling role"):
@@ -232,6 +236,7 @@ def updates_props(groups: tuple[InstanceGroupProps, ...]) -> HyperPodClusterProp
         node_provisioning_mode="Continuous",
         tiered_storage_percent=None,
         autoscaling=False,
+        log_retention_days=30,
         instance_groups=groups,
     )
 
@@ -354,3 +359,22 @@ def test_batch_settings_without_max_batch_are_refused():
     )
     with pytest.raises(ValueError, match="need max_batch"):
         cluster_stack(updates_props((group,)))
+
+
+def test_the_cluster_log_group_gets_a_retention_once_the_cluster_exists(autoscaling_template):
+    # HyperPod creates /aws/sagemaker/Clusters/<name>/<id> (node and lifecycle-script logs)
+    # without a retention; the ID is the last part of the cluster ARN.
+    (retention,) = [
+        r for r in autoscaling_template["Resources"].values() if r["Type"] == "Custom::LogRetention"
+    ]
+    props = retention["Properties"]
+    assert props["RetentionInDays"] == 30
+    (separator, parts) = props["LogGroupName"]["Fn::Join"]
+    assert separator == "" and parts[0] == "/aws/sagemaker/Clusters/hyperpod-test/"
+    assert parts[1] == {
+        "Fn::Select": [1, {"Fn::Split": ["/", {"Fn::GetAtt": [CLUSTER_LOGICAL_ID, "ClusterArn"]}]}]
+    }
+
+
+def test_every_cloudwatch_retention_period_maps_to_cdk():
+    assert tuple(RETENTION_DAYS) == LOG_RETENTION_DAYS

@@ -21,6 +21,7 @@ from platform_constructs.l1 import default_resource
 from stacks import pipeline_stack
 from stacks.pipeline_stack import (
     NOTIFIED_EVENTS,
+    PIPELINE_LOG_RETENTION_DAYS,
     PIPELINE_STACK_NAME,
     SYNTH_COMMAND,
     TEST_COMMAND,
@@ -171,6 +172,21 @@ def test_artifacts_are_encrypted_and_their_access_logged(pipeline: PipelineSynth
     assert encryption[0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
     log_bucket = artifact["Properties"]["LoggingConfiguration"]["DestinationBucketName"]["Ref"]
     assert log_bucket in buckets
+
+
+def test_every_build_project_logs_to_the_pipeline_log_group_with_retention(
+    pipeline: PipelineSynth,
+):
+    projects = resources_of(pipeline.template, "AWS::CodeBuild::Project")
+    groups = resources_of(pipeline.template, "AWS::Logs::LogGroup")
+    targets = {
+        p["Properties"]["LogsConfig"]["CloudWatchLogs"]["GroupName"]["Ref"]
+        for p in projects.values()
+    }
+    assert len(projects) > 3 and len(targets) == 1
+    (group,) = targets
+    assert groups[group]["Properties"]["RetentionInDays"] == PIPELINE_LOG_RETENTION_DAYS
+    assert groups[group]["DeletionPolicy"] == "Retain"
 
 
 def test_pipeline_template_passes_cfn_lint(pipeline: PipelineSynth):
