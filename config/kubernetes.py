@@ -29,6 +29,22 @@ TEAM_NAMESPACE_PREFIX: Final = "hyperpod-ns-"
 LOCAL_QUEUE_SUFFIX: Final = "-localqueue"
 PRIORITY_CLASS_SUFFIX: Final = "-priority"
 
+# Training pods the platform's managed Prometheus collector scrapes (stacks/observability_stack.py
+# keeps exactly the pods with this label and value, and scrapes their container port named
+# METRICS_PORT_NAME); `hpctl job render` puts both on every worker and passes the port to the
+# trainer (`--set metrics.port=...`, training/metrics_export.py). TRAINING_JOB_LABEL carries
+# the job's name, which the collector copies into every series as `training_job`. The
+# platform's own label domain: no other component sets labels under it.
+PLATFORM_LABEL_DOMAIN: Final = "hyperpod-platform"
+METRICS_LABEL: Final = f"{PLATFORM_LABEL_DOMAIN}/metrics"
+METRICS_LABEL_VALUE: Final = "trainer"
+TRAINING_JOB_LABEL: Final = f"{PLATFORM_LABEL_DOMAIN}/training-job"
+# A container port name (IANA service name: at most 15 lowercase letters, digits and '-').
+METRICS_PORT_NAME: Final = "metrics"
+# Unprivileged and clear of the elastic agent's 8080; pods have their own network namespace,
+# so it cannot collide with a node's exporters.
+METRICS_PORT: Final = 9410
+
 # The PersistentVolumeClaim bound to the platform's FSx for Lustre file system.
 FSX_CLAIM_NAME: Final = "fsx-claim"
 DEFAULT_NAMESPACE: Final = "default"

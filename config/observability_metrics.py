@@ -88,13 +88,15 @@ TRAINING_OPERATOR: Final = Source(
     ),
 )
 TRAINER: Final = Source(
+    # Served by training/metrics_export.py, scraped by the platform's managed Prometheus
+    # collector (platform_constructs/metrics_scraper.py).
     collector="this project's trainer",
     document=(
         "training/metrics.py: the HPTRAIN step and checkpoint lines and the goodput "
         "definition, exposed as metrics by the project's trainer"
     ),
-    # Scraped like any pod; whether the add-on's collector adds cluster_id to it depends on
-    # how it is exposed, so dashboards do not filter the trainer's metrics by it.
+    # The managed collector's relabelling sets `namespace` and `training_job`; it adds no
+    # cluster_id (that is the add-on's), so dashboards do not filter these metrics by it.
     added_labels=TARGET_LABELS,
 )
 

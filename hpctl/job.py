@@ -56,12 +56,17 @@ from config.kubernetes import (
     LABEL_VALUE,
     MAX_PRIORITY_LENGTH,
     MAX_TEAM_LENGTH,
+    METRICS_LABEL,
+    METRICS_LABEL_VALUE,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
     NEURON_RESOURCE,
     NODE_HEALTH_LABEL,
     PRIORITY_CLASS_SUFFIX,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     TEAM_NAMESPACE_PREFIX,
+    TRAINING_JOB_LABEL,
     local_queue,
     priority_class,
     team_namespace,
@@ -563,6 +568,8 @@ def trainer_args(spec: JobSpec) -> list[str]:
         # Explicit: the image always has the managed library, but only clusters with tiered
         # storage can serve it ("auto" would pick it everywhere).
         "checkpoint.fast_backend": "managed" if spec.managed_fast_tier else "local",
+        # The endpoint the platform's Prometheus collector scrapes (the named port below).
+        "metrics.port": METRICS_PORT,
     }
     if spec.managed_fast_tier:
         # The library's namespace: the same on every restart, unique per job.
@@ -584,7 +591,11 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": _command(spec),
         "args": trainer_args(spec),
-        "ports": [{"containerPort": AGENT_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"containerPort": AGENT_PORT, "protocol": "TCP"},
+            # Scraped by name: the collector keeps only this port of the labelled pods.
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
         "env": _env(spec),
         "resources": _resources(instance),
         "volumeMounts": [
@@ -630,7 +641,13 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
     }
     if spec.taints:
         pod_spec["tolerations"] = [taint.toleration() for taint in spec.taints]
-    return {"spec": pod_spec}
+    return {"metadata": {"labels": pod_labels(spec)}, "spec": pod_spec}
+
+
+def pod_labels(spec: JobSpec) -> dict[str, str]:
+    """Labels of every worker pod: the platform's Prometheus collector scrapes pods with the
+    metrics label and names their series after the job label (`training_job`)."""
+    return {METRICS_LABEL: METRICS_LABEL_VALUE, TRAINING_JOB_LABEL: spec.name}
 
 
 def render_job(spec: JobSpec) -> dict[str, Any]:

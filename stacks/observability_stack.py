@@ -1,7 +1,8 @@
 """Observability of one environment: the managed Prometheus workspace with the repository's
 alert rules and Alertmanager, the HyperPod observability add-on writing to it (its collector
-gets `aps:RemoteWrite` on this workspace only, through EKS Pod Identity), CloudWatch alarms
-and EventBridge rules, and the alarm topic they all notify.
+gets `aps:RemoteWrite` on this workspace only, through EKS Pod Identity), a managed collector
+scraping the trainer's own metrics into it (platform_constructs/metrics_scraper.py),
+CloudWatch alarms and EventBridge rules, and the alarm topic they all notify.
 
 Deployed after the cluster add-ons: the add-on needs running nodes (HyperPod observability
 add-on setup guide: at least one node before installing) and the pod identity agent.
@@ -9,10 +10,11 @@ add-on setup guide: at least one node before installing) and the pod identity ag
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -23,6 +25,7 @@ from config.schema.observability import ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
 from platform_constructs.eks_addons import AddonWithPodIdentity
 from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.metrics_scraper import TrainingMetricsScraper
 from platform_constructs.monitoring import (
     AlarmTopic,
     GrafanaWorkspace,
@@ -62,7 +65,12 @@ def addon_configuration(
 
 
 class ObservabilityStack(cdk.Stack):
-    """Exposes `topic`, `workspace`, `addon`, `alarms` and `grafana` (None unless asked)."""
+    """Exposes `topic`, `workspace`, `addon`, `scraper`, `alarms` and `grafana` (None unless
+    asked).
+
+    The trainer's collector needs the cluster (`eks_cluster_arn`), the subnets its ENIs go in
+    (`scraper_subnets`: the control plane's, two AZs at least), the group of the nodes its
+    pods run on (`pod_security_group`) and the control plane's group (`api_security_group`)."""
 
     def __init__(
         self,
@@ -72,6 +80,11 @@ class ObservabilityStack(cdk.Stack):
         observability: ObservabilityConfig,
         eks: EksConfig,
         eks_cluster_name: str,
+        eks_cluster_arn: str,
+        vpc: ec2.IVpc,
+        scraper_subnets: Sequence[ec2.ISubnet],
+        pod_security_group: ec2.ISecurityGroup,
+        api_security_group: ec2.ISecurityGroup,
         file_system: LustreFileSystem,
         nat_gateway_ids: Mapping[str, str],
         removal_policy: cdk.RemovalPolicy,
@@ -114,6 +127,17 @@ class ObservabilityStack(cdk.Stack):
                 workspace_arn=self.workspace.arn,
                 remote_write_base=self.workspace.remote_write_base,
             ),
+        )
+        self.scraper = TrainingMetricsScraper(
+            self,
+            "TrainerScraper",
+            cluster_arn=eks_cluster_arn,
+            workspace_arn=self.workspace.arn,
+            vpc=vpc,
+            subnets=scraper_subnets,
+            pod_security_group=pod_security_group,
+            api_security_group=api_security_group,
+            scrape_interval_s=observability.scrape_interval_s,
         )
         self.grafana = (
             GrafanaWorkspace(self, "Grafana", prometheus_workspace_arn=self.workspace.arn)

@@ -131,6 +131,9 @@ class CheckpointManager:
         before_write: Callable[[int, Path], None] = lambda step, path: None,
         on_checkpoint_written: Callable[[int], None] = lambda step: None,
         on_committed: Callable[[int, str, float], None] = lambda step, tier, blocking: None,
+        on_reported: Callable[[int, str, float, bool], None] = (
+            lambda step, tier, blocking, committed: None
+        ),
     ) -> None:
         self.cfg = cfg
         self.app_state = app_state
@@ -142,6 +145,7 @@ class CheckpointManager:
         self.before_write = before_write
         self.on_checkpoint_written = on_checkpoint_written
         self.on_committed = on_committed
+        self.on_reported = on_reported
         self.blocking_total_s = 0.0
         self.committed = 0
         self.failed = 0
@@ -319,6 +323,7 @@ class CheckpointManager:
             warn(f"checkpoint step {step} tier {tier} failed: {error}")
         if self.rank == 0:
             log_checkpoint(step, tier, blocking, "failed" if error else "committed")
+            self.on_reported(step, tier, blocking, error is None)
         if error is None:
             self.committed += 1
             self.last_committed_step[tier] = step

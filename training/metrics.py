@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -173,6 +174,22 @@ def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def job_start_unix(records: list[AttemptRecord]) -> float:
+    """When the job started: the launcher's start (HPTRAIN_JOB_START_UNIX), else the first
+    attempt's start (see GOODPUT_DEFINITION)."""
+    return float(os.environ.get("HPTRAIN_JOB_START_UNIX") or min(r.started_unix for r in records))
+
+
+def wall_time_s(job_start: float, now: float) -> float:
+    """Wall time since the job start (never zero, so goodput is always defined)."""
+    return max(now - job_start, 1e-9)
+
+
+def goodput(productive_s: float, job_start: float, now: float) -> float:
+    """GOODPUT_DEFINITION at `now`: the summary's figure, and the exported gauge's."""
+    return productive_s / wall_time_s(job_start, now)
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Run identity: what a checkpoint belongs to, and which changes a resume may make.
 
 Every manifest carries the identity of the run that wrote it: the preset, the world size, the
-resolved config (less the operational checkpoint and fault sections) and a digest of it. On resume the current job's identity is compared with the
+resolved config (less the operational checkpoint, fault and metrics sections) and a digest of it. On resume the current job's identity is compared with the
 checkpoint's, field by field, and each difference is either allowed (it takes effect from the
 resumed step: a longer run, a new learning rate, another world size that DCP reshards to) or
 refused (the checkpoint cannot mean the same run: another model, another data order, or a
@@ -31,7 +31,7 @@ REFUSED: dict[str, str] = {
     "training.seed": "the checkpoint's weights and RNG state replace it",
 }
 # Sections left out of the identity: they may differ between nodes and between launches.
-OPERATIONAL = ("checkpoint", "fault")
+OPERATIONAL = ("checkpoint", "fault", "metrics")
 # Why an allowed change is fine, where that is worth saying.
 NOTES: dict[str, str] = {
     "training.steps": "the schedule is recomputed for the new length",

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from config.instance_types import lookup
+from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from hpctl.job import render_job, to_yaml
 from training.train import parse_args
 
@@ -118,8 +119,20 @@ def test_replicas_spares_and_agent_port(spec_factory) -> None:
     manifest = render_job(spec_factory(nodes=16, spares=2))
     (replica,) = manifest["spec"]["replicaSpecs"]
     assert (replica["name"], replica["replicas"], replica["spares"]) == ("worker", 16, 2)
-    assert _container(manifest)["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert _container(manifest)["ports"] == [
+        {"containerPort": 8080, "protocol": "TCP"},
+        {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+    ]
     assert "--nnodes=16" in _container(manifest)["command"]
+
+
+def test_workers_carry_the_scrape_label_and_their_job_name(spec_factory) -> None:
+    manifest = render_job(spec_factory(name="run-7"))
+    labels = manifest["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]
+    assert labels[TRAINING_JOB_LABEL] == "run-7"
+    assert set(labels) == {METRICS_LABEL, TRAINING_JOB_LABEL}
+    # The trainer serves on the port the pod names.
+    assert f"metrics.port={METRICS_PORT}" in _container(manifest)["args"]
 
 
 def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> None:
@@ -150,6 +163,8 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "checkpoint.durable_interval=500",
         "--set",
         "checkpoint.fast_backend=local",
+        "--set",
+        f"metrics.port={METRICS_PORT}",
     ]
     assert container["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0"
 
@@ -191,6 +206,7 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
         spec.durable_every,
     )
     assert checkpoint.fast_backend == ("managed" if spec.managed_fast_tier else "local")
+    assert config.metrics.port == METRICS_PORT
     if spec.managed_fast_tier:
         assert checkpoint.managed_namespace == spec.name
         assert checkpoint.managed_s3_path == "s3://bucket/managed"

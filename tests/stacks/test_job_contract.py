@@ -15,7 +15,11 @@ install creates from them (AWS documents both):
 - its node selector, node affinity and tolerations: HyperPod labels every node with its
   instance group and type and applies the group's labels and taints;
 - its extended resources: a device plugin DaemonSet pinned to the job's instance type;
-- its kind and Kueue labels: the training operator and task governance add-ons.
+- its kind and Kueue labels: the training operator and task governance add-ons;
+- its metrics: the managed Prometheus collector's scrape configuration (read from the
+  template, relabelled the way Prometheus does) keeps its worker pods, on the port the trainer
+  serves (`--set metrics.port`), and names their series after the job (`training_job`) in its
+  namespace.
 
 `contract_problems` knows no team, group or class by name: it reads both sides. The planted
 violations at the end prove each check can fail.
@@ -24,21 +28,25 @@ violations at the end prove each check can fail.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import yaml
 
 from config.addons import TASK_GOVERNANCE, TRAINING_OPERATOR
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import (
     INSTANCE_GROUP_LABEL,
     INSTANCE_TYPE_LABEL,
+    METRICS_LABEL,
     NODE_HEALTH_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
+    TRAINING_JOB_LABEL,
     local_queue,
     priority_class,
     team_namespace,
@@ -78,6 +86,8 @@ class Platform:
     file_system: Any = None
     # PersistentVolume name -> (stack, value) its CSI volume handle is exported from.
     volume_handles: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    # The `scrape_configs` of every managed Prometheus collector (AWS::APS::Scraper).
+    scrape_jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _with_tokens(value: Any, tokens: dict[str, Any]) -> Any:
@@ -119,6 +129,9 @@ def platform_of(result: SynthResult) -> Platform:
                     platform.groups.update(
                         {g["InstanceGroupName"]: g for g in props["InstanceGroups"]}
                     )
+                case "AWS::APS::Scraper":
+                    blob = props["ScrapeConfiguration"]["ConfigurationBlob"]["Fn::Base64"]
+                    platform.scrape_jobs.extend(yaml.safe_load(blob)["scrape_configs"])
     storage = result.templates["storage"]["Resources"]
     (platform.file_system,) = [
         {"Ref": k} for k, r in storage.items() if r["Type"] == "AWS::FSx::FileSystem"
@@ -214,6 +227,76 @@ def _pod_problems(pod: dict[str, Any], namespace: str, platform: Platform) -> It
                 yield f"no device plugin advertises {resource} on {group['InstanceType']}"
 
 
+def _meta_label(name: str) -> str:
+    """Prometheus's name for a Kubernetes label in discovery meta labels."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def _relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:
+    """`labels` after Prometheus `relabel_configs` (keep, drop, replace), None if dropped."""
+    labels = dict(labels)
+    for rule in rules:
+        action = rule.get("action", "replace")
+        value = rule.get("separator", ";").join(labels.get(n, "") for n in rule["source_labels"])
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if (action == "keep" and match is None) or (action == "drop" and match is not None):
+            return None
+        if action == "replace" and match is not None:
+            replacement = re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", rule.get("replacement", "$1"))
+            labels[rule["target_label"]] = match.expand(replacement)
+        elif action not in ("keep", "drop", "replace"):
+            raise AssertionError(f"relabel action {action} is not modelled here")
+    return labels
+
+
+def _served_port(container: dict[str, Any]) -> int | None:
+    args = container.get("args", [])
+    sets = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
+    ports = [int(s.split("=", 1)[1]) for s in sets if s.startswith("metrics.port=")]
+    return ports[-1] if ports and ports[-1] else None
+
+
+def _scrape_problems(job: dict[str, Any], platform: Platform) -> Iterator[str]:
+    """Does a collector scrape each worker pod's metrics endpoint, labelled with the job?"""
+    if not platform.scrape_jobs:
+        yield "no managed Prometheus collector scrapes the trainer's metrics"
+        return
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    for replica in job["spec"]["replicaSpecs"]:
+        template = replica["template"]
+        pod_meta = {
+            "__meta_kubernetes_namespace": namespace,
+            "__meta_kubernetes_pod_phase": "Running",
+            **{
+                f"__meta_kubernetes_pod_label_{_meta_label(k)}": v
+                for k, v in template.get("metadata", {}).get("labels", {}).items()
+            },
+        }
+        targets = []  # (container, port, labels after relabelling): what Prometheus scrapes
+        for container in template["spec"]["containers"]:
+            for port in container.get("ports", []):
+                meta = {
+                    **pod_meta,
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                }
+                for scrape in platform.scrape_jobs:
+                    labels = _relabel(meta, scrape.get("relabel_configs", []))
+                    if labels is not None:
+                        targets.append((container, port["containerPort"], labels))
+        if not targets:
+            yield f"no collector scrapes the pods of replica {replica['name']} (labels, port name)"
+        for container, port, labels in targets:
+            served = _served_port(container)
+            if served != port:
+                yield f"the collector scrapes port {port}, but the trainer serves {served}"
+            if labels.get("training_job") != name:
+                yield f"series would carry training_job={labels.get('training_job')!r}, not {name!r}"
+            if labels.get("namespace") != namespace:
+                yield f"series would carry namespace={labels.get('namespace')!r}, not {namespace!r}"
+
+
 def contract_problems(job: dict[str, Any], platform: Platform) -> list[str]:
     """Everything `job` names that the platform does not create (empty: the job can run)."""
     problems = []
@@ -234,6 +317,7 @@ def contract_problems(job: dict[str, Any], platform: Platform) -> list[str]:
         problems.append(f"priority class {labels.get(PRIORITY_LABEL)!r} is created by nothing")
     for replica in job["spec"]["replicaSpecs"]:
         problems.extend(_pod_problems(replica["template"]["spec"], namespace, platform))
+    problems.extend(_scrape_problems(job, platform))
     return problems
 
 
@@ -289,6 +373,7 @@ def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
 
 POD = ("spec", "replicaSpecs", 0, "template", "spec")
 CONTAINER = (*POD, "containers", 0)
+POD_LABELS = ("spec", "replicaSpecs", 0, "template", "metadata", "labels")
 
 
 def _plant_managed_tier_key(job: dict[str, Any]) -> None:
@@ -296,6 +381,17 @@ def _plant_managed_tier_key(job: dict[str, Any]) -> None:
     container["env"].append(
         {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "hyperpod-team", "key": "nope"}}}
     )
+
+
+def _plant_unlabelled_job(job: dict[str, Any]) -> None:
+    del job["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"][TRAINING_JOB_LABEL]
+
+
+def _plant_other_metrics_port(job: dict[str, Any]) -> None:
+    container = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["args"] = [
+        "metrics.port=9999" if a.startswith("metrics.port=") else a for a in container["args"]
+    ]
 
 
 def _plant_fpga(job: dict[str, Any]) -> None:
@@ -320,6 +416,9 @@ JOB_VIOLATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "matches no taint",
     ),
     "extended resource": (_plant_fpga, "no device plugin"),
+    "metrics label": (_set((*POD_LABELS, METRICS_LABEL), "other"), "no collector scrapes"),
+    "job label": (_plant_unlabelled_job, "training_job=''"),
+    "metrics port": (_plant_other_metrics_port, "the trainer serves 9999"),
 }
 
 
@@ -356,6 +455,16 @@ def test_planted_platform_gaps_are_caught(prod: SynthResult):
             "not the platform's file system",
         ),
         "no quota": (lambda p: p.quota_teams.clear(), f"namespace {namespace}"),
+        "no collector": (lambda p: p.scrape_jobs.clear(), "no managed Prometheus collector"),
+        "collector keeps other pods": (
+            lambda p: [
+                rule.update(regex="other")
+                for scrape in p.scrape_jobs
+                for rule in scrape["relabel_configs"]
+                if rule.get("action") == "keep"
+            ],
+            "no collector scrapes",
+        ),
     }
     for name, (remove, expected) in gaps.items():
         platform = copy.deepcopy(platform_of(prod))

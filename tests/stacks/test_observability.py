@@ -8,11 +8,26 @@ import json
 from typing import Any
 
 import pytest
+import yaml
+from aws_cdk.assertions import Capture
 
 from config.addons import ADDONS, OBSERVABILITY
+from config.kubernetes import (
+    METRICS_LABEL,
+    METRICS_LABEL_VALUE,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+    TRAINING_JOB_LABEL,
+)
+from config.observability_metrics import METRICS, TRAINER
 from platform_constructs.alarms import HYPERPOD_EVENTS
+from platform_constructs.metrics_scraper import (
+    MIN_SCRAPE_INTERVAL_S,
+    pod_label_meta,
+    scrape_configuration,
+)
 from platform_constructs.observability import rule_files
-from tests.support import SYNTH_GROUP, SynthResult, only
+from tests.support import SYNTH_GROUP, SynthResult, only, security_group_rules
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
@@ -87,7 +102,8 @@ def test_addon_writes_only_to_this_workspace_with_the_configured_levels(env: Syn
         account.name,
     )
     (workspace_id,) = _resources(env, "AWS::APS::Workspace")
-    role = only(_resources(env, "AWS::IAM::Role"))["Properties"]
+    (role_id, _) = association["RoleArn"]["Fn::GetAtt"]
+    role = _resources(env, "AWS::IAM::Role")[role_id]["Properties"]
     (statement,) = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
     assert statement["Action"] == "aps:RemoteWrite"
     assert statement["Resource"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
@@ -139,3 +155,176 @@ def test_fsx_alarm_threshold_follows_capacity_and_percent(env: SynthResult):
     percent = env.config.observability.fsx_free_capacity_percent
     assert alarm["Threshold"] == fsx.storage_capacity_gib * 1024**3 * percent / 100
     assert alarm["ComparisonOperator"] == "LessThanThreshold"
+
+
+# --------------------------------------------------------------------------- trainer metrics
+
+
+def _scraper(env: SynthResult) -> tuple[str, dict[str, Any]]:
+    ((scraper_id, scraper),) = _resources(env, "AWS::APS::Scraper").items()
+    return scraper_id, scraper["Properties"]
+
+
+def _scrape_config(env: SynthResult) -> dict[str, Any]:
+    blob = _scraper(env)[1]["ScrapeConfiguration"]["ConfigurationBlob"]
+    return yaml.safe_load(blob["Fn::Base64"])
+
+
+def _scraper_group(env: SynthResult) -> str:
+    return env.logical_id("observability", env.stacks["observability"].scraper.security_group)
+
+
+def test_trainer_scraper_reads_the_cluster_from_the_control_plane_subnets(env: SynthResult):
+    _, props = _scraper(env)
+    (workspace_id,) = _resources(env, "AWS::APS::Workspace")
+    assert props["Destination"] == {
+        "AmpConfiguration": {"WorkspaceArn": {"Fn::GetAtt": [workspace_id, "Arn"]}}
+    }
+    source = props["Source"]["EksConfiguration"]
+    cluster = env.stacks["eks"].cluster.resource
+    assert env.exported(source["ClusterArn"]) == (
+        "eks",
+        {"Fn::GetAtt": [env.logical_id("eks", cluster), "Arn"]},
+    )
+    infra = env.stacks["network"].infra_subnets
+    assert len(infra) >= 2  # the collector needs two Availability Zones
+    assert sorted(json.dumps(env.exported(s)) for s in source["SubnetIds"]) == sorted(
+        json.dumps(("network", {"Ref": env.logical_id("network", subnet)}))
+        for subnet in infra.values()
+    )
+    assert source["SecurityGroupIds"] == [{"Fn::GetAtt": [_scraper_group(env), "GroupId"]}]
+
+
+def test_scrape_configuration_keeps_labelled_pods_on_the_named_port(env: SynthResult):
+    config = _scrape_config(env)
+    interval = max(env.config.observability.scrape_interval_s, MIN_SCRAPE_INTERVAL_S)
+    assert config["global"] == {"scrape_interval": f"{interval}s"}
+    (job,) = config["scrape_configs"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
+    keeps = {
+        tuple(r["source_labels"]): r["regex"]
+        for r in job["relabel_configs"]
+        if r["action"] == "keep"
+    }
+    assert keeps == {
+        (pod_label_meta(METRICS_LABEL),): METRICS_LABEL_VALUE,
+        ("__meta_kubernetes_pod_phase",): "Running",
+        ("__meta_kubernetes_pod_container_port_name",): METRICS_PORT_NAME,
+    }
+    targets = {
+        r["target_label"]: r["source_labels"]
+        for r in job["relabel_configs"]
+        if r["action"] == "replace"
+    }
+    assert targets == {
+        "namespace": ["__meta_kubernetes_namespace"],
+        "training_job": [pod_label_meta(TRAINING_JOB_LABEL)],
+    }
+    # Exactly the labels the catalogue gives the trainer's metrics.
+    trainer = {m.labels for m in METRICS.values() if m.source is TRAINER}
+    assert trainer == {frozenset(targets)}
+    # The YAML the service reads is the construct's configuration, whole.
+    assert config == scrape_configuration(env.config.observability.scrape_interval_s)
+
+
+def test_scraper_writes_through_its_own_roles_to_this_workspace_only(env: SynthResult):
+    template = env.template("observability")
+    # Only this account's scrapers (the scraper's own ARN does not exist before it does).
+    scrapers = f"arn:aws:aps:{env.config.region}:{env.config.account}:scraper/*"
+    source, target = Capture(), Capture()
+    template.has_resource_properties(
+        "AWS::APS::Scraper",
+        {"RoleConfiguration": {"SourceRoleArn": source, "TargetRoleArn": target}},
+    )
+    roles = _resources(env, "AWS::IAM::Role")
+    (source_id, _), (target_id, _) = (
+        source.as_object()["Fn::GetAtt"],
+        target.as_object()["Fn::GetAtt"],
+    )
+    source_trust = roles[source_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert source_trust == [
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "scraper.aps.amazonaws.com"},
+            "Condition": {
+                "ArnLike": {"aws:SourceArn": scrapers},
+                "StringEquals": {"aws:SourceAccount": env.config.account},
+            },
+        }
+    ]
+    target_props = roles[target_id]["Properties"]
+    (trust,) = target_props["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"AWS": {"Fn::GetAtt": [source_id, "Arn"]}}
+    assert trust["Condition"] == {"StringLike": {"sts:ExternalId": scrapers}}
+    (workspace_id,) = _resources(env, "AWS::APS::Workspace")
+    (statement,) = [s for p in target_props["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    assert (statement["Action"], statement["Resource"]) == (
+        "aps:RemoteWrite",
+        {"Fn::GetAtt": [workspace_id, "Arn"]},
+    )
+    # The source role may do one thing: become the target role.
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": source_id}],
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Action": "sts:AssumeRole",
+                        "Effect": "Allow",
+                        "Resource": {"Fn::GetAtt": [target_id, "Arn"]},
+                    }
+                ]
+            },
+        },
+    )
+
+
+def test_scraper_reaches_only_the_metrics_port_and_the_api(env: SynthResult):
+    group = _scraper_group(env)
+    template = env.templates["observability"]
+    own = {"Fn::GetAtt": [group, "GroupId"]}
+    observability = env.stacks["observability"]
+    pods = observability.resolve(env.stacks["network"].efa_security_group.security_group_id)
+    api = observability.resolve(
+        env.stacks["eks"].cluster.control_plane_security_group.security_group_id
+    )
+    expected = {
+        (json.dumps(pods, sort_keys=True), METRICS_PORT),
+        (json.dumps(api, sort_keys=True), 443),
+    }
+    egress = [r for r in security_group_rules(template, group, "Egress") if "CidrIp" not in r]
+    assert {
+        (json.dumps(r["DestinationSecurityGroupId"], sort_keys=True), r["FromPort"]) for r in egress
+    } == expected
+    assert all(r["IpProtocol"] == "tcp" and r["FromPort"] == r["ToPort"] for r in egress)
+    # Inline, only the rule that matches no traffic: EC2's default allow-all egress is gone.
+    inline = template["Resources"][group]["Properties"]["SecurityGroupEgress"]
+    assert [r["CidrIp"] for r in inline] == ["255.255.255.255/32"]
+    # Each peer admits the collector on that port alone, and nothing else admits it.
+    ingress = [
+        r["Properties"]
+        for r in _resources(env, "AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"].get("SourceSecurityGroupId") == own
+    ]
+    assert {
+        (json.dumps(r["GroupId"], sort_keys=True), r["FromPort"], r["ToPort"], r["IpProtocol"])
+        for r in ingress
+    } == {(peer, port, port, "tcp") for peer, port in expected}
+
+
+def test_scraper_cluster_access_comes_from_the_api_authentication_mode(env: SynthResult):
+    # AMP creates the scraper's access entry itself on an `API` cluster with a private
+    # endpoint (AMP User Guide, managed collectors); an entry of ours would collide with it.
+    cluster = only(env.resources("eks", "AWS::EKS::Cluster"))["Properties"]
+    assert cluster["AccessConfig"]["AuthenticationMode"] == "API"
+    assert cluster["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
+    for name in env.templates:
+        assert not [
+            entry
+            for entry in env.resources(name, "AWS::EKS::AccessEntry").values()
+            if "Scraper" in json.dumps(entry["Properties"]["PrincipalArn"])
+        ], name
+    vpc = only(env.resources("network", "AWS::EC2::VPC"))["Properties"]
+    assert vpc["EnableDnsSupport"] is True and vpc["EnableDnsHostnames"] is True
