@@ -2,6 +2,13 @@
 
     python benchmarks/training_throughput.py                      # one GPU
     torchrun --nproc_per_node 8 benchmarks/training_throughput.py  # one node
+    python benchmarks/training_throughput.py --set parallel.activation_checkpoint=every:2 \
+        --set training.loss_chunk_tokens=0                       # any trainer override
+
+The preset's own settings are measured unless ``--set section.field=value`` (repeatable, the
+trainer's own parser: training.config.build_config) or a flag changes them; ``--micro-batch``
+defaults to the preset's ``training.micro_batch_size``. The JSON line it prints names the
+overrides, the command that reproduces it, the torch version and the device.
 
 Without CUDA it prints a JSON line with a `skipped` reason (``--allow-cpu`` runs the same code
 path on CPU, e.g. with ``--preset tiny``, as a smoke test; MFU is then null).
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -32,12 +40,25 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A1
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="1b")
-    ap.add_argument("--micro-batch", type=int, default=2, help="sequences per GPU per step")
+    ap.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="sequences per GPU per step (default: the preset's training.micro_batch_size, else 2)",
+    )
     ap.add_argument("--seq-len", type=int, default=None, help="default: the preset's")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--allow-cpu", action="store_true")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="a trainer config override, as training.train takes it (repeatable; applied last)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -56,18 +77,31 @@ def main() -> int:
 
     import torch.distributed as dist
 
-    from training.config import build_config
+    from training.config import ConfigError, build_config
     from training.model import count_params
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
     from training.trainer import Trainer
 
     ensure_single_process_env()
     world = int(os.environ["WORLD_SIZE"])
+    try:
+        # The preset as the overrides leave it decides the default micro-batch.
+        preset_cfg = build_config(args.preset, args.overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    micro = args.micro_batch or preset_cfg.training.micro_batch_size or 2
+    # What is measured: the benchmark's run shape, then the flags, then --set (which wins).
+    measured = [f"training.global_batch_size={micro * world}", f"training.micro_batch_size={micro}"]
+    if args.seq_len:
+        measured.append(f"training.seq_len={args.seq_len}")
+    if args.no_compile:
+        measured.append("parallel.compile=false")
+    measured += args.overrides
     tmp = Path(tempfile.mkdtemp(prefix="throughput-bench-"))
-    overrides = [
+    harness = [
         "data.source=synthetic",
         "data.synthetic_samples=100000",
-        f"training.global_batch_size={args.micro_batch * world}",
         f"training.steps={args.warmup + args.steps}",
         "checkpoint.fast_interval=0",
         "checkpoint.durable_interval=0",
@@ -75,11 +109,13 @@ def main() -> int:
         f"checkpoint.fast_dir={tmp / 'fast'}",
         f"checkpoint.durable_dir={tmp / 'durable'}",
     ]
-    if args.seq_len:
-        overrides.append(f"training.seq_len={args.seq_len}")
-    if args.no_compile:
-        overrides.append("parallel.compile=false")
-    cfg = build_config(args.preset, overrides)
+    try:
+        cfg = build_config(args.preset, harness + measured)
+        cfg.check_world(world)
+    except ConfigError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     info = init_distributed()
     configure_cpu_threads(0, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     try:
@@ -94,23 +130,44 @@ def main() -> int:
                 times.append(time.perf_counter() - t0)
         m, t = cfg.model, cfg.training
         step_s = statistics.median(times)
-        tokens_per_gpu_s = args.micro_batch * t.seq_len / step_s
+        per_gpu = t.global_batch_size // world
+        tokens_per_gpu_s = per_gpu * t.seq_len / step_s
         flops_per_token = 6 * count_params(m) + 12 * m.n_layers * m.dim * t.seq_len
         peak = None
         name = torch.cuda.get_device_name() if info.device.type == "cuda" else "cpu"
         for key, value in PEAK_BF16.items():
             if key in name:
                 peak = value
+        command = ["python", "benchmarks/training_throughput.py", "--preset", args.preset]
+        command += ["--micro-batch", str(micro), "--warmup", str(args.warmup)]
+        command += ["--steps", str(args.steps)]
+        if info.device.type != "cuda":
+            command.append("--allow-cpu")
+        if args.seq_len:
+            command += ["--seq-len", str(args.seq_len)]
+        if args.no_compile:
+            command.append("--no-compile")
+        for override in args.overrides:
+            command += ["--set", override]
         result = {
             "benchmark": "training_throughput",
             "preset": args.preset,
             "device": name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
             "world_size": world,
+            # --set as given, and every override the measured config differs from the preset
+            # by (the harness's synthetic data and disabled checkpoints aside).
+            "set": args.overrides,
+            "overrides": measured,
+            "command": shlex.join(command),
             "params": count_params(m),
             "seq_len": t.seq_len,
-            "micro_batch_per_gpu": args.micro_batch,
+            "micro_batch_per_gpu": per_gpu,
+            "passes_per_step": cfg.micro_batches(world)[1],
             "compile": cfg.parallel.compile,
             "activation_checkpoint": cfg.parallel.activation_checkpoint,
+            "loss_chunk_tokens": t.loss_chunk_tokens,
             "step_time_s_median": round(step_s, 4),
             "tokens_per_s_per_gpu": round(tokens_per_gpu_s, 1),
             "model_tflops_per_gpu": round(tokens_per_gpu_s * flops_per_token / 1e12, 2),

@@ -94,23 +94,29 @@ _TABLE = (
     ),
     # Built per Kubernetes minor: must match the cluster's (the schema checks it).
     Addon(name="kube-proxy", version="v1.35.3-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
+    # EKS's default build for Kubernetes 1.35 (describe-addon-versions, 2026-10), also pinned
+    # beside 1.35 in awslabs/global-capacity-orchestrator-on-aws (gco/stacks/constants.py).
     Addon(
         name="eks-pod-identity-agent",
-        version="v1.3.8-eksbuild.2",
+        version="v1.3.10-eksbuild.3",
         minimum=(1, 3, 0),
         stack="eks",
     ),
     # The EKS User Guide's latest build for Kubernetes 1.33, 1.34 and 1.35 alike.
     Addon(name="coredns", version="v1.13.2-eksbuild.4", minimum=(1, 11, 1), stack="eks"),
+    # The build AWS's references install (awslabs/awsome-distributed-training hyperpod-eks-tf
+    # modules/hyperpod_cluster/variables.tf; aws/sagemaker-hyperpod-cli helm_to_addon.sh).
     Addon(
         name="cert-manager",
-        version="v1.18.2-eksbuild.1",
+        version="v1.18.2-eksbuild.2",
         minimum=(1, 16, 0),
         stack="cluster-addons",
     ),
+    # Pinned beside Kubernetes 1.35 in awslabs/global-capacity-orchestrator-on-aws
+    # (gco/stacks/constants.py); v1.6.0 predates 1.35.
     Addon(
         name="aws-fsx-csi-driver",
-        version="v1.6.0-eksbuild.1",
+        version="v1.8.0-eksbuild.2",
         minimum=(1, 2, 0),
         stack="cluster-addons",
         service_account=ServiceAccount(namespace="kube-system", name="fsx-csi-controller-sa"),

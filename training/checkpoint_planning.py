@@ -18,12 +18,39 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
+
+
+def dedup_save_plans(plans: list[SavePlan]) -> list[SavePlan]:
+    """Each item held by several of `plans` is kept in one of them only: the plan with the
+    least storage assigned so far, in the order the items first appear.
+
+    The same rule as DCP's own deduplication (a private torch module, which the trainer does
+    not import), written against the public planner types. The input plans are not modified.
+    """
+    holders: dict[MetadataIndex, list[int]] = {}
+    items: dict[MetadataIndex, Any] = {}
+    for i, plan in enumerate(plans):
+        for item in plan.items:
+            holders.setdefault(item.index, []).append(i)
+            items[item.index] = item
+    size = [0] * len(plans)
+    dropped: list[set[MetadataIndex]] = [set() for _ in plans]
+    for index, ranks in holders.items():
+        keep = min(ranks, key=lambda r: size[r])
+        # Non-tensor items count 1: their storage size is unknown.
+        size[keep] += items[index].tensor_storage_size() or 1
+        for r in ranks:
+            if r != keep:
+                dropped[r].add(index)
+    return [
+        dataclasses.replace(plan, items=[it for it in plan.items if it.index not in dropped[i]])
+        for i, plan in enumerate(plans)
+    ]
 
 
 class NodeLocalSavePlanner(DefaultSavePlanner):

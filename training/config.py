@@ -61,6 +61,14 @@ class TrainingConfig:
     # Deterministic kernels (torch.use_deterministic_algorithms, a fixed cuBLAS workspace):
     # on GPU, a resumed run then matches an uninterrupted one bit for bit. Slower.
     deterministic: bool = False
+    # Sequences per forward/backward pass on a rank: a step accumulates the gradients of
+    # (global_batch_size / world size) / micro_batch_size passes. 0 = the rank's whole batch in
+    # one pass. An upper bound: a rank with fewer sequences runs them in one pass.
+    micro_batch_size: int = 0
+    # Cross-entropy over chunks of this many tokens (model.chunked_cross_entropy): the logits
+    # exist in fp32 for one chunk at a time and none are kept for backward. 0 = plain loss over
+    # the full logits (a batch x seq_len x vocab_size fp32 tensor and its copies).
+    loss_chunk_tokens: int = 0
 
 
 @dataclass
@@ -81,7 +89,10 @@ class ParallelConfig:
     dp_shard: int = -1
     # "auto" = bf16 params/compute with fp32 reductions on GPU, fp32 on CPU.
     mixed_precision: str = "auto"
-    activation_checkpoint: bool = False
+    # Decoder layers that recompute their activations in backward (less memory, about a third
+    # more forward compute in those layers): "none", "all", "every:K" (layers 0, K, 2K, ...) or
+    # "first:N" (layers 0 to N-1). true/false (the old boolean) read as all/none.
+    activation_checkpoint: str = "none"
     compile: bool = False
 
 
@@ -127,6 +138,14 @@ class FaultConfig:
 
 
 @dataclass
+class MetricsConfig:
+    # Prometheus endpoint of the trainer (training/metrics_export.py), served by local rank 0
+    # of each node on this TCP port; 0 = off. The job renderer sets it to the port the
+    # platform's scraper reads (config/kubernetes.py).
+    port: int = 0
+
+
+@dataclass
 class JobConfig:
     preset: str = "tiny"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -136,6 +155,7 @@ class JobConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def _check_ranges(self) -> None:
         """Every numeric field finite and in range, before any arithmetic on them."""
@@ -182,6 +202,10 @@ class JobConfig:
             raise ConfigError("data.dtype must be uint16 or uint32")
         if self.parallel.mixed_precision not in ("auto", "bf16", "fp32"):
             raise ConfigError("parallel.mixed_precision must be auto, bf16 or fp32")
+        self.parallel.activation_checkpoint = normalize_activation_checkpoint(
+            self.parallel.activation_checkpoint
+        )
+        checkpointed_layers(self.parallel.activation_checkpoint, m.n_layers)
         if c.async_mode not in ("thread", "sync"):
             raise ConfigError("checkpoint.async_mode must be 'thread' or 'sync'")
         if c.fast_backend not in ("auto", "local", "managed"):
@@ -198,6 +222,11 @@ class JobConfig:
             )
         if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
             raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
+        port = self.metrics.port
+        if port != 0 and not METRICS_PORTS[0] <= port <= METRICS_PORTS[1]:
+            raise ConfigError(
+                f"metrics.port must be 0 (off) or {METRICS_PORTS[0]}-{METRICS_PORTS[1]}, got {port}"
+            )
 
     def check_world(self, world_size: int) -> None:
         """Checks that depend on the launch size, done once the world is known."""
@@ -206,6 +235,7 @@ class JobConfig:
                 f"training.global_batch_size={self.training.global_batch_size} "
                 f"is not divisible by world size {world_size}"
             )
+        self.micro_batches(world_size)
         p = self.parallel
         shard = p.dp_shard if p.dp_shard > 0 else world_size // max(p.dp_replicate, 1)
         if p.dp_replicate < 1 or p.dp_replicate * shard != world_size:
@@ -214,8 +244,54 @@ class JobConfig:
                 f"does not match world size {world_size}"
             )
 
+    def micro_batches(self, world_size: int) -> tuple[int, int]:
+        """(sequences per pass, passes per step) on each rank of a world of `world_size`."""
+        t = self.training
+        per_rank = t.global_batch_size // world_size
+        micro = min(t.micro_batch_size or per_rank, per_rank)
+        if micro < 1 or per_rank % micro:
+            raise ConfigError(
+                f"training.micro_batch_size={t.micro_batch_size} does not divide the per-rank "
+                f"batch {per_rank} (training.global_batch_size={t.global_batch_size} / world "
+                f"size {world_size})"
+            )
+        return micro, per_rank // micro
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_AC_HELP = "parallel.activation_checkpoint must be none, all, every:K or first:N"
+
+
+def normalize_activation_checkpoint(value: str | bool) -> str:
+    """The canonical spelling; the old boolean (true/false, 1/0, ...) reads as all/none."""
+    if isinstance(value, bool):
+        return "all" if value else "none"
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return "all"
+    if low in ("0", "false", "no", "off", ""):
+        return "none"
+    return low
+
+
+def checkpointed_layers(spec: str, n_layers: int) -> list[int]:
+    """Indices of the decoder layers that `parallel.activation_checkpoint` selects."""
+    spec = normalize_activation_checkpoint(spec)
+    if spec == "none":
+        return []
+    if spec == "all":
+        return list(range(n_layers))
+    kind, _, raw = spec.partition(":")
+    if kind not in ("every", "first") or not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{_AC_HELP} (K, N >= 1), got {spec!r}")
+    k = int(raw)
+    if kind == "every":
+        return list(range(0, n_layers, k))
+    if k > n_layers:
+        raise ConfigError(f"{_AC_HELP}: first:{k} exceeds model.n_layers={n_layers}")
+    return list(range(k))
 
 
 def output_dirs(cfg: JobConfig, out: Path) -> dict[str, Path]:
@@ -235,6 +311,9 @@ def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
         "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
     }
 
+
+# Ports `metrics.port` may take besides 0: unprivileged (the image runs as a non-root user).
+METRICS_PORTS = (1024, 65535)
 
 # (field, lower bound, bound allowed, upper bound or None, bound allowed).
 _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
@@ -256,6 +335,8 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("training.seed", 0, True, None, False),
     ("training.grad_clip", 0, False, None, False),
     ("training.cpu_threads", 0, True, None, False),
+    ("training.micro_batch_size", 0, True, None, False),
+    ("training.loss_chunk_tokens", 0, True, None, False),
     ("optim.lr", 0, False, None, False),
     ("optim.min_lr_ratio", 0, True, 1, True),
     ("optim.warmup_steps", 0, True, None, False),
@@ -286,14 +367,33 @@ def _tiny() -> JobConfig:
     )
 
 
-def _llama_gpu(preset: str, model: ModelConfig, seq_len: int, batch: int) -> JobConfig:
+# Tokens per loss chunk on the GPU presets: fp32 logits of 4096 x 128256 are 2.1 GB per chunk,
+# against 8.4 GB per 4 x 4096-token pass (and as much again for their copies) unchunked.
+GPU_LOSS_CHUNK_TOKENS = 4096
+
+
+def _llama_gpu(
+    preset: str,
+    model: ModelConfig,
+    *,
+    seq_len: int,
+    batch: int,
+    micro_batch: int,
+    activation_checkpoint: str,
+) -> JobConfig:
     return JobConfig(
         preset=preset,
         model=model,
         data=DataConfig(source="memmap", path="/fsx/data/tokens", dtype="uint32"),
-        training=TrainingConfig(steps=100_000, global_batch_size=batch, seq_len=seq_len),
+        training=TrainingConfig(
+            steps=100_000,
+            global_batch_size=batch,
+            seq_len=seq_len,
+            micro_batch_size=micro_batch,
+            loss_chunk_tokens=GPU_LOSS_CHUNK_TOKENS,
+        ),
         optim=OptimConfig(lr=3e-4, warmup_steps=2000, weight_decay=0.1),
-        parallel=ParallelConfig(activation_checkpoint=True, compile=True),
+        parallel=ParallelConfig(activation_checkpoint=activation_checkpoint, compile=True),
         checkpoint=CheckpointConfig(
             fast_dir="/dev/shm/hptrain-ckpt",  # noqa: S108 - node-local memory tier by design
             fast_interval=50,
@@ -317,7 +417,11 @@ def _1b() -> JobConfig:
         ffn_hidden=8192,
         rope_theta=500000.0,
     )
-    return _llama_gpu("1b", m, seq_len=4096, batch=256)
+    # One H100 80GB, torch 2.11, plain loss: activation checkpointing off with 4 sequences per
+    # pass reached MFU 0.516 at 68.7 GB (all layers checkpointed, 2 per pass: 0.380). The chunked
+    # loss added here only lowers memory; this combination remains to be re-measured on an
+    # H100 (benchmarks/README.md has the command).
+    return _llama_gpu("1b", m, seq_len=4096, batch=256, micro_batch=4, activation_checkpoint="none")
 
 
 def _8b() -> JobConfig:
@@ -331,7 +435,12 @@ def _8b() -> JobConfig:
         ffn_hidden=14336,
         rope_theta=500000.0,
     )
-    return _llama_gpu("8b", m, seq_len=8192, batch=512)
+    # Per-GPU memory plan for 8 x H100 80GB (benchmarks/README.md, an estimate that errs high):
+    # every other layer checkpointed is 56 GB of 85, none 79 GB. Remains to be measured on
+    # 8 H100s; parallel.activation_checkpoint=all (32 GB) is the fallback.
+    return _llama_gpu(
+        "8b", m, seq_len=8192, batch=512, micro_batch=1, activation_checkpoint="every:2"
+    )
 
 
 PRESETS: dict[str, typing.Callable[[], JobConfig]] = {"tiny": _tiny, "1b": _1b, "8b": _8b}

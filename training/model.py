@@ -8,7 +8,7 @@ never on the world size or the sharding layout.
 from __future__ import annotations
 
 import zlib
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
@@ -123,15 +123,29 @@ class Transformer(nn.Module):
         # Non-persistent: derived from the config, recomputed in init_weights after to_empty.
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # training.loss_chunk_tokens, set by the trainer: 0 = plain loss over the full logits.
+        self.loss_chunk_tokens = 0
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab), or with `labels` the mean cross-entropy loss.
+
+        The loss is computed here, inside the forward, so that under FSDP the output projection
+        is still gathered when the chunked loss uses its weight directly.
+        """
         t = tokens.shape[1]
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         h = self.tok_embeddings(tokens)
         for layer in self.layers.values():
             h = layer(h, cos, sin)
-        logits: torch.Tensor = self.output(self.norm(h))
-        return logits
+        h = self.norm(h)
+        if labels is None:
+            logits: torch.Tensor = self.output(h)
+            return logits
+        if self.loss_chunk_tokens > 0:
+            return chunked_cross_entropy(
+                h.flatten(0, 1), self.output.weight, labels.flatten(), self.loss_chunk_tokens
+            )
+        return F.cross_entropy(self.output(h).flatten(0, 1).float(), labels.flatten())
 
     def blocks(self) -> list[Block]:
         """The decoder blocks, in order (``layers`` holds nothing else)."""
@@ -186,6 +200,93 @@ class Transformer(nn.Module):
         )
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
+
+
+IGNORE_INDEX = -100  # as F.cross_entropy: labels equal to it add nothing to the loss
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``hidden @ weight.T`` against ``labels``, one chunk of tokens at a
+    time, with the gradients computed in the same pass.
+
+    Per chunk: logits in the compute dtype (a bf16 matmul under FSDP's bf16 policy), then fp32
+    for the log-sum-exp, the loss and the gradient of the logits, which is turned straight into
+    the chunk's gradients of `hidden` and `weight` (two more matmuls: the same three the plain
+    loss runs, none repeated). What is kept for backward is the gradient of `hidden` (tokens x
+    dim) and of `weight` (vocab x dim, fp32), never logits: peak memory holds one chunk's
+    logits, whatever the batch. Backward only scales them by the incoming gradient.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int
+    ) -> torch.Tensor:
+        n = hidden.shape[0]
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 under bf16 compute
+        valid = labels != IGNORE_INDEX
+        # Mean over the counted tokens, as F.cross_entropy (nan when there are none); kept a
+        # tensor, so nothing waits for the device.
+        count = valid.sum().to(acc)
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        grad_hidden = (
+            torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
+            if ctx.needs_input_grad[0]
+            else None
+        )
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=acc, device=weight.device)
+            if ctx.needs_input_grad[1]
+            else None
+        )
+        total = torch.zeros((), dtype=acc, device=hidden.device)
+        for start in range(0, n, chunk):
+            h = hidden[start : start + chunk]
+            y = labels[start : start + chunk]
+            ok = valid[start : start + chunk]
+            # (c, vocab) in the compute dtype, then fp32: the chunk-sized tensors (with `g`).
+            logits = (h @ weight.t()).to(acc)
+            lse = torch.logsumexp(logits, dim=-1)
+            target = logits.gather(1, y.clamp(min=0).unsqueeze(1)).squeeze(1)
+            total += torch.where(ok, lse - target, 0.0).sum()
+            if not needs_grad:
+                continue
+            # d(mean loss)/d(logits) = (softmax - one_hot) / count, in place in the fp32 logits.
+            grad = logits.sub_(lse.unsqueeze(1)).exp_()
+            rows = torch.arange(grad.shape[0], device=grad.device)
+            grad[rows, y.clamp(min=0)] -= 1.0
+            grad.mul_((ok.to(acc) / count).unsqueeze(1))
+            g = grad.to(hidden.dtype)
+            del logits, grad
+            if grad_hidden is not None:
+                torch.mm(g, weight, out=grad_hidden[start : start + chunk])
+            if grad_weight is not None:
+                grad_weight += g.t() @ h
+        ctx.save_for_backward(
+            *(t if t is not None else torch.empty(0) for t in (grad_hidden, grad_weight))
+        )
+        ctx.weight_dtype = weight.dtype
+        return total / count
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        dh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
+        dw = (grad_weight * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        return dh, dw, None, None
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
+    """``F.cross_entropy((hidden @ weight.T).float(), labels)`` (mean, ignore_index -100)
+    without the full logits: `hidden` (tokens, dim), `weight` (vocab, dim), `labels` (tokens,).
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    out: torch.Tensor = _ChunkedCrossEntropy.apply(hidden, weight, labels, chunk_tokens)  # type: ignore[no-untyped-call]  # torch leaves Function.apply unannotated
+    return out
 
 
 def count_params(cfg: ModelConfig) -> int:

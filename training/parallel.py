@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.config import JobConfig, ParallelConfig
+from training.config import JobConfig, ParallelConfig, checkpointed_layers
 from training.model import Transformer
 
 
@@ -91,10 +91,12 @@ def use_bf16(cfg: JobConfig, device: torch.device) -> bool:
 def apply_parallelism(
     model: Transformer, cfg: JobConfig, mesh: DeviceMesh, device: torch.device
 ) -> Transformer:
-    """Activation checkpointing, per-block compile and FSDP2 sharding, in that order."""
+    """Activation checkpointing, chunked loss, per-block compile and FSDP2 sharding, in that
+    order."""
+    apply_activation_checkpointing(model, cfg.parallel.activation_checkpoint)
+    model.loss_chunk_tokens = cfg.training.loss_chunk_tokens
     blocks = model.blocks()
     for block in blocks:
-        block.activation_checkpoint = cfg.parallel.activation_checkpoint
         if cfg.parallel.compile:
             # In-place compile keeps parameter names (no _orig_mod prefix in checkpoints).
             block.compile()
@@ -108,6 +110,15 @@ def apply_parallelism(
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def apply_activation_checkpointing(model: Transformer, spec: str) -> list[int]:
+    """Marks the blocks `parallel.activation_checkpoint` selects (the rest keep their
+    activations); returns their indices."""
+    selected = checkpointed_layers(spec, len(model.blocks()))
+    for i, block in enumerate(model.blocks()):
+        block.activation_checkpoint = i in selected
+    return selected
 
 
 def configure_cpu_threads(requested: int, local_world_size: int) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -24,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
-from training import fileio, metrics
+from training import fileio, metrics, metrics_export
 from training.checkpoint import CheckpointManager, IncompatibleCheckpointError
 from training.checkpoint_format import DURABLE
 from training.config import JobConfig
@@ -129,7 +128,13 @@ class Trainer:
         self, cfg: JobConfig, out: Path, info: DistInfo, *, start_fresh: bool = False
     ) -> None:
         self.cfg, self.out, self.info = cfg, out, info
+        # First, so the endpoint answers while the model, data and checkpoints load.
+        self.exporter = metrics_export.start(
+            cfg.metrics.port, rank=info.rank, local_rank=info.local_rank
+        )
         t = cfg.training
+        # Sequences per forward/backward pass, and passes per step (gradient accumulation).
+        self.micro_batch, self.micro_passes = cfg.micro_batches(info.world_size)
         torch.manual_seed(t.seed)
         np.random.seed(t.seed)
         random.seed(t.seed)
@@ -181,11 +186,14 @@ class Trainer:
             before_write=self.faults.checkpoint_writing,
             on_checkpoint_written=self.faults.checkpoint_written,
             on_committed=self._on_committed,
+            on_reported=self._on_checkpoint_reported,
         )
         self.faults.settle = self.checkpointer.wait
         self.watchdog = Watchdog(cfg.fault.watchdog_s)
         self._stop_requested = False
         self._saved_after_sigterm = False
+        # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
+        self._job_start = time.time()
 
     # ---- bookkeeping callbacks ----------------------------------------------------------------
 
@@ -198,6 +206,9 @@ class Trainer:
             self.ledger.record.checkpoint_blocking_s = self.checkpointer.blocking_total_s
             self.ledger.record.checkpoints_failed = self.checkpointer.failed
             self.ledger.flush()
+
+    def _on_checkpoint_reported(self, step: int, tier: str, blocking_s: float, ok: bool) -> None:
+        self.exporter.record_checkpoint(blocking_s, committed=ok)
 
     def request_stop(self, signum: int, _frame: Any) -> None:
         """SIGTERM handler: finish the current step, save, exit 0 (UNSAVED_EXIT_CODE when the
@@ -237,6 +248,7 @@ class Trainer:
             self.ledger.record.resumed_from = resumed.tier if resumed else "none"
             self.ledger.record.last_step = self.state.step
             self.ledger.flush()
+            self._job_start = metrics.job_start_unix(self.ledger.all_records())
         self.watchdog.start()
         try:
             while self.state.step < self.cfg.training.steps:
@@ -256,9 +268,7 @@ class Trainer:
         t0 = time.perf_counter()
 
         inputs, labels = self.loader.next_batch()
-        logits = self.model(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        loss = self.forward_backward(inputs, labels)
         self.faults.mid_step(step)
         torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.cfg.training.grad_clip, foreach=True
@@ -286,6 +296,26 @@ class Trainer:
         self._log_step(step, loss_avg, step_time)
         return stop
 
+    def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Forward and backward over this rank's batch, `training.micro_batch_size` sequences
+        per pass; returns the batch's mean loss, detached.
+
+        Each pass's loss is weighted 1/passes, so the accumulated gradients are those of the
+        batch's mean loss. FSDP reduce-scatters after every pass into the sharded gradients
+        (no unsharded gradients are kept between passes: the memory plan's assumption).
+        """
+        passes = self.micro_passes
+        if passes == 1:
+            loss: torch.Tensor = self.model(inputs, labels)
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+            return loss.detach()
+        total = torch.zeros((), device=inputs.device)
+        for x, y in zip(inputs.chunk(passes), labels.chunk(passes), strict=True):
+            loss = self.model(x, y)
+            (loss / passes).backward()  # type: ignore[no-untyped-call]  # as above
+            total += loss.detach()
+        return total / passes
+
     def maybe_checkpoint(self) -> None:
         self.checkpointer.poll()
         tier = self.checkpointer.tier_due(self.state.step)
@@ -297,15 +327,13 @@ class Trainer:
         if ledger is None:  # rank 0 alone logs steps and keeps the ledger
             return
         t = self.cfg.training
-        metrics.log_step(
-            step,
-            loss,
-            t.global_batch_size * t.seq_len / step_time,
-            t.global_batch_size / step_time,
-            step_time,
-        )
+        tokens_per_s = t.global_batch_size * t.seq_len / step_time
+        metrics.log_step(step, loss, tokens_per_s, t.global_batch_size / step_time, step_time)
         rec = ledger.record
         now = time.time()
+        self.exporter.record_step(
+            step_time, tokens_per_s, metrics.goodput(self.state.productive_s, self._job_start, now)
+        )
         if rec.first_step_unix is None:
             rec.first_step_unix = now
             ledger.flush()
@@ -354,6 +382,7 @@ class Trainer:
         dist.barrier()
         self.checkpointer.close()
         self.checkpointer.destroy_group()
+        self.exporter.close()
 
     def _write_summary(
         self, ledger: metrics.RunLedger, reason: str, full: dict[str, Any], saved: bool
@@ -378,10 +407,7 @@ class Trainer:
         rec.checkpoints_failed = self.checkpointer.failed
         ledger.flush()
         records = ledger.all_records()
-        job_start = float(
-            os.environ.get("HPTRAIN_JOB_START_UNIX") or min(r.started_unix for r in records)
-        )
-        wall = max(time.time() - job_start, 1e-9)
+        wall = metrics.wall_time_s(metrics.job_start_unix(records), time.time())
         recoveries = metrics.recovery_stats(records)
         summary = {
             "steps": self.state.step,

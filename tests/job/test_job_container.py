@@ -109,6 +109,26 @@ def test_torch_pin_matches_the_base_image(dockerfile) -> None:
     assert f"torch=={base_torch}" in REQUIREMENTS.read_text().splitlines()
 
 
+def test_torch_pin_is_inside_the_elastic_agents_range() -> None:
+    # The range is the agent's own metadata (Requires-Dist), copied into the comment above its
+    # pin; the torch pin must satisfy it (the newest release it allows: training/README.md).
+    from packaging.specifiers import SpecifierSet
+
+    text = REQUIREMENTS.read_text()
+    (spec,) = re.findall(r"Requires-Dist torch([<>=!~.,0-9]+)", text)
+    (pin,) = re.findall(r"^torch==([0-9.]+)$", text, flags=re.MULTILINE)
+    assert pin in SpecifierSet(spec), (pin, spec)
+
+
+def test_image_build_checks_the_torch_api_before_dropping_root(dockerfile) -> None:
+    # training/torch_api.py: every torch name the package uses must exist in the image's torch.
+    keys = [(key, rest) for key, rest in dockerfile]
+    check = keys.index(("RUN", "python -m training.torch_api --import"))
+    copy = keys.index(("COPY", ". training/"))
+    user = max(i for i, (key, _) in enumerate(keys) if key == "USER")
+    assert copy < check < user
+
+
 def test_runs_as_numeric_non_root_user(dockerfile) -> None:
     user = _args(dockerfile, "USER")[-1]
     uid = user.split(":", 1)[0]

@@ -84,7 +84,9 @@ def _everyday_changes(data: dict) -> None:
 
 
 def _az_changes(data: dict) -> None:
-    assert sorted(data["network"]["availability_zones"]) == sorted(CHANGED_HYPERPOD_AZS)
+    # prod names its zones by ID; the change writes names, which resolve to the same zones.
+    resolved = environment("prod").config.network.availability_zones
+    assert sorted(resolved) == sorted(CHANGED_HYPERPOD_AZS)
     data["network"]["availability_zones"] = list(CHANGED_NETWORK_AZS)
     data["hyperpod"]["availability_zones"] = list(CHANGED_HYPERPOD_AZS)
 

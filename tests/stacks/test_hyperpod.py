@@ -13,7 +13,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from config.instance_types import INSTANCE_TYPES
-from platform_constructs.hyperpod_cluster import CLUSTER_LOGICAL_ID
+from platform_constructs.hyperpod_cluster import CLUSTER_LOGICAL_ID, LOG_RETENTION_HANDLER_ID
 from platform_constructs.lifecycle_scripts import LifecycleSettings
 from stacks.hyperpod_stack import LIFECYCLE_DIR, LIFECYCLE_PREFIX
 from tests.support import SYNTH_GROUP, SynthResult
@@ -552,10 +552,23 @@ def test_role_reads_only_the_lifecycle_prefix_and_no_checkpoints(prod):
 
 
 def test_no_other_principal_in_the_stack_gets_the_node_permissions(prod):
-    """Only the execution role and CDK's upload handler have roles here (no autoscaling)."""
-    roles = [k for k, v in hyperpod_resources(prod).items() if v["Type"] == "AWS::IAM::Role"]
-    assert len(roles) == 2
-    assert execution_role_id(prod) in roles
+    """Only the execution role and CDK's two handlers (the lifecycle upload and the cluster
+    log group's retention) have roles here (no autoscaling); the retention handler may only
+    manage log retention."""
+    resources = hyperpod_resources(prod)
+    roles = [k for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"]
+    others = sorted(r for r in roles if r != execution_role_id(prod))
+    assert execution_role_id(prod) in roles and len(others) == 2
+    assert others[0].startswith("CustomCDKBucketDeployment")
+    assert others[1].startswith(LOG_RETENTION_HANDLER_ID)
+    policies = [
+        v["Properties"]["PolicyDocument"]["Statement"]
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy"
+        and any(r.get("Ref") == others[1] for r in v["Properties"]["Roles"])
+    ]
+    actions = {a for statements in policies for s in statements for a in s["Action"]}
+    assert actions and all(a.startswith("logs:") for a in actions), actions
 
 
 # --------------------------------------------------------------------------- autoscaling

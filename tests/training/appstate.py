@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training.config import JobConfig, build_config
@@ -37,7 +36,7 @@ class AppState:
     def step(self) -> None:
         """One training step, as Trainer.train_step does it (no logging, no checkpoints)."""
         inputs, labels = self.loader.next_batch()
-        loss = F.cross_entropy(self.model(inputs).flatten(0, 1).float(), labels.flatten())
+        loss = self.model(inputs, labels)
         loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
         self.scheduler.step()

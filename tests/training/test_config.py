@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from training.config import PRESETS, ConfigError, apply_override, build_config
+from training.config import (
+    GPU_LOSS_CHUNK_TOKENS,
+    PRESETS,
+    ConfigError,
+    apply_override,
+    build_config,
+    checkpointed_layers,
+)
 from training.model import count_params
 
 
@@ -37,7 +44,8 @@ def test_overrides_are_typed() -> None:
     )
     assert cfg.training.steps == 7 and isinstance(cfg.training.steps, int)
     assert cfg.optim.lr == 0.5
-    assert cfg.parallel.activation_checkpoint is True
+    # The old boolean still reads: true = every layer.
+    assert cfg.parallel.activation_checkpoint == "all"
     assert cfg.parallel.compile is False
     assert cfg.model.n_kv_heads is None
     assert cfg.checkpoint.fast_dir == "/x/y"
@@ -82,3 +90,55 @@ def test_world_checks() -> None:
     apply_override(cfg, "parallel.dp_shard=2")
     with pytest.raises(ConfigError, match="does not match"):
         cfg.check_world(2)
+
+
+@pytest.mark.parametrize(
+    "value, layers",
+    [
+        ("none", []),
+        ("false", []),
+        ("all", [0, 1, 2, 3, 4]),
+        ("true", [0, 1, 2, 3, 4]),
+        ("every:1", [0, 1, 2, 3, 4]),
+        ("every:2", [0, 2, 4]),
+        ("every:9", [0]),
+        ("first:3", [0, 1, 2]),
+        ("First:5", [0, 1, 2, 3, 4]),
+    ],
+)
+def test_activation_checkpoint_choices(value: str, layers: list[int]) -> None:
+    cfg = build_config("tiny", ["model.n_layers=5", f"parallel.activation_checkpoint={value}"])
+    assert checkpointed_layers(cfg.parallel.activation_checkpoint, 5) == layers
+    assert cfg.parallel.activation_checkpoint in ("none", "all") or ":" in value
+
+
+@pytest.mark.parametrize("value", ["some", "every:0", "every:x", "first:", "first:6", "last:2"])
+def test_bad_activation_checkpoint_is_one_line_naming_the_field(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^parallel\.activation_checkpoint must be") as raised:
+        build_config("tiny", ["model.n_layers=5", f"parallel.activation_checkpoint={value}"])
+    assert "\n" not in str(raised.value)
+
+
+def test_gpu_presets_ship_the_measured_settings() -> None:
+    one = build_config("1b")
+    assert one.parallel.activation_checkpoint == "none" and one.parallel.compile
+    assert one.training.micro_batch_size == 4
+    eight = build_config("8b")
+    assert eight.parallel.activation_checkpoint == "every:2"
+    assert eight.training.micro_batch_size == 1
+    for cfg in (one, eight):
+        assert cfg.training.loss_chunk_tokens == GPU_LOSS_CHUNK_TOKENS > 0
+    # CPU tests keep the plain loss and one pass per step.
+    tiny = build_config("tiny")
+    assert tiny.training.loss_chunk_tokens == 0 and tiny.training.micro_batch_size == 0
+
+
+def test_micro_batches() -> None:
+    cfg = build_config("1b")
+    assert cfg.micro_batches(8) == (4, 8)  # 256 / 8 ranks = 32 sequences: 8 passes of 4
+    assert cfg.micro_batches(64) == (4, 1)
+    assert cfg.micro_batches(128) == (2, 1)  # fewer than 4 on a rank: one pass
+    cfg = build_config("tiny", ["training.micro_batch_size=3"])
+    with pytest.raises(ConfigError, match=r"training\.micro_batch_size=3 does not divide"):
+        cfg.check_world(2)  # 8 / 2 = 4 sequences per rank
+    assert build_config("tiny").micro_batches(2) == (4, 1)

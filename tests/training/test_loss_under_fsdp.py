@@ -1,0 +1,43 @@
+"""The loss as the trainer runs it: inside the FSDP2-wrapped model's forward (chunked or
+plain), over one pass or several accumulated passes per step (world of one, gloo)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.training import appstate
+from training.trainer import Trainer
+
+
+def _grads(
+    app: appstate.AppState, passes: int, chunk: int
+) -> tuple[float, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    inputs, labels = app.loader.next_batch()
+    app.model.loss_chunk_tokens = chunk
+    app.optimizer.zero_grad(set_to_none=True)
+    loss = Trainer.forward_backward(
+        SimpleNamespace(model=app.model, micro_passes=passes),  # type: ignore[arg-type]
+        inputs,
+        labels,
+    )
+    grads = {n: p.grad.full_tensor().clone() for n, p in app.model.named_parameters()}
+    return float(loss), grads
+
+
+@pytest.mark.parametrize("passes, chunk", [(1, 40), (4, 0), (2, 64), (8, 7)])
+def test_chunked_loss_and_accumulated_passes_give_the_plain_gradients(
+    world_of_one: None, passes: int, chunk: int
+) -> None:
+    # tiny with dim 32, vocab 128, batch 8 x 64 tokens.
+    app = appstate.build()
+    state = app.loader.state_dict()
+    want_loss, want = _grads(app, passes=1, chunk=0)
+    app.loader.load_state_dict(state)  # the same batch again
+    loss, grads = _grads(app, passes=passes, chunk=chunk)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for name, g in want.items():
+        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=name)

@@ -1,0 +1,54 @@
+"""benchmarks/training_throughput.py on CPU: the trainer's overrides reach the measured run,
+and its JSON line says what was measured, with what torch, on which device."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "training_throughput.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--preset", "tiny", "--allow-cpu", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_set_overrides_reach_the_run_and_the_json() -> None:
+    sets = ["parallel.activation_checkpoint=every:2", "training.loss_chunk_tokens=100"]
+    result = _run("--warmup", "0", "--steps", "2", *[a for s in sets for a in ("--set", s)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    out = json.loads(line)
+    assert out["set"] == sets
+    assert out["overrides"][-2:] == sets  # applied last: they win over the harness's
+    assert out["activation_checkpoint"] == "every:2" and out["loss_chunk_tokens"] == 100
+    assert out["torch"] == torch.__version__ and out["device"] == "cpu" and out["cuda"] is None
+    assert out["micro_batch_per_gpu"] == 2 and out["passes_per_step"] == 1
+    assert out["tokens_per_s_per_gpu"] > 0 and out["mfu"] is None
+    # The command reproduces the figure: the same flags and overrides.
+    command = shlex.split(out["command"])
+    assert command[1] == "benchmarks/training_throughput.py"
+    assert command[command.index("--preset") + 1] == "tiny"
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--set"] == sets
+
+
+def test_a_bad_override_is_one_error_line() -> None:
+    result = _run("--set", "parallel.activation_checkpoint=sometimes")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: parallel.activation_checkpoint must be none, all, every:K or first:N "
+        "(K, N >= 1), got 'sometimes'"
+    ]
