@@ -81,6 +81,16 @@ def fake_aws_env(monkeypatch: pytest.MonkeyPatch, scratch: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(scratch / "no-credentials"))
 
 
+def offline_clients(
+    tmp_path_factory: pytest.TempPathFactory, region: str, services: tuple[str, ...]
+) -> dict[str, Any]:
+    """One client per service from the real factory (fake credentials, no network), for a
+    module-scoped fixture: parsing a service model takes a while."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
+        return {service: aws.client(service, region=region) for service in services}
+
+
 @pytest.fixture(autouse=True)
 def offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_aws_env(monkeypatch, tmp_path)

@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 
 from hpctl import aws, job_cmd
 from hpctl.errors import ExitCode
-from tests.cli.conftest import error_line, expect_failure, fake_aws_env, hpctl
+from tests.cli.conftest import error_line, expect_failure, hpctl, offline_clients
 from tests.support import environment_data
 
 REGION = "us-east-1"
@@ -32,9 +32,7 @@ NETWORK_STACK = "hyperpod-dev-network"
 
 @pytest.fixture(scope="module")
 def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return {service: aws.client(service, REGION) for service in ("eks", "cloudformation")}
+    return offline_clients(tmp_path_factory, REGION, ("eks", "cloudformation"))
 
 
 class Stubs:

@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 
 from hpctl import aws, job_cmd, preflight
 from hpctl.errors import ExitCode
-from tests.cli.conftest import error_line, expect_failure, fake_aws_env, hpctl
+from tests.cli.conftest import error_line, expect_failure, hpctl, offline_clients
 from tests.support import environment_data
 
 SERVICES = ("sagemaker", "service-quotas", "ec2", "iam", "ecr", "eks")
@@ -41,11 +41,7 @@ PREFIX = "hpctl preflight: "
 
 @pytest.fixture(scope="module")
 def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One client per service from the real factory, built once: parsing the EC2 and
-    SageMaker models takes a while."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return {service: aws.client(service, region=REGION) for service in SERVICES}
+    return offline_clients(tmp_path_factory, REGION, SERVICES)
 
 
 @dataclass

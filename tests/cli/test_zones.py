@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from config.zones import recorded_zone_ids
 from hpctl import aws
 from hpctl.errors import ExitCode
-from tests.cli.conftest import expect_failure, fake_aws_env, hpctl
+from tests.cli.conftest import expect_failure, hpctl, offline_clients
 
 REGION = "us-east-1"
 PROD_ACCOUNT = "333333333333"
@@ -23,9 +23,7 @@ PROD_ACCOUNT = "333333333333"
 
 @pytest.fixture(scope="module")
 def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return {service: aws.client(service, REGION) for service in ("sts", "ec2")}
+    return offline_clients(tmp_path_factory, REGION, ("sts", "ec2"))
 
 
 @pytest.fixture
