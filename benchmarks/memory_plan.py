@@ -50,12 +50,13 @@ class Shape:
     loss_chunk: int
 
 
-def shape_of(cfg: JobConfig) -> Shape:
+def shape_of(cfg: JobConfig, gpus: int) -> Shape:
+    """The shape of one forward/backward pass on one of `gpus` ranks (the trainer's split)."""
     m, t = cfg.model, cfg.training
     params = count_params(m)
     root = 2 * m.vocab_size * m.dim + m.dim
     kv_dim = (m.n_kv_heads or m.n_heads) * (m.dim // m.n_heads)
-    micro = t.micro_batch_size or t.global_batch_size
+    micro, _ = cfg.micro_batches(gpus)
     return Shape(
         params=params,
         root_params=root,
@@ -71,7 +72,7 @@ def shape_of(cfg: JobConfig) -> Shape:
 
 def rows(cfg: JobConfig, gpus: int, checkpointed: int) -> list[tuple[str, float]]:
     """(item, bytes) per GPU, with `checkpointed` of the layers recomputed."""
-    s = shape_of(cfg)
+    s = shape_of(cfg, gpus)
     p, r, lp, v, d, n = s.params, s.root_params, s.layer_params, s.vocab, s.dim, s.tokens
     kept, a = s.layers - checkpointed, s.activation_bytes_per_token_layer
     if s.loss_chunk:
@@ -109,7 +110,7 @@ def totals(cfg: JobConfig, gpus: int, choices: list[str]) -> list[float]:
 
 
 def table(cfg: JobConfig, gpus: int, choices: list[str]) -> str:
-    s = shape_of(cfg)
+    s = shape_of(cfg, gpus)
     ks = [len(checkpointed_layers(c, s.layers)) for c in choices]
     columns = [rows(cfg, gpus, k) for k in ks]
     chunk = f", C = {s.loss_chunk:,}" if s.loss_chunk else ""

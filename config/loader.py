@@ -21,7 +21,12 @@ from config.capacity import (
 )
 from config.errors import ConfigError, Location, ScalarText, not_text, problem_lines
 from config.schema import EnvironmentConfig
-from config.schema.base import ACCOUNT_CONTEXT, REGION_CONTEXT, ZONE_IDS_CONTEXT
+from config.schema.base import (
+    ACCOUNT_CONTEXT,
+    ENVIRONMENT_CONTEXT,
+    REGION_CONTEXT,
+    ZONE_IDS_CONTEXT,
+)
 from config.zones import CONTEXT_FILE, recorded_zone_ids
 
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -148,8 +153,9 @@ def parse_config(
     if zone_ids is None:
         zone_ids = _recorded_zone_ids(data, CONTEXT_FILE)
     context = {
-        ACCOUNT_CONTEXT: data.get("account"),
-        REGION_CONTEXT: data.get("region"),
+        ENVIRONMENT_CONTEXT: _text(data, "environment"),
+        ACCOUNT_CONTEXT: _text(data, "account"),
+        REGION_CONTEXT: _text(data, "region"),
         ZONE_IDS_CONTEXT: dict(zone_ids),
     }
     try:
@@ -310,11 +316,17 @@ def read_document(path: Path) -> tuple[object, ScalarText]:
     return data, _scalar_text(root)
 
 
+def _text(data: dict[str, Any], key: str) -> str | None:
+    """A top-level text value as the schema reads it (stripped), for validation context."""
+    value = data.get(key)
+    return value.strip() if isinstance(value, str) else None
+
+
 def _recorded_zone_ids(data: object, context_file: Path) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
-    account, region = data.get("account"), data.get("region")
-    if not isinstance(account, str) or not isinstance(region, str):
+    account, region = _text(data, "account"), _text(data, "region")
+    if account is None or region is None:
         return {}
     return recorded_zone_ids(account, region, context_file)
 

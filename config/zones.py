@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from config.errors import ConfigError
 
 CONTEXT_FILE = Path(__file__).resolve().parent.parent / "cdk.context.json"
 
@@ -38,11 +40,22 @@ def zone_names_key(account: str, region: str) -> str:
 
 
 def _read_context(path: Path) -> dict[str, object]:
+    """The context file's entries; a file that is not a JSON object is one ConfigError line."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            path.name,
+            [
+                f"line {error.lineno} column {error.colno}: {error.msg}; fix the JSON (a "
+                "merge conflict?) or restore it from git"
+            ],
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(path.name, ["expected a JSON object of context entries"])
+    return data
 
 
 def recorded_zone_ids(
@@ -59,14 +72,15 @@ def record_zones(
     account: str,
     region: str,
     zone_ids: Mapping[str, str],
+    available: Iterable[str],
     context_file: Path = CONTEXT_FILE,
 ) -> None:
-    """Write the account's AZ names and their IDs into the context file, keeping every other
-    entry; keys stay sorted so the diff shows only what changed."""
+    """Write the account's AZ name -> ID mapping and, as CDK's own lookup lists them, the
+    names of the `available` zones into the context file, keeping every other entry; keys
+    stay sorted so the diff shows only what changed."""
     context = _read_context(context_file)
-    names = sorted(zone_ids)
-    context[zone_names_key(account, region)] = names
-    context[zone_ids_key(account, region)] = {name: zone_ids[name] for name in names}
+    context[zone_names_key(account, region)] = sorted(available)
+    context[zone_ids_key(account, region)] = {name: zone_ids[name] for name in sorted(zone_ids)}
     context_file.write_text(
         json.dumps(dict(sorted(context.items())), indent=2) + "\n", encoding="utf-8"
     )

@@ -67,6 +67,13 @@ def zones(
     write: Annotated[
         bool, typer.Option("--write", help="Record the mapping in cdk.context.json.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --write, also change names the file already maps to another zone ID.",
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     context_file: Annotated[Path, typer.Option(hidden=True)] = CONTEXT_FILE,
 ) -> None:
@@ -82,7 +89,25 @@ def zones(
             code=ExitCode.USAGE,
         )
     mapping = {name: str(zone["ZoneId"]) for name, zone in sorted(found.items())}
-    recorded = recorded_zone_ids(account, region, context_file)
+    try:
+        recorded = recorded_zone_ids(account, region, context_file)
+    except ConfigError as error:
+        fail(ctx, "; ".join(error.located_lines()), code=ExitCode.USAGE)
+    # Zones written by ID resolve through this record: changing an entry moves every subnet
+    # and the file system placed by it to another zone, which replaces them.
+    moved = [
+        f"{name} {recorded[name]} -> {zone_id}"
+        for name, zone_id in mapping.items()
+        if recorded.get(name, zone_id) != zone_id
+    ]
+    if write and moved and not force:
+        fail(
+            ctx,
+            f"--write: cdk.context.json maps {'; '.join(moved)} differently; zones written by "
+            "ID would move to other physical zones (replacing subnets and FSx): check the "
+            "account, then pass --force",
+            code=ExitCode.USAGE,
+        )
     rows = [
         {
             "name": name,
@@ -93,7 +118,8 @@ def zones(
         for name, zone_id in mapping.items()
     ]
     if write:
-        record_zones(account, region, mapping, context_file)
+        available = [name for name, zone in found.items() if zone.get("State") == "available"]
+        record_zones(account, region, mapping, available, context_file)
     differs = [r["name"] for r in rows if r["recorded"] != r["zone_id"]]
     if json_output:
         document = {"account": account, "region": region, "zones": rows, "differs": differs}

@@ -219,8 +219,9 @@ class HyperPodCluster(Construct):
         acknowledge(
             role,
             "IAM4",
-            "CDK's LogRetention handler uses AWSLambdaBasicExecutionRole for its own "
-            "CloudWatch log group; the managed policy grants logs only.",
+            "CDK's LogRetention handler uses AWSLambdaBasicExecutionRole: it writes its own "
+            "log group and creates the cluster's group when HyperPod has not yet; the managed "
+            "policy grants CloudWatch Logs only.",
             finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         )
         policy = role.node.find_child("DefaultPolicy").node.default_child
@@ -237,7 +238,8 @@ class HyperPodCluster(Construct):
                 ),
                 (
                     re.compile(
-                        rf"Resource::arn:[^:]+:logs:[^:]+:\d{{12}}:log-group:{LOG_GROUP_PREFIX}/.*:\*"
+                        rf"Resource::arn:[^:]+:logs:[^:]+:\d{{12}}:log-group:"
+                        rf"{re.escape(f'{LOG_GROUP_PREFIX}/{self.cluster_name}/')}.*:\*"
                     ),
                     "The cluster's own log group (named by its cluster ID) and its streams.",
                 ),

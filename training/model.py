@@ -219,7 +219,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        labels: torch.Tensor,
+        chunk: int,
+        grad_enabled: bool,
     ) -> torch.Tensor:
         n = hidden.shape[0]
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 under bf16 compute
@@ -227,16 +232,18 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         # Mean over the counted tokens, as F.cross_entropy (nan when there are none); kept a
         # tensor, so nothing waits for the device.
         count = valid.sum().to(acc)
-        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        # needs_input_grad ignores torch.no_grad(); the caller's grad mode is passed in
+        # (inside forward it is always off), so evaluation computes no gradients.
+        want_hidden = grad_enabled and ctx.needs_input_grad[0]
+        want_weight = grad_enabled and ctx.needs_input_grad[1]
+        needs_grad = want_hidden or want_weight
         grad_hidden = (
             torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
-            if ctx.needs_input_grad[0]
+            if want_hidden
             else None
         )
         grad_weight = (
-            torch.zeros(weight.shape, dtype=acc, device=weight.device)
-            if ctx.needs_input_grad[1]
-            else None
+            torch.zeros(weight.shape, dtype=acc, device=weight.device) if want_weight else None
         )
         total = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk):
@@ -270,11 +277,11 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(
         ctx: Any, grad_out: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
         grad_hidden, grad_weight = ctx.saved_tensors
         dh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
         dw = (grad_weight * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        return dh, dw, None, None
+        return dh, dw, None, None, None
 
 
 def chunked_cross_entropy(
@@ -285,7 +292,9 @@ def chunked_cross_entropy(
     """
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-    out: torch.Tensor = _ChunkedCrossEntropy.apply(hidden, weight, labels, chunk_tokens)  # type: ignore[no-untyped-call]  # torch leaves Function.apply unannotated
+    out: torch.Tensor = _ChunkedCrossEntropy.apply(
+        hidden, weight, labels, chunk_tokens, torch.is_grad_enabled()
+    )  # type: ignore[no-untyped-call]  # torch leaves Function.apply unannotated
     return out
 
 

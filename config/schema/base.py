@@ -67,6 +67,7 @@ Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$
 
 # Validation context keys (config/loader.py passes them): the environment's account and
 # Region as written, and its recorded AZ name -> zone ID mapping (config/zones.py).
+ENVIRONMENT_CONTEXT = "environment"
 ACCOUNT_CONTEXT = "account"
 REGION_CONTEXT = "region"
 ZONE_IDS_CONTEXT = "zone_ids"
@@ -76,6 +77,8 @@ def _zone(value: str, info: ValidationInfo) -> str:
     """An AZ written by name stays a name; one written by ID (use1-az4) becomes this account's
     name for that zone, so subnet slots, logical IDs and templates are the same either way."""
     if not is_zone_id(value):
+        if is_zone_id(value.lower()):
+            raise ValueError(f"zone IDs are lowercase; write {value.lower()}")
         return value
     context = info.context or {}
     account, region = context.get(ACCOUNT_CONTEXT), context.get(REGION_CONTEXT)
@@ -94,9 +97,11 @@ def _zone(value: str, info: ValidationInfo) -> str:
     recorded: dict[str, str] = context.get(ZONE_IDS_CONTEXT, {})
     names = {zone_id: name for name, zone_id in recorded.items()}
     if value not in names:
+        env = context.get(ENVIRONMENT_CONTEXT) or "<env>"
         raise ValueError(
             f"{value}: cdk.context.json records no AZ name for it in account {account}; run "
-            "`hpctl zones --env <name>` with that account's credentials and commit the file"
+            f"`hpctl zones --env {env} --write` with that account's credentials and commit "
+            "the file"
         )
     return names[value]
 

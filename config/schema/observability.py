@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from config.schema.base import Email, Strict
 
@@ -50,9 +50,18 @@ class MetricLevels(Strict):
     scaling: DisabledOrAdvanced = "DISABLED"
 
 
+# The shortest interval AMP managed collectors accept (AMP User Guide, scraper limitations).
+MIN_SCRAPE_INTERVAL_S = 30
+
+
 class ObservabilityConfig(Strict):
     metrics: MetricLevels = Field(default_factory=MetricLevels)
-    scrape_interval_s: int = Field(default=30, ge=15, le=300)
+    scrape_interval_s: int = Field(
+        default=30,
+        le=300,
+        description="How often the add-on's collectors and the trainer-metrics collector "
+        "scrape; managed collectors accept 30 s or more.",
+    )
     prometheus_retention_days: int = Field(
         default=150, ge=1, le=1095, description="How long the workspace keeps samples."
     )
@@ -66,3 +75,13 @@ class ObservabilityConfig(Strict):
     fsx_free_capacity_percent: int = Field(
         default=10, ge=1, le=50, description="Alarm when FSx free capacity falls below this."
     )
+
+    @field_validator("scrape_interval_s")
+    @classmethod
+    def _scrape_interval(cls, value: int) -> int:
+        if value < MIN_SCRAPE_INTERVAL_S:
+            raise ValueError(
+                f"{value} s is shorter than Amazon Managed Service for Prometheus managed "
+                f"collectors accept; use {MIN_SCRAPE_INTERVAL_S} or more"
+            )
+        return value

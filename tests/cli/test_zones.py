@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from config.zones import recorded_zone_ids
+from config.zones import record_zones, recorded_zone_ids
 from hpctl import aws
 from hpctl.errors import ExitCode
 from tests.cli.conftest import expect_failure, hpctl, offline_clients
@@ -147,3 +147,33 @@ def test_unknown_environment_is_one_line():
         code=ExitCode.USAGE,
         starts_with="hpctl zones: --env: unknown environment 'nope'",
     )
+
+
+def test_write_refuses_to_move_a_recorded_zone_without_force(stubs, tmp_path: Path):
+    # The file says us-east-1b is use1-az6; an account answering otherwise (wrong account
+    # behind the profile, or a mistyped record) would move what was placed by ID.
+    context = tmp_path / "cdk.context.json"
+    record_zones(PROD_ACCOUNT, REGION, {"us-east-1b": "use1-az2"}, ["us-east-1b"], context)
+    before = context.read_text()
+    queue(stubs, PROD_ACCOUNT, ZONES)
+    expect_failure(
+        "zones", "--env", "prod", "--write", "--context-file", str(context),
+        code=ExitCode.USAGE,
+        starts_with="hpctl zones: --write: cdk.context.json maps us-east-1b use1-az2 -> use1-az6 differently",
+    )  # fmt: skip
+    assert context.read_text() == before
+    queue(stubs, PROD_ACCOUNT, ZONES)
+    forced = hpctl("zones", "--env", "prod", "--write", "--force", "--context-file", str(context))
+    assert forced.exit_code == 0, forced.output
+    assert recorded_zone_ids(PROD_ACCOUNT, REGION, context)["us-east-1b"] == "use1-az6"
+
+
+def test_a_damaged_context_file_is_one_line(stubs, tmp_path: Path):
+    context = tmp_path / "cdk.context.json"
+    context.write_text("{not json")
+    queue(stubs, PROD_ACCOUNT, ZONES)
+    expect_failure(
+        "zones", "--env", "prod", "--context-file", str(context),
+        code=ExitCode.USAGE,
+        starts_with="hpctl zones: cdk.context.json: line 1 column 2: ",
+    )  # fmt: skip

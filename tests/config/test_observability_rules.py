@@ -69,3 +69,11 @@ def test_fsx_alarm_percent_is_bounded():
         d["observability"]["fsx_free_capacity_percent"] = 0
 
     one_error_on("observability.fsx_free_capacity_percent", zero)
+
+
+def test_rule_scrape_interval_is_one_managed_collectors_accept():
+    line = one_error_on(
+        "observability.scrape_interval_s",
+        lambda d: d["observability"].update(scrape_interval_s=15),
+    )
+    assert line.endswith("managed collectors accept; use 30 or more")

@@ -56,8 +56,11 @@ def test_rule_a_zone_id_needs_a_recorded_name():
     with pytest.raises(ConfigError) as caught:
         parse_config(environment_data("prod"), "prod.yaml", zone_ids={})
     first = caught.value.lines[0]
-    assert first.startswith("network.availability_zones[0]: use1-az4: cdk.context.json records")
-    assert "hpctl zones --env" in first
+    assert first == (
+        "network.availability_zones[0]: use1-az4: cdk.context.json records no AZ name for it "
+        "in account 333333333333; run `hpctl zones --env prod --write` with that account's "
+        "credentials and commit the file"
+    )
 
 
 def test_rule_a_zone_id_belongs_to_the_region():
@@ -121,17 +124,42 @@ def test_the_region_table_knows_the_zones_eks_refuses():
 def test_recording_keeps_other_entries_and_sorts_keys(tmp_path: Path):
     context = tmp_path / "cdk.context.json"
     context.write_text('{"z-other": 1}\n')
-    record_zones(
-        "999999999999", "us-east-2", {"us-east-2b": "use2-az2", "us-east-2a": "use2-az1"}, context
-    )
-    assert recorded_zone_ids("999999999999", "us-east-2", context) == {
-        "us-east-2a": "use2-az1",
-        "us-east-2b": "use2-az2",
-    }
+    ids = {"us-east-2b": "use2-az2", "us-east-2a": "use2-az1", "us-east-2c": "use2-az3"}
+    # us-east-2c is impaired: CDK's list of names keeps only available zones, as its lookup.
+    record_zones("999999999999", "us-east-2", ids, ["us-east-2b", "us-east-2a"], context)
+    assert recorded_zone_ids("999999999999", "us-east-2", context) == dict(sorted(ids.items()))
     text = context.read_text()
     assert (
         text.index("availability-zone-ids:")
         < text.index("availability-zones:")
         < text.index("z-other")
     )
-    assert '"us-east-2a",\n    "us-east-2b"' in text
+    assert '"us-east-2a",\n    "us-east-2b"\n  ]' in text
+
+
+def test_rule_a_damaged_context_file_is_one_line(tmp_path: Path):
+    context = tmp_path / "cdk.context.json"
+    context.write_text('{\n<<<<<<< HEAD\n"a": 1\n}\n')
+    with pytest.raises(ConfigError) as caught:
+        recorded_zone_ids(PROD_ACCOUNT, "us-east-1", context)
+    (line,) = caught.value.located_lines()
+    assert line.startswith("cdk.context.json: line 2 column 1: ")
+    assert line.endswith("fix the JSON (a merge conflict?) or restore it from git")
+
+
+def test_rule_zone_ids_are_lowercase():
+    line = one_error_on(
+        "network.availability_zones[1]",
+        lambda d: d["network"].update(availability_zones=["us-east-1a", "USE1-AZ4"]),
+    )
+    assert line.endswith("zone IDs are lowercase; write use1-az4")
+
+
+def test_account_and_region_are_read_as_the_schema_reads_them():
+    # Spaces around the account or Region must not stop IDs from resolving.
+    data = environment_data("prod")
+    data["account"], data["region"] = f" {PROD_ACCOUNT} ", "us-east-1 "
+    assert (
+        loaded_from(data).config.network.availability_zones
+        == environment("prod").config.network.availability_zones
+    )

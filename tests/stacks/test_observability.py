@@ -22,7 +22,6 @@ from config.kubernetes import (
 from config.observability_metrics import METRICS, TRAINER
 from platform_constructs.alarms import HYPERPOD_EVENTS
 from platform_constructs.metrics_scraper import (
-    MIN_SCRAPE_INTERVAL_S,
     pod_label_meta,
     scrape_configuration,
 )
@@ -197,7 +196,7 @@ def test_trainer_scraper_reads_the_cluster_from_the_control_plane_subnets(env: S
 
 def test_scrape_configuration_keeps_labelled_pods_on_the_named_port(env: SynthResult):
     config = _scrape_config(env)
-    interval = max(env.config.observability.scrape_interval_s, MIN_SCRAPE_INTERVAL_S)
+    interval = env.config.observability.scrape_interval_s
     assert config["global"] == {"scrape_interval": f"{interval}s"}
     (job,) = config["scrape_configs"]
     assert job["kubernetes_sd_configs"] == [{"role": "pod"}]

@@ -61,7 +61,7 @@ def test_parameter_count_and_sharded_bytes(plan: ModuleType) -> None:
     assert f"| AdamW moments, 2 x fp32, sharded: 8P / gpus | {8 * params / 8 / 1e9:.2f} |" in block
     # The root group: token embeddings + output projection + final norm.
     m = cfg.model
-    assert plan.shape_of(cfg).root_params == 2 * m.vocab_size * m.dim + m.dim
+    assert plan.shape_of(cfg, 8).root_params == 2 * m.vocab_size * m.dim + m.dim
 
 
 def test_the_presets_choice_fits_and_the_next_one_does_not(plan: ModuleType) -> None:
@@ -73,3 +73,11 @@ def test_the_presets_choice_fits_and_the_next_one_does_not(plan: ModuleType) -> 
     assert without / 1e9 > plan.H100_GB - 10
     # The chunked loss is part of the plan.
     assert cfg.training.loss_chunk_tokens > 0 and "chunked loss" in _readme_block()[3]
+
+
+def test_a_pass_holds_the_trainers_micro_batch(plan: ModuleType) -> None:
+    # No micro-batch set: one pass of the rank's whole share, as the trainer splits it.
+    cfg = build_config("1b", ["training.micro_batch_size=0"])
+    sequences, passes = cfg.micro_batches(8)
+    assert passes == 1
+    assert plan.shape_of(cfg, 8).tokens == sequences * cfg.training.seq_len

@@ -200,6 +200,20 @@ def test_chunked_loss_peak_memory_is_one_chunk_of_logits() -> None:
         assert mem.peak <= bound, (n, mem.peak, bound)
 
 
+def test_chunked_loss_under_no_grad_computes_no_gradients() -> None:
+    dim, vocab, chunk, n = 32, 4000, 128, 1024
+    hidden, weight, labels = _loss_inputs(n=n, dim=dim, vocab=vocab)
+    with _LiveBytes() as training:
+        kept = chunked_cross_entropy(hidden, weight, labels, chunk)
+    with torch.no_grad(), _LiveBytes() as evaluating:
+        loss = chunked_cross_entropy(hidden, weight, labels, chunk)
+    torch.testing.assert_close(loss, kept.detach())
+    # Training computes the (vocab x dim) fp32 weight gradient and the (tokens x dim) hidden
+    # gradient in forward; evaluation allocates neither.
+    gradients = vocab * dim * 4 + n * dim * 4
+    assert training.peak - evaluating.peak >= gradients, (training.peak, evaluating.peak)
+
+
 def test_model_loss_with_chunks_equals_the_plain_loss() -> None:
     m = _model()
     x = torch.randint(0, 50, (3, 12))
