@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from config.kubernetes import METRICS_PORT
+from hpctl.job import AGENT_PORT
+
 TRAINING = Path(__file__).resolve().parents[2] / "training"
 DOCKERFILE = TRAINING / "Dockerfile"
 REQUIREMENTS = TRAINING / "requirements-container.txt"
@@ -145,9 +148,9 @@ def test_hyperpodrun_is_the_exec_form_entrypoint(dockerfile) -> None:
         assert isinstance(json.loads(cmd), list)
 
 
-def test_exposes_the_agent_port(dockerfile) -> None:
-    ports = " ".join(_args(dockerfile, "EXPOSE")).split()
-    assert "8080" in ports or "8080/tcp" in ports
+def test_exposes_the_agent_and_metrics_ports_jobs_use(dockerfile) -> None:
+    ports = {p.removesuffix("/tcp") for p in " ".join(_args(dockerfile, "EXPOSE")).split()}
+    assert ports == {str(AGENT_PORT), str(METRICS_PORT)}
 
 
 def test_installs_the_pinned_requirements_and_copies_the_package(dockerfile) -> None:
