@@ -65,6 +65,7 @@ class EksStack(cdk.Stack):
         # Control-plane ENIs go in the small infrastructure subnets: the cluster subnets are
         # sized address-for-address by the capacity plan for nodes and pods.
         control_plane_subnets = [infra_subnets[az] for az in sorted(infra_subnets)]
+        self.control_plane_subnets = control_plane_subnets
 
         self.cluster = EksCluster(
             self,

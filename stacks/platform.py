@@ -203,7 +203,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             eks_cluster_arn=eks.cluster_arn,
             vpc=network.vpc,
             # The control plane's subnets: the trainer's collector reaches the API from there.
-            scraper_subnets=[network.infra_subnets[az] for az in sorted(network.infra_subnets)],
+            scraper_subnets=eks.control_plane_subnets,
             pod_security_group=network.efa_security_group,
             api_security_group=eks.cluster.control_plane_security_group,
             file_system=file_system,

@@ -109,11 +109,10 @@ run_best_effort() {
   fi
 }
 
-# run CMD ARGS...: log the command, run it, copy its output to the log and
-# keep it in CAPTURED for callers that parse it; stop the script with a line
-# naming the command if it fails.
+# capture CMD ARGS...: log the command, run it, copy its output to the log and
+# keep it in CAPTURED for callers that parse it; returns the command's status.
 CAPTURED=""
-run() {
+capture() {
   log_info "run: $*"
   local rc=0 line
   CAPTURED="$("$@" 2>&1)" || rc=$?
@@ -122,6 +121,14 @@ run() {
       log_info "  | $line"
     done <<<"$CAPTURED"
   fi
+  return "$rc"
+}
+
+# run CMD ARGS...: capture, and stop the script with a line naming the command
+# if it fails.
+run() {
+  local rc=0
+  capture "$@" || rc=$?
   if [[ "$rc" -ne 0 ]]; then
     die "'$*' failed (exit $rc)"
   fi
@@ -130,14 +137,8 @@ run() {
 # try_run CMD ARGS...: like run, but a failure only logs a WARN line and
 # returns the command's exit status, for a caller that handles it.
 try_run() {
-  log_info "run: $*"
-  local rc=0 line
-  CAPTURED="$("$@" 2>&1)" || rc=$?
-  if [[ -n "$CAPTURED" ]]; then
-    while IFS= read -r line; do
-      log_info "  | $line"
-    done <<<"$CAPTURED"
-  fi
+  local rc=0
+  capture "$@" || rc=$?
   if [[ "$rc" -ne 0 ]]; then
     log_warn "'$*' failed (exit $rc)"
   fi
