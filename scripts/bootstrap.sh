@@ -18,7 +18,8 @@ esac
 
 VENV=.venv
 STAMP="$VENV/.bootstrap-stamp"
-inputs="$(cat pyproject.toml constraints.txt package.json package-lock.json scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
+inputs="$(cat pyproject.toml constraints.txt package.json package-lock.json scripts/bootstrap.sh \
+  training/requirements-container.txt | sha256sum | cut -d' ' -f1)"
 
 # A test set-up includes everything a synth set-up has.
 if [[ -f "$STAMP" && -x "$VENV/bin/node" && -d node_modules/aws-cdk ]]; then
@@ -60,6 +61,13 @@ for tool in npm npx; do
     "$node_bin/../lib/node_modules/npm/bin/$tool-cli.js" > "$VENV/bin/$tool"
   chmod +x "$VENV/bin/$tool"
 done
+
+if [[ "$mode" == test ]]; then
+  # The training image's torch cannot be installed here (a CUDA build); its sources are
+  # unpacked so the tests check the package's torch API against it (training/torch_source.py).
+  echo "bootstrap: unpacking the training image's torch sources" >&2
+  "$VENV/bin/python" -m training.torch_source >/dev/null
+fi
 
 echo "bootstrap: installing the pinned CDK CLI" >&2
 PATH="$PWD/$VENV/bin:$PATH" npm ci --no-audit --no-fund --loglevel=error >&2

@@ -1,7 +1,8 @@
 """The torch API this package uses, checked against the torch that is installed.
 
-    python -m training.torch_api            # exit 1, one line per problem
-    python -m training.torch_api --import   # and import every module of the package
+    python -m training.torch_api                   # exit 1, one line per problem
+    python -m training.torch_api --import          # and import every module of the package
+    python -m training.torch_api --release image   # against the image's torch, read from source
 
 The package's source is read, not run: every torch name it uses is collected (``import
 torch.x``, ``from torch.x import y``, attribute chains from torch or an alias of it, such as
@@ -11,21 +12,26 @@ keyword a function does not take, or a private name (a part starting with ``_``)
 
 Names used only inside functions (``torch.cuda.cudart``, a keyword of ``distribute_tensor``)
 fail here, at image build time, instead of in the middle of a job. The image build runs it
-against the container's torch; the CPU tests run it against theirs (training/README.md, "Torch
-versions").
+against the container's torch; the CPU tests run it against theirs and, with ``--release``,
+against the image's torch read from its wheel's source (torch_source.py), which a CPU machine
+cannot install (training/README.md, "Torch versions").
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import inspect
 import pkgutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from training import torch_source
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ROOT = "torch"
@@ -156,25 +162,42 @@ def _accepts(obj: Any, keyword: str) -> bool:
     return keyword in params
 
 
+def _takes_in_source(
+    release: torch_source.SourceTree, binding: torch_source.Binding, keyword: str
+) -> bool:
+    # A signature the source does not show (an inherited __init__) is not held against it,
+    # as a builtin without a signature is not in the installed torch.
+    return release.accepts(binding, keyword) is not False
+
+
 def _private(name: str) -> bool:
     return any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
 
 
-def problems(uses: dict[str, Use]) -> list[str]:
-    """One line per name missing from the installed torch, keyword it does not take, or
-    private name."""
+def problems(uses: dict[str, Use], release: torch_source.SourceTree | None = None) -> list[str]:
+    """One line per name missing from the torch checked against (the installed one, or
+    `release` read from source), keyword it does not take, or private name."""
     out: list[str] = []
     for name in sorted(uses):
         use = uses[name]
         where = ", ".join(use.where)
         if _private(name):
             out.append(f"{where}: {name} is private torch API (not stable across releases)")
-        obj = resolve(name)
-        if obj is _MISSING:
-            out.append(f"{where}: {name} does not exist")
-            continue
+        takes: Callable[[str], bool]
+        if release is None:
+            obj = resolve(name)
+            if obj is _MISSING:
+                out.append(f"{where}: {name} does not exist")
+                continue
+            takes = functools.partial(_accepts, obj)
+        else:
+            binding = release.resolve(name)
+            if binding is None:
+                out.append(f"{where}: {name} does not exist")
+                continue
+            takes = functools.partial(_takes_in_source, release, binding)
         for keyword, sites in sorted(use.keywords.items()):
-            if not _accepts(obj, keyword):
+            if not takes(keyword):
                 out.append(f"{', '.join(sites)}: {name}() takes no keyword {keyword!r}")
     return out
 
@@ -195,18 +218,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--package-dir", type=Path, default=PACKAGE_DIR)
     ap.add_argument("--import", dest="import_all", action="store_true")
+    ap.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="check against this torch release's source instead of the installed torch "
+        "('image': the version the training image pins); fetched from PyPI once",
+    )
+    ap.add_argument("--releases-dir", type=Path, default=torch_source.RELEASES_DIR)
     args = ap.parse_args(argv)
     import torch
 
     uses = collect(args.package_dir)
-    found = problems(uses)
+    release: torch_source.SourceTree | None = None
+    version = str(torch.__version__)
+    if args.release:
+        version = torch_source.image_version() if args.release == "image" else args.release
+        release = torch_source.SourceTree(torch_source.fetch(version, args.releases_dir))
+        version += " (source)"
+    found = problems(uses, release)
     if args.import_all:
         found += import_all(args.package_dir)
     for line in found:
-        print(f"torch {torch.__version__}: {line}", file=sys.stderr)
+        print(f"torch {version}: {line}", file=sys.stderr)
     if found:
         return 1
-    print(f"torch {torch.__version__}: all {len(uses)} torch names the package uses are present")
+    print(f"torch {version}: all {len(uses)} torch names the package uses are present")
     return 0
 
 

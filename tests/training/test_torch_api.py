@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed.tensor
 
-from training import torch_api
+from training import torch_api, torch_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +102,200 @@ def test_the_command_the_image_build_runs(tmp_path: Path) -> None:
     bad = run("--package-dir", str(_planted(tmp_path)))
     assert bad.returncode == 1
     assert "no_such_function does not exist" in bad.stderr
+
+
+# ---- against the image's torch, read from its wheel's source ----------------------------
+
+NEWER_THAN_THE_IMAGE = textwrap.dedent(
+    """
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+
+    def loss(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(h, op=dist.ReduceOp.SUM)
+        return F.linear_cross_entropy(h, w, y)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def image_torch() -> torch_source.SourceTree:
+    root = torch_source.RELEASES_DIR / torch_source.image_version()
+    if not (root / "torch" / "__init__.py").is_file():
+        pytest.fail(f"the image's torch sources are not unpacked at {root}: run `make setup`")
+    return torch_source.SourceTree(root)
+
+
+@pytest.fixture(scope="module")
+def installed_torch_source() -> torch_source.SourceTree:
+    return torch_source.SourceTree(Path(torch.__file__).resolve().parents[1])
+
+
+def test_the_package_uses_only_torch_api_the_image_torch_has(
+    image_torch: torch_source.SourceTree,
+) -> None:
+    assert torch_api.problems(torch_api.collect(), image_torch) == []
+
+
+def test_reading_the_source_finds_every_name_and_signature_importing_finds(
+    installed_torch_source: torch_source.SourceTree,
+) -> None:
+    uses = torch_api.collect()
+    unresolved = [name for name in uses if installed_torch_source.resolve(name) is None]
+    assert unresolved == []
+    # Every keyword the package passes is checked against a signature read from the source,
+    # none waved through for want of one.
+    unread = [
+        (name, keyword)
+        for name, use in uses.items()
+        for keyword in use.keywords
+        if installed_torch_source.accepts(installed_torch_source.resolve(name), keyword) is None  # type: ignore[arg-type]  # resolved above
+    ]
+    assert unread == []
+
+
+def test_planted_problems_read_from_source_are_those_importing_finds(
+    tmp_path: Path, installed_torch_source: torch_source.SourceTree
+) -> None:
+    uses = torch_api.collect(_planted(tmp_path))
+    assert torch_api.problems(uses, installed_torch_source) == torch_api.problems(uses)
+
+
+def test_a_function_newer_than_the_image_torch_is_reported(
+    tmp_path: Path, image_torch: torch_source.SourceTree
+) -> None:
+    # F.linear_cross_entropy arrived after the image's release: the tests' torch has it, so
+    # only the check against the image's source can catch it before an image build.
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "loss.py").write_text(NEWER_THAN_THE_IMAGE)
+    uses = torch_api.collect(package)
+    assert torch_api.problems(uses) == []
+    assert torch_api.problems(uses, image_torch) == [
+        "planted/loss.py:9: torch.nn.functional.linear_cross_entropy does not exist"
+    ]
+
+
+def test_the_command_ci_runs_against_the_image_torch(image_torch: torch_source.SourceTree) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "training.torch_api", "--release", "image"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"torch {torch_source.image_version()} (source): all" in result.stdout
+
+
+FAKE_TORCH = {
+    "torch/__init__.py": """
+        from typing import TYPE_CHECKING
+        from torch.version import __version__ as __version__
+        if TYPE_CHECKING:
+            from torch._C._functions import *
+        try:
+            from .cuda import Stream
+        except ImportError:
+            pass
+        """,
+    "torch/version.py": "__version__ = '0.0'\n",
+    "torch/_C/__init__.pyi": "",
+    "torch/_C/_functions.pyi": """
+        from typing import overload
+        @overload
+        def empty(size: int, *, dtype: object = None) -> object: ...
+        @overload
+        def empty(*size: int, pin_memory: bool = False) -> object: ...
+        def _private() -> None: ...
+        """,
+    "torch/cuda/__init__.py": """
+        from .streams import *
+        def __getattr__(name): ...
+        """,
+    "torch/cuda/streams.py": """
+        __all__ = ["Stream"]
+        class Stream:
+            def __new__(cls, device=None, priority=0): ...
+            def synchronize(self) -> None: ...
+        """,
+    "torch/nn/functional.py": """
+        import torch
+        from dataclasses import dataclass
+        silu = _add_docstr(torch._C._functions.empty, "doc")
+        @dataclass(frozen=True)
+        class Options:
+            full: bool = False
+        class Inherits(Options):
+            pass
+        """,
+}
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> torch_source.SourceTree:
+    for relative, text in FAKE_TORCH.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return torch_source.SourceTree(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("torch.cuda", "module"),
+        ("torch.cuda.streams.Stream", "class"),
+        ("torch.cuda.Stream", "class"),  # relative star import
+        ("torch.Stream", "class"),  # relative import inside try
+        ("torch.empty", "function"),  # TYPE_CHECKING star import of a stub
+        ("torch.__version__", "value"),
+        ("torch.nn.functional.silu", "function"),  # _add_docstr(fn, ...) is fn
+        ("torch.cuda.Stream.synchronize", "function"),
+        ("torch.cuda.anything", "external"),  # a module __getattr__ may answer
+    ],
+)
+def test_source_tree_resolves(fake_torch: torch_source.SourceTree, name: str, kind: str) -> None:
+    binding = fake_torch.resolve(name)
+    assert binding is not None and binding.kind == kind
+
+
+@pytest.mark.parametrize(
+    "name", ["torch.nothing", "torch._private", "torch.nn.missing", "torch.nn.functional.gone"]
+)
+def test_source_tree_reports_missing_names(fake_torch: torch_source.SourceTree, name: str) -> None:
+    assert fake_torch.resolve(name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "keyword", "verdict"),
+    [
+        ("torch.empty", "dtype", True),  # first overload
+        ("torch.empty", "pin_memory", True),  # second overload
+        ("torch.empty", "device", False),
+        ("torch.cuda.Stream", "priority", True),  # __new__
+        ("torch.cuda.Stream", "stream_id", False),
+        ("torch.nn.functional.Options", "full", True),  # a dataclass field
+        ("torch.nn.functional.Options", "partial", False),
+        ("torch.nn.functional.Inherits", "partial", None),  # fields of a base: not read
+        ("torch.__version__", "x", None),
+    ],
+)
+def test_source_tree_reads_keywords(
+    fake_torch: torch_source.SourceTree, name: str, keyword: str, verdict: bool | None
+) -> None:
+    binding = fake_torch.resolve(name)
+    assert binding is not None
+    assert fake_torch.accepts(binding, keyword) is verdict
+
+
+def test_the_image_torch_version_comes_from_its_pin(tmp_path: Path) -> None:
+    pins = tmp_path / "requirements.txt"
+    pins.write_text("numpy==2.4.6\ntorch==2.11.0  # the base image's\n")
+    assert torch_source.image_version(pins) == "2.11.0"
+    pins.write_text("numpy==2.4.6\ntorchvision==0.26.0\n")
+    with pytest.raises(ValueError, match="pins no torch==VERSION"):
+        torch_source.image_version(pins)

@@ -1,0 +1,341 @@
+"""Another torch release's API, read from its source instead of importing it.
+
+The CPU tests run one torch and the image another (training/README.md, "Torch versions"); the
+image's cannot be installed on a CPU machine, but its Python sources and type stubs are the
+same in every wheel of a release. ``fetch`` unpacks them from the smallest wheel PyPI has (the
+macOS one: CPU only) and ``SourceTree`` answers, from the syntax tree alone, whether a dotted
+name exists in that release and which keywords a function takes:
+
+    python -m training.torch_api --release 2.11.0
+
+Names bound in ways only running code can see (torch/__init__.py binds the C functions in a
+loop over ``dir()``) are found through the imports the release makes for type checkers
+(``if TYPE_CHECKING: from torch._C._VariableFunctions import *``) in the stubs it ships
+(``torch/_C/*.pyi``).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+# The platform whose wheel is smallest: no CUDA libraries, same Python sources.
+WHEEL_PLATFORM = "macosx_11_0_arm64"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# Where set-up unpacks releases (scripts/bootstrap.sh): inside the ignored virtualenv, so a
+# fresh environment starts clean.
+RELEASES_DIR = PACKAGE_DIR.parent / ".venv" / "torch-releases"
+IMAGE_REQUIREMENTS = PACKAGE_DIR / "requirements-container.txt"
+
+Kind = Literal["module", "function", "class", "value", "external"]
+
+
+@dataclass
+class Binding:
+    """What a dotted name denotes in the release: its kind and, for functions and classes,
+    their definitions (a function's overloads are all kept)."""
+
+    kind: Kind
+    name: str
+    nodes: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] = field(default_factory=list)
+    value: ast.expr | None = None
+
+
+@dataclass
+class _Module:
+    names: dict[str, list[ast.stmt | tuple[str, str]]]
+    star: list[str]  # modules whose public names this one re-exports (`from x import *`)
+    dynamic: bool  # a module-level __getattr__: any name may exist
+
+
+def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Module-level statements, including those under if/try/with (imports guarded by
+    TYPE_CHECKING or try/except ImportError count), not those inside functions or classes."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        out.append(stmt)
+        if isinstance(stmt, ast.If):
+            out += _statements(stmt.body) + _statements(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            out += _statements(stmt.body) + _statements(stmt.orelse)
+            out += _statements(stmt.finalbody)
+            for handler in stmt.handlers:
+                out += _statements(handler.body)
+        elif isinstance(stmt, ast.With):
+            out += _statements(stmt.body)
+    return out
+
+
+def _targets(stmt: ast.stmt) -> list[str]:
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, ast.AnnAssign):
+        targets = [stmt.target]
+    names: list[str] = []
+    for target in targets:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, ast.Tuple):
+            names += [e.id for e in target.elts if isinstance(e, ast.Name)]
+    return names
+
+
+class SourceTree:
+    """The `torch/` tree of one release: `root` holds the `torch` package directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._modules: dict[str, _Module | None] = {}
+
+    # ---- modules --------------------------------------------------------------------------
+
+    def module_file(self, module: str) -> Path | None:
+        base = self.root.joinpath(*module.split("."))
+        for candidate in (
+            base / "__init__.py",
+            base / "__init__.pyi",
+            base.with_suffix(".py"),
+            base.with_suffix(".pyi"),
+        ):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def _module(self, module: str) -> _Module | None:
+        if module not in self._modules:
+            self._modules[module] = self._read(module)
+        return self._modules[module]
+
+    def _read(self, module: str) -> _Module | None:
+        path = self.module_file(module)
+        if path is None:
+            return None
+        package = module if path.stem == "__init__" else module.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        parsed = _Module(names={}, star=[], dynamic=False)
+        for stmt in _statements(tree.body):
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                parsed.names.setdefault(stmt.name, []).append(stmt)
+                if stmt.name == "__getattr__":
+                    parsed.dynamic = True
+            elif isinstance(stmt, ast.Assign | ast.AnnAssign):
+                for name in _targets(stmt):
+                    parsed.names.setdefault(name, []).append(stmt)
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    target = alias.name if alias.asname else bound
+                    parsed.names.setdefault(bound, []).append(("module", target))
+            elif isinstance(stmt, ast.ImportFrom):
+                source = self._absolute(stmt, package)
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        parsed.star.append(source)
+                    else:
+                        target = f"{source}.{alias.name}"
+                        parsed.names.setdefault(alias.asname or alias.name, []).append(
+                            ("import", target)
+                        )
+        return parsed
+
+    @staticmethod
+    def _absolute(stmt: ast.ImportFrom, package: str) -> str:
+        if stmt.level == 0:
+            return stmt.module or ""
+        parts = package.split(".")
+        base = parts[: len(parts) - (stmt.level - 1)]
+        return ".".join([*base, stmt.module] if stmt.module else base)
+
+    # ---- names ----------------------------------------------------------------------------
+
+    def resolve(self, name: str, _seen: frozenset[str] = frozenset()) -> Binding | None:
+        """What `name` (`torch.a.b`) denotes in this release, or None when it does not exist."""
+        if name in _seen:
+            return None
+        seen = _seen | {name}
+        if name.split(".")[0] != "torch":
+            return Binding("external", name)
+        if self.module_file(name) is not None:
+            return Binding("module", name)
+        module, _, attr = name.rpartition(".")
+        if not module:
+            return None
+        parent = self.resolve(module, seen)
+        if parent is None:
+            return None
+        if parent.kind == "module":
+            return self._attribute(parent.name, attr, seen)
+        if parent.kind == "class":
+            return self._class_attribute(parent, attr)
+        # An attribute of a value or of a name outside torch: nothing more to read.
+        return Binding("external", name)
+
+    def _attribute(self, module: str, attr: str, seen: frozenset[str]) -> Binding | None:
+        parsed = self._module(module)
+        if parsed is None:
+            return None
+        entries = parsed.names.get(attr, [])
+        definitions = [
+            e
+            for e in entries
+            if isinstance(e, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        ]
+        if definitions:
+            kind: Kind = "class" if isinstance(definitions[-1], ast.ClassDef) else "function"
+            return Binding(kind, f"{module}.{attr}", nodes=definitions)
+        for entry in reversed(entries):
+            if isinstance(entry, tuple):
+                how, target = entry
+                if how == "module":
+                    return self.resolve(target, seen) or Binding("external", target)
+                found = self.resolve(target, seen)
+                if found is not None:
+                    return found
+            elif isinstance(entry, ast.Assign | ast.AnnAssign):
+                return self._value(module, attr, entry, seen)
+        for source in parsed.star:
+            if attr.startswith("_"):
+                break  # `import *` skips private names
+            found = self._attribute(source, attr, seen) if self._module(source) else None
+            if found is not None:
+                return found
+        if parsed.dynamic:
+            return Binding("external", f"{module}.{attr}")
+        return None
+
+    def _value(
+        self, module: str, attr: str, stmt: ast.Assign | ast.AnnAssign, seen: frozenset[str]
+    ) -> Binding:
+        value = stmt.value
+        # `f = _add_docstr(torch._C._nn.f, "...")`: the function is the first argument.
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name | ast.Attribute)
+            and (value.func.id if isinstance(value.func, ast.Name) else value.func.attr)
+            == "_add_docstr"
+            and value.args
+        ):
+            target = _dotted(value.args[0])
+            if target:
+                found = self.resolve(target, seen)
+                if found is not None:
+                    return found
+        return Binding("value", f"{module}.{attr}", value=value)
+
+    def _class_attribute(self, cls: Binding, attr: str) -> Binding | None:
+        for node in cls.nodes:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for stmt in node.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    if stmt.name == attr:
+                        return Binding("function", f"{cls.name}.{attr}", nodes=[stmt])
+                elif attr in _targets(stmt):
+                    return Binding("value", f"{cls.name}.{attr}")
+        # Inherited or set in __init__: a base class may hold it; not visible from here.
+        return Binding("external", f"{cls.name}.{attr}")
+
+    def accepts(self, binding: Binding, keyword: str) -> bool | None:
+        """Whether the function or class `binding` takes `keyword`; None when its signature
+        cannot be read from the source (a value, a name outside torch, an inherited init)."""
+        functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        for node in binding.nodes:
+            if not isinstance(node, ast.ClassDef):
+                functions.append(node)
+                continue
+            functions += [
+                s
+                for s in node.body
+                if isinstance(s, ast.FunctionDef) and s.name in ("__init__", "__new__")
+            ]
+            if not functions and _is_dataclass(node):
+                if keyword in {n for s in node.body for n in _targets(s)}:
+                    return True
+                return None if node.bases else False
+        if not functions:
+            return None
+        for fn in functions:
+            a = fn.args
+            if a.kwarg is not None:
+                return True
+            if keyword in {p.arg for p in [*a.args, *a.kwonlyargs]}:
+                return True
+        return False
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (_dotted(target) or "").split(".")[-1] == "dataclass":
+            return True
+    return False
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def image_version(requirements: Path = IMAGE_REQUIREMENTS) -> str:
+    """The torch version the training image pins (its `torch==` line)."""
+    for line in requirements.read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and name.strip() == "torch":
+            return version.split("#")[0].strip()
+    raise ValueError(f"{requirements.name} pins no torch==VERSION")
+
+
+def fetch(version: str, into: Path = RELEASES_DIR) -> Path:
+    """Unpacks torch `version`'s Python sources and stubs under `into/<version>` (once) and
+    returns that directory. Needs PyPI."""
+    target = into / version
+    if (target / "torch" / "__init__.py").is_file():
+        return target
+    download = into / f".download-{version}"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            WHEEL_PLATFORM,
+            "--python-version",
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+            "--dest",
+            str(download),
+            f"torch=={version}",
+        ],
+        check=True,
+    )
+    (wheel,) = download.glob("torch-*.whl")
+    staging = into / f".unpack-{version}"
+    with zipfile.ZipFile(wheel) as archive:
+        members = [
+            n for n in archive.namelist() if n.startswith("torch/") and n.endswith((".py", ".pyi"))
+        ]
+        archive.extractall(staging, members=members)
+    staging.rename(target)  # only a complete tree ever appears under its final name
+    wheel.unlink()
+    download.rmdir()
+    return target
+
+
+if __name__ == "__main__":
+    # Set-up: unpack the image's torch release, so the tests can check against it offline.
+    print(fetch(image_version()))
