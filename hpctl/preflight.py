@@ -558,7 +558,8 @@ def coded_quota_rows(config: EnvironmentConfig, account: Account) -> list[Row]:
     ]
     if config.network.cluster_cidr is not None:
         wanted.append((IPV4_BLOCKS_PER_VPC, 2, "vpc_cidr + cluster_cidr", ""))
-    wanted.append((ELASTIC_IPS, config.network.nat_gateways, "one per NAT gateway", ""))
+    if config.network.nat_gateways:  # a closed network has no NAT gateway and needs no IP
+        wanted.append((ELASTIC_IPS, config.network.nat_gateways, "one per NAT gateway", ""))
     wanted.append(
         (LUSTRE_PERSISTENT_2_STORAGE, config.storage.fsx.storage_capacity_gib, "FSx", " GiB")
     )

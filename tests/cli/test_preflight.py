@@ -154,14 +154,16 @@ SAGEMAKER_QUOTAS = [
     quota("sagemaker", "L-0D2A1E52", "ml.m5.xlarge for cluster usage", 4.0),
     quota("sagemaker", "L-6A1C9B3F", "ml.g5.12xlarge for cluster usage", 2.0),
 ]
-# (service code, quota code, name, value) of the quotas read by code, prod's order.
+# (service code, quota code, name, value) of the quotas read by code, prod's order. prod is a
+# closed network: no NAT gateway, so no Elastic IP quota is read.
 CODED = [
     ("eks", "L-1194D53C", "Clusters", 100.0),
     ("vpc", "L-F678F1CE", "VPCs per Region", 5.0),
     ("vpc", "L-83CA0A9D", "IPv4 CIDR blocks per VPC", 5.0),
-    ("ec2", "L-0263D0A3", "EC2-VPC Elastic IPs", 5.0),
     ("fsx", "L-8F1B9C74", "Lustre Persistent_2 storage capacity", 100800.0),
 ]
+# Read before the FSx quota when the network has NAT gateways.
+ELASTIC_IPS = ("ec2", "L-0263D0A3", "EC2-VPC Elastic IPs", 5.0)
 
 
 def queue_sagemaker_quotas(stubs: Stubs, quotas: list[dict[str, Any]] = SAGEMAKER_QUOTAS) -> None:
@@ -178,10 +180,14 @@ def queue_coded_quota(stubs: Stubs, service: str, code: str, name: str, value: f
     )
 
 
-def queue_quotas(stubs: Stubs, values: dict[str, float] | None = None) -> None:
-    """prod's quota calls; `values` replaces quota values by quota code."""
+def queue_quotas(
+    stubs: Stubs, values: dict[str, float] | None = None, *, nat: bool = False
+) -> None:
+    """prod's quota calls; `values` replaces quota values by quota code; `nat` adds the
+    Elastic IP quota a network with NAT gateways reads."""
     queue_sagemaker_quotas(stubs)
-    for service, code, name, value in CODED:
+    coded = [*CODED[:-1], ELASTIC_IPS, CODED[-1]] if nat else CODED
+    for service, code, name, value in coded:
         queue_coded_quota(stubs, service, code, name, (values or {}).get(code, value))
 
 
@@ -358,7 +364,8 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert all(isinstance(v, str) for r in report["checks"] for v in r.values())
     assert report["environment"] == "prod"
     assert (report["account"], report["region"], report["ok"]) == (ACCOUNT, REGION, True)
-    assert report["counts"] == {"ok": 15, "problem": 0, "skipped": 0}
+    assert report["counts"] == {"ok": 14, "problem": 0, "skipped": 0}
+    # prod is a closed network: no NAT gateway, so no Elastic IP row (and no call for it).
     assert [(r["check"], r["subject"], r["status"]) for r in report["checks"]] == [
         ("training-plan", f"gpu-p5: {PLAN}", "ok"),
         ("quota", "sagemaker: ml.p5.48xlarge for cluster usage", "ok"),
@@ -366,7 +373,6 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("quota", "eks: Clusters", "ok"),
         ("quota", "vpc: VPCs per Region", "ok"),
         ("quota", "vpc: IPv4 CIDR blocks per VPC", "ok"),
-        ("quota", "ec2: EC2-VPC Elastic IPs", "ok"),
         ("quota", "fsx: Lustre Persistent_2 storage capacity", "ok"),
         ("availability-zone", "us-east-1a", "ok"),
         ("availability-zone", "us-east-1b", "ok"),
@@ -386,10 +392,6 @@ def test_prod_all_ok_json(stubs: Stubs):
     )
     assert details[("quota", "sagemaker: ml.m5.4xlarge for cluster usage")] == (
         "quota 10, needs 3 (system)"
-    )
-    # prod is a closed network: no NAT gateway, no Elastic IP.
-    assert details[("quota", "ec2: EC2-VPC Elastic IPs")] == (
-        "quota 5, needs 0 (one per NAT gateway)"
     )
     assert details[("quota", "fsx: Lustre Persistent_2 storage capacity")] == (
         "quota 100800 GiB, needs 24000 GiB (FSx)"
@@ -421,11 +423,11 @@ def test_prod_all_ok_table(stubs: Stubs):
         if line.startswith("│") and not line.startswith("│ check")
     ]
     first_lines = [c for c in cells if c[0]]
-    assert len(first_lines) == 15
+    assert len(first_lines) == 14
     assert {c[2] for c in first_lines} == {"ok"}
     assert ["training-plan", f"gpu-p5: {PLAN}", "ok"] == first_lines[0][:3]
     assert ["admin-role", BREAK_GLASS, "ok", "exists (AROAEXAMPLEID0000002)", "-"] in first_lines
-    assert lines[-1] == "15 ok, 0 problems, 0 skipped"
+    assert lines[-1] == "14 ok, 0 problems, 0 skipped"
 
 
 def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
@@ -463,7 +465,6 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
         "sagemaker: ml.m5.xlarge for cluster usage": "quota 4, needs 1 (system)",
         "eks: Clusters": "quota 100, needs 1 (the EKS cluster)",
         "vpc: VPCs per Region": "quota 5, needs 1 (the VPC)",
-        "ec2: EC2-VPC Elastic IPs": "quota 5, needs 0 (one per NAT gateway)",
         "fsx: Lustre Persistent_2 storage capacity": "quota 100800 GiB, needs 1200 GiB (FSx)",
     }
     assert [r["subject"] for r in rows_of(report, "availability-zone")] == [
@@ -647,7 +648,7 @@ def test_quota_too_low_is_a_problem_with_the_request_command(stubs: Stubs, confi
     data["network"].update(egress="nat", nat_gateways=3, https_egress_cidrs=["203.0.113.10/32"])
     write_env(config_dir, "prod", data)
     queue_prod(stubs, skip=("quota",))
-    queue_quotas(stubs, {"L-0263D0A3": 2.0, "L-8F1B9C74": 19200.0})
+    queue_quotas(stubs, {"L-0263D0A3": 2.0, "L-8F1B9C74": 19200.0}, nat=True)
     report = run_json("--env", "prod", code=ExitCode.FAILED)
     assert row(report, "quota", "ec2: EC2-VPC Elastic IPs") == {
         "check": "quota",
@@ -1017,7 +1018,7 @@ def test_local_botocore_failure_is_a_row_not_a_traceback(
     report_lines = [line for line in result.stdout.splitlines() if "availability-zone" in line]
     assert len(report_lines) == 3
     assert all("problem" in line and "NoCredentialsError" in line for line in report_lines)
-    assert result.stdout.splitlines()[-1] == "12 ok, 3 problems, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "11 ok, 3 problems, 0 skipped"
 
 
 def test_problem_table_and_stderr_line(stubs: Stubs):
@@ -1033,13 +1034,13 @@ def test_problem_table_and_stderr_line(stubs: Stubs):
     result = hpctl("preflight", "--env", "prod")
     line = error_line(result, ExitCode.FAILED)
     assert line == (
-        f"{PREFIX}1 of 15 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
+        f"{PREFIX}1 of 14 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
         "deploying prod"
     )
     (denied,) = [text for text in result.stdout.splitlines() if BREAK_GLASS in text]
     assert "problem" in denied
     assert "AccessDenied: needs iam:GetRole" in denied
-    assert result.stdout.splitlines()[-1] == "14 ok, 1 problem, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "13 ok, 1 problem, 0 skipped"
 
 
 # ------------------------------------------------------------------ usage
