@@ -21,7 +21,7 @@ The checks, in table order (IAM actions in brackets):
   name) for the summed count of the groups without a training plan; groups with a plan are
   reported ok without quota (the plan holds their capacity; the training-plan row checks it).
   EKS clusters, VPCs per Region, IPv4 CIDR blocks per VPC (only with network.cluster_cidr),
-  EC2-VPC Elastic IPs (one per NAT gateway) and FSx for Lustre Persistent_2 storage capacity
+  EC2-VPC Elastic IPs (one per NAT gateway, only with NAT) and FSx for Lustre Persistent_2 storage capacity
   (found by quota code). Every quota is compared with what this environment alone needs:
   Service Quotas does not report current usage, so an account that already uses part of a
   quota can pass here and still hit it on deploy.
