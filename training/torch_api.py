@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         help="check against this torch release's source instead of the installed torch "
         "('image': the version the training image pins); fetched from PyPI once",
     )
-    ap.add_argument("--releases-dir", type=Path, default=torch_source.RELEASES_DIR)
+    ap.add_argument("--sources-dir", type=Path, default=torch_source.IMAGE_SOURCES_DIR)
     args = ap.parse_args(argv)
     import torch
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     version = str(torch.__version__)
     if args.release:
         version = torch_source.image_version() if args.release == "image" else args.release
-        release = torch_source.SourceTree(torch_source.fetch(version, args.releases_dir))
+        release = torch_source.SourceTree(torch_source.fetch(version, args.sources_dir))
         version += " (source)"
     found = problems(uses, release)
     if args.import_all:

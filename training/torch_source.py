@@ -17,8 +17,10 @@ loop over ``dir()``) are found through the imports the release makes for type ch
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ WHEEL_PLATFORM = "macosx_11_0_arm64"
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Where set-up unpacks releases (scripts/bootstrap.sh): inside the ignored virtualenv, so a
 # fresh environment starts clean.
-RELEASES_DIR = PACKAGE_DIR.parent / ".venv" / "torch-releases"
+IMAGE_SOURCES_DIR = PACKAGE_DIR.parent / ".venv" / "image-sources"
 IMAGE_REQUIREMENTS = PACKAGE_DIR / "requirements-container.txt"
 
 Kind = Literal["module", "function", "class", "value", "external"]
@@ -43,7 +45,6 @@ class Binding:
     kind: Kind
     name: str
     nodes: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] = field(default_factory=list)
-    value: ast.expr | None = None
 
 
 @dataclass
@@ -226,7 +227,7 @@ class SourceTree:
                 found = self.resolve(target, seen)
                 if found is not None:
                     return found
-        return Binding("value", f"{module}.{attr}", value=value)
+        return Binding("value", f"{module}.{attr}")
 
     def _class_attribute(self, cls: Binding, attr: str) -> Binding | None:
         for node in cls.nodes:
@@ -287,22 +288,23 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
-def image_version(requirements: Path = IMAGE_REQUIREMENTS) -> str:
-    """The torch version the training image pins (its `torch==` line)."""
+def image_pin(package: str, requirements: Path = IMAGE_REQUIREMENTS) -> str:
+    """The version the training image pins for `package` (its `package==VERSION` line)."""
     for line in requirements.read_text().splitlines():
         name, sep, version = line.partition("==")
-        if sep and name.strip() == "torch":
+        if sep and name.strip() == package:
             return version.split("#")[0].strip()
-    raise ValueError(f"{requirements.name} pins no torch==VERSION")
+    raise ValueError(f"{requirements.name} pins no {package}==VERSION")
 
 
-def fetch(version: str, into: Path = RELEASES_DIR) -> Path:
-    """Unpacks torch `version`'s Python sources and stubs under `into/<version>` (once) and
-    returns that directory. Needs PyPI."""
-    target = into / version
-    if (target / "torch" / "__init__.py").is_file():
-        return target
-    download = into / f".download-{version}"
+def image_version(requirements: Path = IMAGE_REQUIREMENTS) -> str:
+    """The torch version the training image pins."""
+    return image_pin("torch", requirements)
+
+
+def _download(requirement: str, dest: Path, *selection: str) -> Path:
+    """The one distribution file pip downloads for `requirement` (no dependencies)."""
+    shutil.rmtree(dest, ignore_errors=True)  # what an interrupted run left
     subprocess.run(
         [
             sys.executable,
@@ -312,30 +314,91 @@ def fetch(version: str, into: Path = RELEASES_DIR) -> Path:
             "--quiet",
             "--disable-pip-version-check",
             "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            WHEEL_PLATFORM,
-            "--python-version",
-            f"{sys.version_info.major}.{sys.version_info.minor}",
+            *selection,
             "--dest",
-            str(download),
-            f"torch=={version}",
+            str(dest),
+            requirement,
         ],
         check=True,
     )
-    (wheel,) = download.glob("torch-*.whl")
+    (found,) = dest.iterdir()
+    return found
+
+
+def fetch(version: str, into: Path = IMAGE_SOURCES_DIR) -> Path:
+    """Unpacks torch `version`'s Python sources and stubs under `into/<version>` (once) and
+    returns that directory. Needs PyPI."""
+    target = into / version
+    if (target / "torch" / "__init__.py").is_file():
+        return target
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wheel = _download(
+        f"torch=={version}",
+        into / f".download-{version}",
+        "--only-binary=:all:",
+        "--platform",
+        WHEEL_PLATFORM,
+        "--python-version",
+        python,
+    )
     staging = into / f".unpack-{version}"
+    shutil.rmtree(staging, ignore_errors=True)
     with zipfile.ZipFile(wheel) as archive:
-        members = [
-            n for n in archive.namelist() if n.startswith("torch/") and n.endswith((".py", ".pyi"))
-        ]
-        archive.extractall(staging, members=members)
+        for name in archive.namelist():
+            parts = Path(name).parts
+            if parts[0] != "torch" or ".." in parts or not name.endswith((".py", ".pyi")):
+                continue
+            path = staging.joinpath(*parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(archive.read(name))
     staging.rename(target)  # only a complete tree ever appears under its final name
-    wheel.unlink()
-    download.rmdir()
+    shutil.rmtree(wheel.parent)
     return target
 
 
+def fetch_metadata(package: str, version: str, into: Path = IMAGE_SOURCES_DIR) -> Path:
+    """The core metadata (PKG-INFO) of `package` `version`'s source distribution, saved as
+    `into/<package>-<version>.METADATA` (once). Needs PyPI."""
+    target = into / f"{package}-{version}.METADATA"
+    if target.is_file():
+        return target
+    sdist = _download(f"{package}=={version}", into / f".download-{package}", "--no-binary=:all:")
+    with tarfile.open(sdist) as archive:
+        (member,) = [
+            m
+            for m in archive.getmembers()
+            if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")
+        ]
+        extracted = archive.extractfile(member)
+        if extracted is None:
+            raise ValueError(f"{sdist.name}: {member.name} is not a regular file")
+        text = extracted.read().decode()
+    shutil.rmtree(sdist.parent)
+    staging = target.with_suffix(".partial")
+    staging.write_text(text)
+    staging.rename(target)
+    return target
+
+
+def requires_dist(metadata: Path, package: str) -> str:
+    """The version specifier a distribution's metadata puts on `package` (its Requires-Dist)."""
+    from packaging.requirements import Requirement  # a test-time need: not in the image
+
+    for line in metadata.read_text().splitlines():
+        key, _, value = line.partition(": ")
+        if key == "Requires-Dist":
+            requirement = Requirement(value)
+            if requirement.name.lower() == package:
+                return str(requirement.specifier)
+    raise ValueError(f"{metadata.name} declares no Requires-Dist on {package}")
+
+
+# The image's launcher bounds its torch: `hyperpodrun` comes from this package.
+ELASTIC_AGENT = "hyperpod-elastic-agent"
+
+
 if __name__ == "__main__":
-    # Set-up: unpack the image's torch release, so the tests can check against it offline.
+    # Set-up: unpack the image's torch release and its launcher's metadata, so the tests can
+    # check the package and the torch pin against them offline.
     print(fetch(image_version()))
+    print(fetch_metadata(ELASTIC_AGENT, image_pin(ELASTIC_AGENT)))

@@ -19,6 +19,7 @@ import pytest
 
 from config.kubernetes import METRICS_PORT
 from hpctl.job import AGENT_PORT
+from training import torch_source
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
 DOCKERFILE = TRAINING / "Dockerfile"
@@ -112,15 +113,37 @@ def test_torch_pin_matches_the_base_image(dockerfile) -> None:
     assert f"torch=={base_torch}" in REQUIREMENTS.read_text().splitlines()
 
 
-def test_torch_pin_is_inside_the_elastic_agents_range() -> None:
-    # The range is the agent's own metadata (Requires-Dist), copied into the comment above its
-    # pin; the torch pin must satisfy it (the newest release it allows: training/README.md).
+@pytest.fixture(scope="module")
+def agent_metadata() -> Path:
+    """The elastic agent's own metadata (its sdist's PKG-INFO), which set-up fetched."""
+    path = torch_source.IMAGE_SOURCES_DIR / (
+        f"{torch_source.ELASTIC_AGENT}-{torch_source.image_pin(torch_source.ELASTIC_AGENT)}.METADATA"
+    )
+    if not path.is_file():
+        pytest.fail(f"the elastic agent's metadata is not at {path}: run `make setup`")
+    return path
+
+
+def test_torch_pin_is_the_newest_minor_the_elastic_agent_allows(agent_metadata: Path) -> None:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    allowed = SpecifierSet(torch_source.requires_dist(agent_metadata, "torch"))
+    pin = Version(torch_source.image_version())
+    assert pin in allowed, (str(pin), str(allowed))
+    next_minor = Version(f"{pin.major}.{pin.minor + 1}.0")
+    assert next_minor not in allowed, f"the agent allows torch {next_minor}: raise the pin"
+    # The comment above the pin quotes the same range.
+    (quoted,) = re.findall(r"Requires-Dist torch([<>=!~.,0-9]+)", REQUIREMENTS.read_text())
+    assert SpecifierSet(quoted) == allowed
+
+
+def test_pip_pin_is_inside_the_elastic_agents_range(dockerfile, agent_metadata: Path) -> None:
     from packaging.specifiers import SpecifierSet
 
-    text = REQUIREMENTS.read_text()
-    (spec,) = re.findall(r"Requires-Dist torch([<>=!~.,0-9]+)", text)
-    (pin,) = re.findall(r"^torch==([0-9.]+)$", text, flags=re.MULTILINE)
-    assert pin in SpecifierSet(spec), (pin, spec)
+    allowed = SpecifierSet(torch_source.requires_dist(agent_metadata, "pip"))
+    (pip,) = re.findall(r'"pip==([0-9.]+)"', " ".join(_args(dockerfile, "RUN")))
+    assert pip in allowed, (pip, str(allowed))
 
 
 def test_image_build_checks_the_torch_api_before_dropping_root(dockerfile) -> None:

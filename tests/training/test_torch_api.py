@@ -122,7 +122,7 @@ NEWER_THAN_THE_IMAGE = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def image_torch() -> torch_source.SourceTree:
-    root = torch_source.RELEASES_DIR / torch_source.image_version()
+    root = torch_source.IMAGE_SOURCES_DIR / torch_source.image_version()
     if not (root / "torch" / "__init__.py").is_file():
         pytest.fail(f"the image's torch sources are not unpacked at {root}: run `make setup`")
     return torch_source.SourceTree(root)
@@ -299,3 +299,16 @@ def test_the_image_torch_version_comes_from_its_pin(tmp_path: Path) -> None:
     pins.write_text("numpy==2.4.6\ntorchvision==0.26.0\n")
     with pytest.raises(ValueError, match="pins no torch==VERSION"):
         torch_source.image_version(pins)
+
+
+def test_requires_dist_reads_a_distributions_own_range(tmp_path: Path) -> None:
+    metadata = tmp_path / "agent.METADATA"
+    metadata.write_text(
+        "Metadata-Version: 2.4\nName: agent\nRequires-Dist: Torch<2.12.0,>=2.4.0\n"
+        "Requires-Dist: pip<25.3; python_version >= '3.9'\n"
+        "Description: Requires-Dist: numpy<1\n"
+    )
+    assert torch_source.requires_dist(metadata, "torch") == "<2.12.0,>=2.4.0"
+    assert torch_source.requires_dist(metadata, "pip") == "<25.3"
+    with pytest.raises(ValueError, match="declares no Requires-Dist on numpy"):
+        torch_source.requires_dist(metadata, "numpy")
