@@ -82,6 +82,11 @@ class CheckpointFailedError(RuntimeError):
     """A checkpoint that did not commit (the same message on every rank)."""
 
 
+def _use_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
 def warn(msg: str) -> None:
     sys.stderr.write(f"hptrain: {msg}\n")
     sys.stderr.flush()
@@ -162,7 +167,14 @@ class CheckpointManager:
         dist.broadcast_object_list(nonce, src=0)
         self.nonce: str = nonce[0]
         self._inflight: _InFlight | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hptrain-ckpt-commit")
+        # A new thread's current CUDA device is 0: any CUDA call a storage writer makes from
+        # it must reach this rank's GPU, not open a context on another rank's.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="hptrain-ckpt-commit",
+            initializer=_use_device,
+            initargs=(device,),
+        )
         # Run-long staging buffers (see checkpoint_staging for why not DefaultStager).
         self._stager: StateStager | None = (
             StateStager(device, device_snapshot=cfg.device_snapshot)

@@ -86,7 +86,11 @@ class RecordingWriter(FileSystemWriter):
     def __init__(
         self, path: Path, before_write: Callable[[Path], None] = lambda path: None
     ) -> None:
-        super().__init__(str(path), sync_files=True)
+        # per_thread_copy_ahead=0: the serial loader. The state is already in host memory
+        # (staged), and on a CUDA host DCP's default overlapping loader would synchronize the
+        # commit thread's current stream, device 0's default stream, every 10 MB: waiting
+        # on rank 0's training kernels and opening a context on GPU 0 from every other rank.
+        super().__init__(str(path), sync_files=True, per_thread_copy_ahead=0)
         self.dir = path
         self.before_write = before_write
         self.results: list[WriteResult] | None = None

@@ -100,14 +100,25 @@ def apply_parallelism(
         if cfg.parallel.compile:
             # In-place compile keeps parameter names (no _orig_mod prefix in checkpoints).
             block.compile()
+    bf16 = use_bf16(cfg, device)
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if use_bf16(cfg, device)
+        if bf16
+        else MixedPrecisionPolicy()
+    )
+    # Blocks take their inputs as given: the hidden state is bf16 already (the embedding's
+    # output), and the RoPE tables stay fp32 for the fp32 rotation in apply_rope (a block's
+    # cast would round them to bf16's 3 significant digits, and cost two casts per block).
+    block_mp = (
+        MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )
+        if bf16
         else MixedPrecisionPolicy()
     )
     for i, block in enumerate(blocks):
         # The last block is resharded by the root right after, so skip its extra reshard.
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
+        fully_shard(block, mesh=mesh, mp_policy=block_mp, reshard_after_forward=i < len(blocks) - 1)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import SavePlan, TensorWriteData, WriteItem, WriteItemType
 
-from training.checkpoint_planning import dedup_save_plans
+from training.checkpoint_planning import RecordingWriter, dedup_save_plans
 
 
 def _tensor_item(name: str, numel: int) -> WriteItem:
@@ -68,3 +69,30 @@ def test_same_result_as_torchs_private_dedup() -> None:
     for seed in range(50):
         plans = _random_plans(seed)
         assert _names(dedup_save_plans(plans)) == _names(private.dedup_save_plans(plans))
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_writer_never_touches_a_cuda_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on a GPU host: DCP's writer picks its overlapping loader, which synchronizes the
+    # writing thread's current CUDA stream, whenever CUDA is available and copy-ahead is on.
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import filesystem
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    def no_overlapping_loader(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the overlapping loader synchronizes a CUDA stream")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(filesystem, "_OverlappingCpuLoader", no_overlapping_loader)
+    writer = RecordingWriter(tmp_path / "ckpt")
+    dcp.save({"w": torch.arange(8.0)}, storage_writer=writer, no_dist=True)
+    assert writer.results and (tmp_path / "ckpt" / ".metadata").is_file()
+    # The same save with DCP's default copy-ahead reaches the loader the writer avoids.
+    with pytest.raises(CheckpointException, match="overlapping loader"):
+        dcp.save(
+            {"w": torch.arange(8.0)},
+            storage_writer=filesystem.FileSystemWriter(str(tmp_path / "default")),
+            no_dist=True,
+        )

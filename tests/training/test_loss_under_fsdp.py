@@ -41,3 +41,25 @@ def test_chunked_loss_and_accumulated_passes_give_the_plain_gradients(
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for name, g in want.items():
         torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bf16_blocks_get_bf16_activations_and_fp32_rope_tables(
+    world_of_one: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The GPU preset's mixed precision, forced on CPU: parameters and activations in bf16,
+    # the RoPE tables left in fp32 for the rotation (FSDP would otherwise cast block inputs).
+    from training import model as model_module
+
+    seen: list[tuple[torch.dtype, torch.dtype]] = []
+    rope = model_module.apply_rope
+
+    def recording_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        seen.append((x.dtype, cos.dtype))
+        return rope(x, cos, sin)
+
+    monkeypatch.setattr(model_module, "apply_rope", recording_rope)
+    app = appstate.build(["parallel.mixed_precision=bf16", "parallel.compile=false"])
+    inputs, labels = app.loader.next_batch()
+    loss = app.model(inputs, labels)
+    assert loss.dtype == torch.float32
+    assert seen and set(seen) == {(torch.bfloat16, torch.float32)}
