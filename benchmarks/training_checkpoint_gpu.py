@@ -1,7 +1,7 @@
 """Cost of async fast-tier checkpoints while training the `1b` preset on one GPU.
 
     python benchmarks/training_checkpoint_gpu.py [--every 10] [--checkpoints 6] [--dir DIR]
-        [--device-snapshot] [--micro-batch 2] [--no-compile]
+        [--device-snapshot] [--micro-batch 2] [--no-compile] [--allocate-at start|checkpoints]
 
 Trains with the trainer's own step and checkpoint code (Trainer.train_step, maybe_checkpoint,
 CheckpointManager: staging buffers allocated at start in the background, pinned host memory,
@@ -12,8 +12,12 @@ synchronous DCP save of the same state to the same storage. Prints one JSON line
 * extra time of a checkpoint: the wall time of the steps from the one that starts it to the
   one before the next checkpoint, less as many median steps (issue call, the wait for the
   staging copy before the optimizer update, slowdown of steps while it writes). The first
-  checkpoint's window also covers the steps since the buffers began allocating, so
-  `first_checkpoint_extra_s` includes whatever the allocation cost training;
+  checkpoint's window also covers the steps before it;
+* staging_alloc_s: allocating (and pinning) the staging buffers. They start allocating where
+  Trainer.run starts them, before the first step, so on a real run compile and the first
+  steps hide it; the baseline is timed once they are done. ``--allocate-at checkpoints``
+  starts them right before the checkpointed steps instead (the worst case: the first
+  checkpoint then waits for whatever allocation is left);
 * sync_save_s: ``dcp.save`` of the same state (the time training stands still without async);
 * blocking_ratio = steady-state extra per checkpoint / sync_save_s;
 * checkpoints committed vs attempted.
@@ -64,6 +68,13 @@ def main() -> int:
         "--device-snapshot",
         action="store_true",
         help="checkpoint.device_snapshot=true: copy in GPU memory first, then to host",
+    )
+    ap.add_argument(
+        "--allocate-at",
+        choices=["start", "checkpoints"],
+        default="start",
+        help="when the staging buffers start allocating (default: before the first step, as "
+        "Trainer.run does)",
     )
     ap.add_argument("--allow-cpu", action="store_true")
     args = ap.parse_args()
@@ -131,9 +142,15 @@ def main() -> int:
             trainer.maybe_checkpoint()
             return time.perf_counter() - t0
 
+        # As Trainer.run: the buffers start allocating before the first step, in the background.
+        allocation = ckpt.prepare_staging() if args.allocate_at == "start" else None
         # Warm-up and baseline: train_step alone, so no checkpoint is made.
         for _ in range(args.warmup):
             trainer.train_step()
+        if allocation is not None:
+            allocation.result()  # the baseline is timed without page faults or pinning beside it
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()  # compile and first-step peaks excluded
         baseline = []
         for _ in range(args.baseline):
             t0 = time.perf_counter()
@@ -141,11 +158,11 @@ def main() -> int:
             baseline.append(time.perf_counter() - t0)
         step_s = statistics.median(baseline)
 
-        # From here as in Trainer.run: the buffers allocate in the background while training
-        # goes on; checkpoints are due at steps every, 2*every, ... (C + 1) * every.
+        # Checkpoints are due at steps every, 2*every, ... (C + 1) * every.
         every, n = args.every, args.checkpoints
         trainer.state.step = 0
-        allocation = ckpt.prepare_staging()
+        if allocation is None:
+            allocation = ckpt.prepare_staging()
         times = [step() for _ in range((n + 1) * every)]  # times[i]: step i + 1
         ckpt.wait()
         attempted = n + 1
@@ -156,7 +173,7 @@ def main() -> int:
             return sum(window) - step_s * len(window)
 
         # Checkpoint j's window: the step that starts it (j * every) to the one before the
-        # next. The first one's also covers steps 1.. since the allocation began. The last
+        # next. The first one's also covers steps 1 to every - 1. The last
         # checkpoint is made and committed, its window is not timed.
         first_extra = extra(1, 2 * every - 1)
         per_checkpoint = [extra(j * every, (j + 1) * every - 1) for j in range(2, n + 1)]
@@ -193,6 +210,7 @@ def main() -> int:
             "micro_batch": args.micro_batch,
             "compile": cfg.parallel.compile,
             "every_steps": args.every,
+            "allocate_at": args.allocate_at,
             "device_snapshot": cfg.checkpoint.device_snapshot,
             "storage": str(base),
             "step_time_s_median": round(step_s, 4),
@@ -210,7 +228,12 @@ def main() -> int:
             "checkpoints_attempted": attempted,
             "checkpoints_committed": ckpt.committed,
             "checkpoints_failed": ckpt.failed,
-            "max_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
+            "max_memory_allocated_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
+            if cuda
+            else None,
+            "max_memory_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2)
+            if cuda
+            else None,
         }
         result["target_met"] = bool(
             ckpt.committed == attempted

@@ -14,8 +14,16 @@ Without CUDA it prints a JSON line with a `skipped` reason (``--allow-cpu`` runs
 path on CPU, e.g. with ``--preset tiny``, as a smoke test; MFU is then null).
 
 MFU = achieved model FLOP/s per GPU / peak dense bf16 FLOP/s of the GPU, with model FLOPs per
-token = 6 * parameters + 12 * layers * dim * seq_len (causal attention counted in full, as in
-the PaLM appendix). Activation recomputation is not counted as useful work.
+token = 6 * parameters outside the input embedding + 12 * layers * dim * seq_len (causal
+attention counted in full), as torchtitan and the PaLM appendix count them
+(training.model.flops_per_token). Activation recomputation is not counted as useful work.
+``mfu_embedding_counted`` also counts 6 * vocab * dim for the embedding lookup, as this
+benchmark did before: figures recorded then compare with it.
+
+``--passes N`` measures N accumulated passes per optimizer step (the presets run many: the
+1b preset's 256 sequences are 64 passes of 4 on one GPU); the default, 1, steps the optimizer
+after every pass. Memory is the peak after warm-up (compile and the first steps excluded):
+allocated by tensors, and reserved by the caching allocator (what runs out first).
 """
 
 from __future__ import annotations
@@ -33,8 +41,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Dense bf16 peak per GPU (FLOP/s), by substring of the device name.
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
+# Dense bf16 peak per GPU (FLOP/s), by substring of the device name; the first match wins, so
+# the PCIe and NVL variants (lower clocks and power) come before the SXM H100.
+PEAK_BF16 = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("A10G", 125e12),
+]
 
 
 def main() -> int:
@@ -45,6 +62,12 @@ def main() -> int:
         type=int,
         default=None,
         help="sequences per GPU per step (default: the preset's training.micro_batch_size, else 2)",
+    )
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="accumulated passes per optimizer step (default 1)",
     )
     ap.add_argument("--seq-len", type=int, default=None, help="default: the preset's")
     ap.add_argument("--warmup", type=int, default=5)
@@ -78,7 +101,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from training.config import ConfigError, build_config
-    from training.model import count_params
+    from training.model import count_params, flops_per_token
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
     from training.trainer import Trainer
 
@@ -92,7 +115,13 @@ def main() -> int:
         return 2
     micro = args.micro_batch or preset_cfg.training.micro_batch_size or 2
     # What is measured: the benchmark's run shape, then the flags, then --set (which wins).
-    measured = [f"training.global_batch_size={micro * world}", f"training.micro_batch_size={micro}"]
+    if args.passes < 1:
+        print(f"error: --passes must be at least 1, got {args.passes}", file=sys.stderr)
+        return 2
+    measured = [
+        f"training.global_batch_size={micro * world * args.passes}",
+        f"training.micro_batch_size={micro}",
+    ]
     if args.seq_len:
         measured.append(f"training.seq_len={args.seq_len}")
     if args.no_compile:
@@ -128,20 +157,22 @@ def main() -> int:
             trainer.train_step()  # ends with a loss all-reduce + .item(): the step is complete
             if i >= args.warmup:
                 times.append(time.perf_counter() - t0)
+            elif i == args.warmup - 1 and info.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()  # compile and first-step peaks excluded
         m, t = cfg.model, cfg.training
         step_s = statistics.median(times)
         per_gpu = t.global_batch_size // world
         tokens_per_gpu_s = per_gpu * t.seq_len / step_s
-        flops_per_token = 6 * count_params(m) + 12 * m.n_layers * m.dim * t.seq_len
-        peak = None
-        name = torch.cuda.get_device_name() if info.device.type == "cuda" else "cpu"
-        for key, value in PEAK_BF16.items():
-            if key in name:
-                peak = value
+        flops = flops_per_token(m, t.seq_len)
+        flops_with_embedding = flops_per_token(m, t.seq_len, count_embedding=True)
+        cuda = info.device.type == "cuda"
+        name = torch.cuda.get_device_name() if cuda else "cpu"
+        peak = next((value for key, value in PEAK_BF16 if key in name), None)
         command = ["python", "benchmarks/training_throughput.py", "--preset", args.preset]
-        command += ["--micro-batch", str(micro), "--warmup", str(args.warmup)]
+        command += ["--micro-batch", str(micro), "--passes", str(args.passes)]
+        command += ["--warmup", str(args.warmup)]
         command += ["--steps", str(args.steps)]
-        if info.device.type != "cuda":
+        if not cuda:
             command.append("--allow-cpu")
         if args.seq_len:
             command += ["--seq-len", str(args.seq_len)]
@@ -170,11 +201,18 @@ def main() -> int:
             "loss_chunk_tokens": t.loss_chunk_tokens,
             "step_time_s_median": round(step_s, 4),
             "tokens_per_s_per_gpu": round(tokens_per_gpu_s, 1),
-            "model_tflops_per_gpu": round(tokens_per_gpu_s * flops_per_token / 1e12, 2),
-            "mfu": round(tokens_per_gpu_s * flops_per_token / peak, 4) if peak else None,
+            "model_flops_per_token": flops,
+            "model_tflops_per_gpu": round(tokens_per_gpu_s * flops / 1e12, 2),
+            "mfu": round(tokens_per_gpu_s * flops / peak, 4) if peak else None,
+            "mfu_embedding_counted": round(tokens_per_gpu_s * flops_with_embedding / peak, 4)
+            if peak
+            else None,
             "peak_bf16_tflops": peak / 1e12 if peak else None,
-            "max_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
-            if info.device.type == "cuda"
+            "max_memory_allocated_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
+            if cuda
+            else None,
+            "max_memory_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2)
+            if cuda
             else None,
         }
         trainer.checkpointer.close()

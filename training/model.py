@@ -306,3 +306,13 @@ def count_params(cfg: ModelConfig) -> int:
     ffn = 3 * cfg.dim * ffn_hidden_dim(cfg)
     per_layer = attn + ffn + 2 * cfg.dim
     return cfg.vocab_size * cfg.dim * 2 + cfg.n_layers * per_layer + cfg.dim
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int, *, count_embedding: bool = False) -> int:
+    """Model FLOPs per trained token, forward and backward: 6 per parameter outside the input
+    embedding (a lookup: no matmul) plus 12 * layers * dim * seq_len for attention, causal
+    counted in full; torchtitan and the PaLM paper (appendix B) count MFU this way.
+    `count_embedding` adds the embedding's 6 * vocab * dim back, as this project's benchmark
+    counted before (figures recorded then compare with that)."""
+    embedding = 0 if count_embedding else cfg.vocab_size * cfg.dim
+    return 6 * (count_params(cfg) - embedding) + 12 * cfg.n_layers * cfg.dim * seq_len

@@ -63,9 +63,8 @@ class ModelOptimizerState(Stateful):
 def _local_rng_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state().numpy().tobytes(),
-        "cuda": [s.numpy().tobytes() for s in torch.cuda.get_rng_state_all()]
-        if torch.cuda.is_available()
-        else [],
+        # This rank's GPU only: a restart may see another number of devices per process.
+        "cuda": torch.cuda.get_rng_state().numpy().tobytes() if torch.cuda.is_available() else b"",
         "numpy": np.random.get_state(legacy=False),
         "python": random.getstate(),
     }
@@ -74,9 +73,7 @@ def _local_rng_state() -> dict[str, Any]:
 def _set_local_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
     if torch.cuda.is_available() and state["cuda"]:
-        torch.cuda.set_rng_state_all(
-            [torch.frombuffer(bytearray(s), dtype=torch.uint8) for s in state["cuda"]]
-        )
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(state["cuda"]), dtype=torch.uint8))
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
 

@@ -17,6 +17,7 @@ from training.model import (
     apply_rope,
     chunked_cross_entropy,
     count_params,
+    flops_per_token,
     rope_tables,
 )
 from training.parallel import apply_activation_checkpointing
@@ -29,6 +30,19 @@ def _model(seed: int = 0, kv: int | None = 2) -> Transformer:
     m.to_empty(device="cpu")
     m.init_weights(seed)
     return m
+
+
+def test_flops_per_token_leaves_out_the_embedding_lookup() -> None:
+    # The 1b preset's shape (Llama-3.2-1B, untied): the count torchtitan uses for MFU.
+    cfg = ModelConfig(
+        dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_hidden=8192
+    )
+    params, embedding = 1_498_482_688, 128_256 * 2048
+    assert count_params(cfg) == params
+    attention = 12 * 16 * 2048 * 4096
+    assert flops_per_token(cfg, 4096) == 6 * (params - embedding) + attention == 9_025_499_136
+    with_embedding = flops_per_token(cfg, 4096, count_embedding=True)
+    assert with_embedding == 6 * params + attention == 10_601_508_864
 
 
 def test_forward_shapes_and_param_count() -> None:

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import torch
 
+from training.config import build_config
+from training.model import flops_per_token
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "training_throughput.py"
 
@@ -38,6 +41,9 @@ def test_set_overrides_reach_the_run_and_the_json() -> None:
     assert out["torch"] == torch.__version__ and out["device"] == "cpu" and out["cuda"] is None
     assert out["micro_batch_per_gpu"] == 2 and out["passes_per_step"] == 1
     assert out["tokens_per_s_per_gpu"] > 0 and out["mfu"] is None
+    assert out["mfu_embedding_counted"] is None and out["max_memory_reserved_gb"] is None
+    tiny = build_config("tiny", sets)
+    assert out["model_flops_per_token"] == flops_per_token(tiny.model, tiny.training.seq_len)
     # The command reproduces the figure: the same flags and overrides.
     command = shlex.split(out["command"])
     assert command[1] == "benchmarks/training_throughput.py"
@@ -52,3 +58,19 @@ def test_a_bad_override_is_one_error_line() -> None:
         "error: parallel.activation_checkpoint must be none, all, every:K or first:N "
         "(K, N >= 1), got 'sometimes'"
     ]
+
+
+def test_passes_accumulate_into_one_optimizer_step() -> None:
+    result = _run("--warmup", "0", "--steps", "1", "--micro-batch", "1", "--passes", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    out = json.loads(line)
+    assert out["micro_batch_per_gpu"] == 3 and out["passes_per_step"] == 3
+    assert "training.global_batch_size=3" in out["overrides"]
+    assert "--passes 3" in out["command"]
+
+
+def test_passes_below_one_are_one_error_line() -> None:
+    result = _run("--passes", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: --passes must be at least 1, got 0"]
