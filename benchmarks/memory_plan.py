@@ -76,10 +76,11 @@ def rows(cfg: JobConfig, gpus: int, checkpointed: int) -> list[tuple[str, float]
     p, r, lp, v, d, n = s.params, s.root_params, s.layer_params, s.vocab, s.dim, s.tokens
     kept, a = s.layers - checkpointed, s.activation_bytes_per_token_layer
     if s.loss_chunk:
-        # fp32 gradient of the output weight and its bf16 per-chunk product, one chunk's fp32
-        # logits and bf16 gradient, the (tokens x dim) bf16 gradient of the hidden states.
-        loss = 6 * v * d + 6 * s.loss_chunk * v + 2 * n * d
-        loss_item = "chunked loss, C tokens a chunk: 6Vd + 6CV + 2Td"
+        # fp32 gradient of the output weight and its bf16 per-chunk product; one chunk's fp32
+        # logits beside logsumexp's fp32 temporary of the same size (the peak: 8CV), the
+        # (tokens x dim) bf16 gradient of the hidden states.
+        loss = 6 * v * d + 8 * s.loss_chunk * v + 2 * n * d
+        loss_item = "chunked loss, C tokens a chunk: 6Vd + 8CV + 2Td"
     else:
         # bf16 logits, fp32 log-softmax output and the fp32 and bf16 gradients in backward.
         loss = 12 * n * v

@@ -367,8 +367,9 @@ def _tiny() -> JobConfig:
     )
 
 
-# Tokens per loss chunk on the GPU presets: fp32 logits of 4096 x 128256 are 2.1 GB per chunk,
-# against 8.4 GB per 4 x 4096-token pass (and as much again for their copies) unchunked.
+# Tokens per loss chunk on the GPU presets: fp32 logits of 4096 x 128256 are 2.1 GB per chunk
+# (4.2 GB at the peak, with logsumexp's temporary), against 8.4 GB per 4 x 4096-token pass (and
+# as much again for their copies) unchunked.
 GPU_LOSS_CHUNK_TOKENS = 4096
 
 
@@ -437,8 +438,8 @@ def _8b() -> JobConfig:
         rope_theta=500000.0,
     )
     # Per-GPU memory plan for 8 x H100 80GB (benchmarks/README.md, an estimate that errs high):
-    # every other layer checkpointed is 56 GB of 85, none 79 GB. Remains to be measured on
-    # 8 H100s; parallel.activation_checkpoint=all (32 GB) is the fallback.
+    # every other layer checkpointed is 57 GB of 85, none 80 GB. Remains to be measured on
+    # 8 H100s; parallel.activation_checkpoint=all (33 GB) is the fallback.
     return _llama_gpu(
         "8b", m, seq_len=8192, batch=512, micro_batch=1, activation_checkpoint="every:2"
     )

@@ -214,7 +214,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     the chunk's gradients of `hidden` and `weight` (two more matmuls: the same three the plain
     loss runs, none repeated). What is kept for backward is the gradient of `hidden` (tokens x
     dim) and of `weight` (vocab x dim, fp32), never logits: peak memory holds one chunk's
-    logits, whatever the batch. Backward only scales them by the incoming gradient.
+    fp32 logits and logsumexp's temporary of the same size, whatever the batch. Backward only scales them by the incoming gradient.
     """
 
     @staticmethod
