@@ -300,8 +300,9 @@ class Trainer:
         Each pass's loss is weighted 1/passes, so the accumulated gradients are those of the
         batch's mean loss when every pass counts the same number of tokens: true here, since
         the loaders never emit the loss's IGNORE_INDEX (a loader that masks tokens must weight
-        each pass by its counted tokens instead). FSDP reduce-scatters after every pass into the sharded gradients
-        (no unsharded gradients are kept between passes: the memory plan's assumption).
+        each pass by its counted tokens instead). FSDP reduce-scatters after every pass into
+        the sharded gradients (no unsharded gradients are kept between passes: the memory
+        plan's assumption).
         """
         passes = self.micro_passes
         if passes == 1:
