@@ -97,6 +97,7 @@ def main() -> int:
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+    from benchmarks.gpu import peak_memory_gb
     from training.checkpoint_staging import iter_tensors
     from training.config import build_config
     from training.model import count_params
@@ -228,12 +229,7 @@ def main() -> int:
             "checkpoints_attempted": attempted,
             "checkpoints_committed": ckpt.committed,
             "checkpoints_failed": ckpt.failed,
-            "max_memory_allocated_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
-            if cuda
-            else None,
-            "max_memory_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2)
-            if cuda
-            else None,
+            **peak_memory_gb(cuda),
         }
         result["target_met"] = bool(
             ckpt.committed == attempted

@@ -41,18 +41,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Dense bf16 peak per GPU (FLOP/s), by substring of the device name; the first match wins, so
-# the PCIe and NVL variants (lower clocks and power) come before the SXM H100.
-PEAK_BF16 = [
-    ("H200", 989e12),
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("A10G", 125e12),
-]
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,6 +88,7 @@ def main() -> int:
 
     import torch.distributed as dist
 
+    from benchmarks.gpu import peak_bf16, peak_memory_gb
     from training.config import ConfigError, build_config
     from training.model import count_params, flops_per_token
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
@@ -167,7 +156,7 @@ def main() -> int:
         flops_with_embedding = flops_per_token(m, t.seq_len, count_embedding=True)
         cuda = info.device.type == "cuda"
         name = torch.cuda.get_device_name() if cuda else "cpu"
-        peak = next((value for key, value in PEAK_BF16 if key in name), None)
+        peak = peak_bf16(name)
         command = ["python", "benchmarks/training_throughput.py", "--preset", args.preset]
         command += ["--micro-batch", str(micro), "--passes", str(args.passes)]
         command += ["--warmup", str(args.warmup)]
@@ -208,12 +197,7 @@ def main() -> int:
             if peak
             else None,
             "peak_bf16_tflops": peak / 1e12 if peak else None,
-            "max_memory_allocated_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)
-            if cuda
-            else None,
-            "max_memory_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2)
-            if cuda
-            else None,
+            **peak_memory_gb(cuda),
         }
         trainer.checkpointer.close()
         if info.is_main:

@@ -74,3 +74,13 @@ def test_passes_below_one_are_one_error_line() -> None:
     result = _run("--passes", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["error: --passes must be at least 1, got 0"]
+
+
+def test_h100_variants_get_their_own_peaks() -> None:
+    from benchmarks.gpu import peak_bf16
+
+    assert peak_bf16("NVIDIA H100 80GB HBM3") == 989e12  # SXM
+    assert peak_bf16("NVIDIA H100 PCIe") == 756e12
+    assert peak_bf16("NVIDIA H100 NVL") == 835e12
+    assert peak_bf16("NVIDIA H200") == 989e12
+    assert peak_bf16("cpu") is None

@@ -1,0 +1,1 @@
+"""Benchmark scripts, run as files (python benchmarks/<name>.py); a package so they share gpu.py."""
