@@ -91,6 +91,7 @@ def open_tiers(cfg: CheckpointConfig, out: Path, world_size: int) -> dict[str, T
         world_size=world_size,
         namespace=cfg.managed_namespace or default_namespace(out),
         s3_path=cfg.managed_s3_path,
+        s3_interval=cfg.s3_interval(),
     )
     fast: Tier = (
         ManagedFastTier(roots[FAST], cfg.fast_interval, cfg.fast_keep, client)

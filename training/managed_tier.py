@@ -10,6 +10,7 @@ inert and the fast tier is a plain directory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -33,25 +34,35 @@ except ImportError:
 class ManagedTier:
     """The library's writer and reader for one job: `namespace` must be the same on every
     restart of the job (so restarts find their checkpoints) and unique per job; `s3_path`
-    is the S3 tier ("" = in-memory tier only). Both come from the trainer config
-    (checkpoint.managed_namespace, checkpoint.managed_s3_path)."""
+    is the S3 tier ("" = in-memory tier only), written every `s3_interval` steps. All come
+    from the trainer config (checkpoint.managed_namespace, managed_s3_path,
+    managed_s3_interval)."""
 
-    def __init__(self, world_size: int, namespace: str, s3_path: str = "") -> None:
+    def __init__(
+        self, world_size: int, namespace: str, s3_path: str = "", s3_interval: int = 0
+    ) -> None:
         kwargs: dict[str, Any] = {"namespace": namespace, "world_size": world_size}
         if s3_path:
             kwargs["s3_tier_base_path"] = s3_path
-        self.namespace, self.s3_path = namespace, s3_path
+        self.namespace, self.s3_path, self.s3_interval = namespace, s3_path, s3_interval
         self.config = SageMakerCheckpointConfig(**kwargs)
 
+    def writes_s3(self, step: int) -> bool:
+        return bool(self.s3_path) and self.s3_interval > 0 and step % self.s3_interval == 0
+
     def writer(self, step: int) -> Any:
-        return SageMakerTieredStorageWriter(checkpoint_config=self.config, step=step)
+        # The library's save_to_s3 defaults to off and is decided per checkpoint by the
+        # training loop (its README: save_to_s3 = step % s3_ckpt_freq == 0). A copy per
+        # writer, so a checkpoint still in flight keeps its own setting.
+        config = dataclasses.replace(self.config, save_to_s3=self.writes_s3(step))
+        return SageMakerTieredStorageWriter(checkpoint_config=config, step=step)
 
     def reader(self, step: int) -> Any:
         return SageMakerTieredStorageReader(checkpoint_config=self.config, step=step)
 
 
 def open_if_enabled(
-    backend: str, *, world_size: int, namespace: str, s3_path: str = ""
+    backend: str, *, world_size: int, namespace: str, s3_path: str = "", s3_interval: int = 0
 ) -> ManagedTier | None:
     if backend == "local" or (backend == "auto" and not AVAILABLE):
         return None
@@ -59,7 +70,7 @@ def open_if_enabled(
         raise RuntimeError(
             "checkpoint.fast_backend=managed but amzn-sagemaker-checkpointing is not installed"
         )
-    return ManagedTier(world_size, namespace, s3_path)
+    return ManagedTier(world_size, namespace, s3_path, s3_interval)
 
 
 def is_managed(path: Path) -> bool:

@@ -273,3 +273,42 @@ def test_managed_namespace_defaults_to_one_per_run_directory(tmp_path: Path) -> 
 
     assert default_namespace(tmp_path / "a") == default_namespace(tmp_path / "a")
     assert default_namespace(tmp_path / "a") != default_namespace(tmp_path / "b")
+
+
+def test_managed_tier_marks_only_every_s3_interval_for_s3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The library (not installed here) writes S3 only when its config's save_to_s3 is set,
+    # which defaults to off: the tier sets it per checkpoint, on its own copy of the config.
+    import dataclasses
+
+    from training import managed_tier
+
+    @dataclasses.dataclass
+    class Config:  # the library's SageMakerCheckpointConfig fields this module sets
+        namespace: str
+        world_size: int
+        s3_tier_base_path: str = ""
+        save_to_s3: bool = False
+
+    written: list[tuple[int, bool, str]] = []
+
+    def writer(*, checkpoint_config: Config, step: int) -> Config:
+        written.append((step, checkpoint_config.save_to_s3, checkpoint_config.s3_tier_base_path))
+        return checkpoint_config
+
+    monkeypatch.setattr(managed_tier, "SageMakerCheckpointConfig", Config, raising=False)
+    monkeypatch.setattr(managed_tier, "SageMakerTieredStorageWriter", writer, raising=False)
+    tier = managed_tier.ManagedTier(2, "ns", "s3://bucket/ckpt", s3_interval=10)
+    for step in (5, 10, 15, 20):
+        tier.writer(step)
+    assert written == [
+        (5, False, "s3://bucket/ckpt"),
+        (10, True, "s3://bucket/ckpt"),
+        (15, False, "s3://bucket/ckpt"),
+        (20, True, "s3://bucket/ckpt"),
+    ]
+    assert tier.config.save_to_s3 is False  # the shared config is never changed
+    in_memory_only = managed_tier.ManagedTier(2, "ns", "", s3_interval=10)
+    in_memory_only.writer(10)
+    assert written[-1] == (10, False, "")

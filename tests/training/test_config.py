@@ -145,3 +145,37 @@ def test_micro_batches() -> None:
     with pytest.raises(ConfigError, match=r"training\.micro_batch_size=3 does not divide"):
         cfg.check_world(2)  # 8 / 2 = 4 sequences per rank
     assert build_config("tiny").micro_batches(2) == (4, 1)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["checkpoint.managed_s3_interval=-5"], "managed_s3_interval must be >= 0"),
+        (
+            [
+                "checkpoint.managed_s3_path=s3://bucket/ckpt",
+                "checkpoint.fast_interval=5",
+                "checkpoint.managed_s3_interval=12",
+            ],
+            "12 never falls on one; set checkpoint.managed_s3_interval to a multiple of 5",
+        ),
+        (
+            [
+                "checkpoint.managed_s3_path=s3://bucket/ckpt",
+                "checkpoint.fast_interval=3",
+                "checkpoint.durable_interval=20",
+            ],
+            "20 never falls on one",  # the default S3 interval is the durable one
+        ),
+    ],
+)
+def test_managed_s3_interval_rules(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config("tiny", overrides)
+
+
+def test_managed_s3_interval_defaults_to_the_durable_interval() -> None:
+    c = build_config("tiny", ["checkpoint.durable_interval=20"]).checkpoint
+    assert c.s3_interval() == 20
+    c = build_config("tiny", ["checkpoint.managed_s3_interval=10"]).checkpoint
+    assert c.s3_interval() == 10
