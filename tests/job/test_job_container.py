@@ -149,7 +149,7 @@ def test_pip_pin_is_inside_the_elastic_agents_range(dockerfile, agent_metadata: 
 def test_image_build_checks_the_torch_api_before_dropping_root(dockerfile) -> None:
     # training/torch_api.py: every torch name the package uses must exist in the image's torch.
     keys = [(key, rest) for key, rest in dockerfile]
-    check = keys.index(("RUN", "python -m training.torch_api --import"))
+    check = keys.index(("RUN", "python3 -m training.torch_api --import"))
     copy = keys.index(("COPY", ". training/"))
     user = max(i for i, (key, _) in enumerate(keys) if key == "USER")
     assert copy < check < user
@@ -315,3 +315,14 @@ def test_the_image_package_imports_nothing_from_the_infrastructure_code() -> Non
                 if name.split(".")[0] in outside
             ]
     assert found == []
+
+
+def test_installs_work_on_the_base_images_system_python(dockerfile) -> None:
+    # The base is Ubuntu 24.04's externally managed Python 3.12 with a Debian-packaged pip.
+    env = " ".join(_args(dockerfile, "ENV"))
+    assert "PIP_BREAK_SYSTEM_PACKAGES=1" in env
+    runs = _args(dockerfile, "RUN")
+    (pip_pin,) = [r for r in runs if '"pip==' in r]
+    assert '--ignore-installed "pip==' in pip_pin
+    # python3 exists on both layouts; a bare `python` only where python-is-python3 is installed.
+    assert not [r for r in runs if re.search(r"(^|[;&|]\s*)python\s", r)]
