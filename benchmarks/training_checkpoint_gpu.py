@@ -45,10 +45,13 @@ TARGET_RATIO = 0.05
 TARGET_FIRST_STEPS = 2.0
 
 
-def _default_dir() -> Path:
-    # The fast tier's usual home is node-local memory; fall back to a temp dir.
+def _default_dir(needed_bytes: int) -> Path:
+    """The fast tier's usual home, node-local memory (/dev/shm), when it can hold
+    `needed_bytes` (a container's is often 64 MB); else the temp dir."""
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    base = Path(tempfile.gettempdir())
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= needed_bytes:
+        base = shm
     return Path(tempfile.mkdtemp(prefix="hptrain-ckpt-gpu-bench-", dir=base))
 
 
@@ -62,7 +65,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--baseline", type=int, default=10, help="steps timed without checkpoints")
     ap.add_argument("--sync-repeats", type=int, default=2)
-    ap.add_argument("--dir", default=None, help="checkpoint storage (default: under /dev/shm)")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="checkpoint storage (default: under /dev/shm when it has room, else the temp dir)",
+    )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
         "--device-snapshot",
@@ -108,7 +115,10 @@ def main() -> int:
     if int(os.environ["WORLD_SIZE"]) != 1:
         sys.stderr.write("error: training_checkpoint_gpu runs on one GPU (WORLD_SIZE=1)\n")
         return 2
-    base = Path(args.dir) if args.dir else _default_dir()
+    # Checkpointed state: fp32 parameters and AdamW's two moments, 12 bytes a parameter; at
+    # most three copies at once (two kept, one being written or the synchronous save).
+    needed = 3 * 12 * count_params(build_config(args.preset, []).model)
+    base = Path(args.dir) if args.dir else _default_dir(needed)
     total = args.warmup + args.baseline + (args.checkpoints + 1) * args.every
     overrides = [
         "data.source=synthetic",

@@ -123,6 +123,7 @@ def main() -> int:
         f"training.steps={args.warmup + args.steps}",
         "checkpoint.fast_interval=0",
         "checkpoint.durable_interval=0",
+        "checkpoint.fast_backend=local",
         "fault.watchdog_s=0",
         f"checkpoint.fast_dir={tmp / 'fast'}",
         f"checkpoint.durable_dir={tmp / 'durable'}",

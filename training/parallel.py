@@ -148,3 +148,9 @@ def configure_determinism(enabled: bool) -> None:
     # warn_only: an op without a deterministic kernel warns instead of stopping the run.
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
+    # Under warn_only, attention would still pick the flash, memory-efficient or cuDNN
+    # kernels, whose backward passes accumulate in a nondeterministic order: the math kernel
+    # alone is (slower; it takes grouped-query attention too).
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)

@@ -21,6 +21,9 @@ STEPS = 40
 # Small, fixed schedule shared by every multi-process test (and the reference run), so that
 # final parameter digests are comparable bit for bit.
 BASE_OVERRIDES = [
+    # Plain directories even where the managed tier's library is installed (the training
+    # image): off a HyperPod cluster there is no memory service for it to write to.
+    "checkpoint.fast_backend=local",
     "checkpoint.fast_interval=4",
     "checkpoint.durable_interval=10",
     "checkpoint.fast_keep=3",

@@ -63,3 +63,29 @@ def test_bf16_blocks_get_bf16_activations_and_fp32_rope_tables(
     loss = app.model(inputs, labels)
     assert loss.dtype == torch.float32
     assert seen and set(seen) == {(torch.bfloat16, torch.float32)}
+
+
+def test_deterministic_runs_leave_attention_the_math_kernel_only() -> None:
+    # In a child process: the switches are process-wide.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import torch\n"
+        "from training.parallel import configure_determinism\n"
+        "configure_determinism(True)\n"
+        "b = torch.backends.cuda\n"
+        "print(b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled(),"
+        " b.math_sdp_enabled(), torch.are_deterministic_algorithms_enabled())\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.split() == ["False", "False", "False", "True", "True"]
