@@ -116,7 +116,8 @@ def table(cfg: JobConfig, gpus: int, choices: list[str]) -> str:
     columns = [rows(cfg, gpus, k) for k in ks]
     chunk = f", C = {s.loss_chunk:,}" if s.loss_chunk else ""
     lines = [
-        f"Preset `{cfg.preset}` on {gpus} GPUs: P = {s.params:,} parameters (R = "
+        f"Preset `{cfg.preset}` on {gpus} GPU{'s' if gpus != 1 else ''}: "
+        f"P = {s.params:,} parameters (R = "
         f"{s.root_params:,} in the root group, L = {s.layer_params:,} in each of the "
         f"{s.layers} layers), T = {s.tokens:,} tokens a pass, A = "
         f"{s.activation_bytes_per_token_layer:,} bytes a token a layer, V = {s.vocab:,}, "

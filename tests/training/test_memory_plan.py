@@ -30,29 +30,44 @@ def plan() -> ModuleType:
     return module
 
 
-def _readme_block() -> tuple[str, int, list[str], str]:
-    (match,) = re.finditer(
-        r"<!-- memory-plan (\S+) (\d+) (\S+) -->\n(.*?)\n<!-- /memory-plan -->",
-        README.read_text(),
-        flags=re.DOTALL,
-    )
-    return match[1], int(match[2]), match[3].split(","), match[4]
+def _readme_blocks() -> list[tuple[str, int, list[str], list[str], str]]:
+    """(preset, gpus, choices, --set overrides, table) of every plan the README holds."""
+    return [
+        (m[1], int(m[2]), m[3].split(","), m[4].split(), m[5])
+        for m in re.finditer(
+            r"<!-- memory-plan (\S+) (\d+) (\S+)((?: \S+=\S+)*) -->\n(.*?)\n<!-- /memory-plan -->",
+            README.read_text(),
+            flags=re.DOTALL,
+        )
+    ]
 
 
-def test_readme_table_is_what_the_preset_gives(plan: ModuleType) -> None:
-    preset, gpus, choices, block = _readme_block()
-    assert (preset, gpus) == ("8b", 8)
-    assert block == plan.table(build_config(preset), gpus, choices), (
-        "benchmarks/README.md is stale: paste the output of "
-        f"python benchmarks/memory_plan.py --preset {preset} --gpus {gpus} --choices {','.join(choices)}"
-    )
+def _readme_block() -> str:
+    """The plan for the 8b preset as shipped on 8 GPUs."""
+    (block,) = [b for p, g, _, sets, b in _readme_blocks() if (p, g, sets) == ("8b", 8, [])]
+    return block
+
+
+def test_readme_tables_are_what_the_presets_give(plan: ModuleType) -> None:
+    blocks = _readme_blocks()
+    # The 8-GPU plan, and the one-GPU check of 8b's parts (fewer layers).
+    assert [(p, g, sets) for p, g, _, sets, _ in blocks] == [
+        ("8b", 8, []),
+        ("8b", 1, ["model.n_layers=4"]),
+    ]
+    for preset, gpus, choices, sets, block in blocks:
+        command = f"python benchmarks/memory_plan.py --preset {preset} --gpus {gpus}"
+        command += "".join(f" --set {s}" for s in sets) + f" --choices {','.join(choices)}"
+        assert block == plan.table(build_config(preset, sets), gpus, choices), (
+            f"benchmarks/README.md is stale: paste the output of {command}"
+        )
 
 
 def test_parameter_count_and_sharded_bytes(plan: ModuleType) -> None:
     cfg = build_config("8b")
     params = count_params(cfg.model)
     assert params == 8_030_261_248  # Llama-3-8B
-    _, _, _, block = _readme_block()
+    block = _readme_block()
     assert f"P = {params:,} parameters" in block
     rows = dict(plan.rows(cfg, 8, 0))
     sharded = sum(b for item, b in rows.items() if "sharded" in item)
@@ -72,7 +87,7 @@ def test_the_presets_choice_fits_and_the_next_one_does_not(plan: ModuleType) -> 
     assert shipped / 1e9 <= plan.H100_GB - 20
     assert without / 1e9 > plan.H100_GB - 10
     # The chunked loss is part of the plan.
-    assert cfg.training.loss_chunk_tokens > 0 and "chunked loss" in _readme_block()[3]
+    assert cfg.training.loss_chunk_tokens > 0 and "chunked loss" in _readme_block()
 
 
 def test_a_pass_holds_the_trainers_micro_batch(plan: ModuleType) -> None:
