@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -100,22 +100,15 @@ def apply_parallelism(
         if cfg.parallel.compile:
             # In-place compile keeps parameter names (no _orig_mod prefix in checkpoints).
             block.compile()
-    bf16 = use_bf16(cfg, device)
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if bf16
+        if use_bf16(cfg, device)
         else MixedPrecisionPolicy()
     )
     # Blocks take their inputs as given: the hidden state is bf16 already (the embedding's
     # output), and the RoPE tables stay fp32 for the fp32 rotation in apply_rope (a block's
     # cast would round them to bf16's 3 significant digits, and cost two casts per block).
-    block_mp = (
-        MixedPrecisionPolicy(
-            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
-        )
-        if bf16
-        else MixedPrecisionPolicy()
-    )
+    block_mp = replace(mp, cast_forward_inputs=False)
     for i, block in enumerate(blocks):
         # The last block is resharded by the root right after, so skip its extra reshard.
         fully_shard(block, mesh=mesh, mp_policy=block_mp, reshard_after_forward=i < len(blocks) - 1)

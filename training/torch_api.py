@@ -217,8 +217,9 @@ def import_all(package_dir: Path = PACKAGE_DIR) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--package-dir", type=Path, default=PACKAGE_DIR)
-    ap.add_argument("--import", dest="import_all", action="store_true")
-    ap.add_argument(
+    target = ap.add_mutually_exclusive_group()  # imports run against the installed torch only
+    target.add_argument("--import", dest="import_all", action="store_true")
+    target.add_argument(
         "--release",
         metavar="VERSION",
         help="check against this torch release's source instead of the installed torch "
