@@ -52,6 +52,8 @@ class _Module:
     names: dict[str, list[ast.stmt | tuple[str, str]]]
     star: list[str]  # modules whose public names this one re-exports (`from x import *`)
     dynamic: bool  # a module-level __getattr__: any name may exist
+    # What `from this import *` takes: a literal __all__, else (None) every public name.
+    exports: set[str] | None = None
 
 
 def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -128,6 +130,17 @@ class SourceTree:
             elif isinstance(stmt, ast.Assign | ast.AnnAssign):
                 for name in _targets(stmt):
                     parsed.names.setdefault(name, []).append(stmt)
+                if "__all__" in _targets(stmt):
+                    parsed.exports = _strings(stmt.value)
+            elif (
+                isinstance(stmt, ast.AugAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.target.id == "__all__"
+            ):
+                added = _strings(stmt.value)
+                parsed.exports = (
+                    None if parsed.exports is None or added is None else parsed.exports | added
+                )
             elif isinstance(stmt, ast.Import):
                 for alias in stmt.names:
                     bound = alias.asname or alias.name.split(".")[0]
@@ -201,9 +214,15 @@ class SourceTree:
             elif isinstance(entry, ast.Assign | ast.AnnAssign):
                 return self._value(module, attr, entry, seen)
         for source in parsed.star:
-            if attr.startswith("_"):
-                break  # `import *` skips private names
-            found = self._attribute(source, attr, seen) if self._module(source) else None
+            exporter = self._module(source)
+            if exporter is None:
+                continue
+            exported = (
+                attr in exporter.exports
+                if exporter.exports is not None
+                else not attr.startswith("_")  # `import *` skips private names
+            )
+            found = self._attribute(source, attr, seen) if exported else None
             if found is not None:
                 return found
         if parsed.dynamic:
@@ -268,6 +287,16 @@ class SourceTree:
             if keyword in {p.arg for p in [*a.args, *a.kwonlyargs]}:
                 return True
         return False
+
+
+def _strings(node: ast.expr | None) -> set[str] | None:
+    """The strings of a literal list or tuple of strings, else None (not readable)."""
+    if not isinstance(node, ast.List | ast.Tuple):
+        return None
+    values = [
+        e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    ]
+    return set(values) if len(values) == len(node.elts) else None
 
 
 def _is_dataclass(node: ast.ClassDef) -> bool:

@@ -218,10 +218,14 @@ FAKE_TORCH = {
         """,
     "torch/cuda/streams.py": """
         __all__ = ["Stream"]
+        __all__ += ["Event"]
         class Stream:
             def __new__(cls, device=None, priority=0): ...
             def synchronize(self) -> None: ...
+        class Event: ...
+        class Unlisted: ...
         """,
+    "torch/nn/__init__.py": "from torch.cuda.streams import *\n",
     "torch/nn/functional.py": """
         import torch
         from dataclasses import dataclass
@@ -255,6 +259,8 @@ def fake_torch(tmp_path: Path) -> torch_source.SourceTree:
         ("torch.__version__", "value"),
         ("torch.nn.functional.silu", "function"),  # _add_docstr(fn, ...) is fn
         ("torch.cuda.Stream.synchronize", "function"),
+        ("torch.nn.Event", "class"),  # star import of a name added to __all__ later
+        ("torch.cuda.streams.Unlisted", "class"),
         ("torch.cuda.anything", "external"),  # a module __getattr__ may answer
     ],
 )
@@ -264,7 +270,14 @@ def test_source_tree_resolves(fake_torch: torch_source.SourceTree, name: str, ki
 
 
 @pytest.mark.parametrize(
-    "name", ["torch.nothing", "torch._private", "torch.nn.missing", "torch.nn.functional.gone"]
+    "name",
+    [
+        "torch.nothing",
+        "torch._private",
+        "torch.nn.missing",
+        "torch.nn.functional.gone",
+        "torch.nn.Unlisted",  # not in the __all__ of the module torch.nn star-imports
+    ],
 )
 def test_source_tree_reports_missing_names(fake_torch: torch_source.SourceTree, name: str) -> None:
     assert fake_torch.resolve(name) is None
