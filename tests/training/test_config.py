@@ -179,3 +179,10 @@ def test_managed_s3_interval_defaults_to_the_durable_interval() -> None:
     assert c.s3_interval() == 20
     c = build_config("tiny", ["checkpoint.managed_s3_interval=10"]).checkpoint
     assert c.s3_interval() == 10
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_takes_the_s3_path_rendered_jobs_pass(preset: str) -> None:
+    # hpctl job render always sets checkpoint.managed_s3_path for the managed tier.
+    c = build_config(preset, ["checkpoint.managed_s3_path=s3://bucket/ckpt"]).checkpoint
+    assert c.s3_interval() % c.fast_interval == 0
