@@ -125,8 +125,8 @@ class CheckpointConfig:
     # Managed fast tier (fast_backend=managed): the library's namespace, the same on every
     # restart of one job and unique per job ("" = derived from the run directory), and its
     # S3 tier ("" = in-memory tier only). The library writes S3 only for the checkpoints the
-    # training loop marks: every managed_s3_interval steps (a multiple of fast_interval,
-    # since S3 copies are taken at managed checkpoints; 0 = durable_interval).
+    # training loop marks: the first managed checkpoint at or after every multiple of
+    # managed_s3_interval steps (0 = durable_interval).
     managed_namespace: str = ""
     managed_s3_path: str = ""
     managed_s3_interval: int = 0
@@ -229,13 +229,6 @@ class JobConfig:
             )
         if c.managed_s3_interval < 0:
             raise ConfigError("checkpoint.managed_s3_interval must be >= 0 (0 = durable_interval)")
-        if c.managed_s3_path and c.fast_interval and c.s3_interval() % c.fast_interval:
-            raise ConfigError(
-                f"checkpoint.managed_s3_interval: S3 copies are taken at managed checkpoints, "
-                f"every fast_interval={c.fast_interval} steps, so {c.s3_interval()} never "
-                f"falls on one; set checkpoint.managed_s3_interval to a multiple of "
-                f"{c.fast_interval}"
-            )
         if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
             raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
         port = self.metrics.port

@@ -34,9 +34,13 @@ except ImportError:
 class ManagedTier:
     """The library's writer and reader for one job: `namespace` must be the same on every
     restart of the job (so restarts find their checkpoints) and unique per job; `s3_path`
-    is the S3 tier ("" = in-memory tier only), written every `s3_interval` steps. All come
-    from the trainer config (checkpoint.managed_namespace, managed_s3_path,
-    managed_s3_interval)."""
+    is the S3 tier ("" = in-memory tier only), which gets the first managed checkpoint at
+    or after every multiple of `s3_interval` steps. All come from the trainer config
+    (checkpoint.managed_namespace, managed_s3_path, managed_s3_interval).
+
+    "At or after", not "at": a multiple of the interval is often a durable step, which the
+    durable tier takes instead of this one (CheckpointManager.tier_due), so "at" could mean
+    never. After a restart the first managed checkpoint goes to S3 as well."""
 
     def __init__(
         self, world_size: int, namespace: str, s3_path: str = "", s3_interval: int = 0
@@ -46,15 +50,24 @@ class ManagedTier:
             kwargs["s3_tier_base_path"] = s3_path
         self.namespace, self.s3_path, self.s3_interval = namespace, s3_path, s3_interval
         self.config = SageMakerCheckpointConfig(**kwargs)
+        self._s3_window = 0  # step // s3_interval of the last checkpoint sent to S3
 
-    def writes_s3(self, step: int) -> bool:
-        return bool(self.s3_path) and self.s3_interval > 0 and step % self.s3_interval == 0
+    def _to_s3(self, step: int) -> bool:
+        """Whether the checkpoint of `step` also goes to S3 (and record it if so)."""
+        if not self.s3_path or self.s3_interval <= 0:
+            return False
+        window = step // self.s3_interval
+        if window <= self._s3_window:
+            return False
+        self._s3_window = window
+        return True
 
     def writer(self, step: int) -> Any:
+        """The writer for one checkpoint (called once per checkpoint, every rank alike)."""
         # The library's save_to_s3 defaults to off and is decided per checkpoint by the
         # training loop (its README: save_to_s3 = step % s3_ckpt_freq == 0). A copy per
         # writer, so a checkpoint still in flight keeps its own setting.
-        config = dataclasses.replace(self.config, save_to_s3=self.writes_s3(step))
+        config = dataclasses.replace(self.config, save_to_s3=self._to_s3(step))
         return SageMakerTieredStorageWriter(checkpoint_config=config, step=step)
 
     def reader(self, step: int) -> Any:

@@ -275,17 +275,16 @@ def test_managed_namespace_defaults_to_one_per_run_directory(tmp_path: Path) -> 
     assert default_namespace(tmp_path / "a") != default_namespace(tmp_path / "b")
 
 
-def test_managed_tier_marks_only_every_s3_interval_for_s3(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The library (not installed here) writes S3 only when its config's save_to_s3 is set,
-    # which defaults to off: the tier sets it per checkpoint, on its own copy of the config.
+@pytest.fixture
+def managed_library(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool, str]]:
+    """The managed tier's library (not installed here), reduced to what the tier sets: each
+    writer's (step, save_to_s3, S3 path) is recorded."""
     import dataclasses
 
     from training import managed_tier
 
     @dataclasses.dataclass
-    class Config:  # the library's SageMakerCheckpointConfig fields this module sets
+    class Config:  # the fields of SageMakerCheckpointConfig this project sets
         namespace: str
         world_size: int
         s3_tier_base_path: str = ""
@@ -299,16 +298,59 @@ def test_managed_tier_marks_only_every_s3_interval_for_s3(
 
     monkeypatch.setattr(managed_tier, "SageMakerCheckpointConfig", Config, raising=False)
     monkeypatch.setattr(managed_tier, "SageMakerTieredStorageWriter", writer, raising=False)
-    tier = managed_tier.ManagedTier(2, "ns", "s3://bucket/ckpt", s3_interval=10)
-    for step in (5, 10, 15, 20):
+    return written
+
+
+@pytest.mark.parametrize(
+    "preset, overrides",
+    [
+        ("tiny", []),  # S3 every durable interval (20), fast every 5
+        ("1b", []),  # 500 and 50
+        ("tiny", ["checkpoint.managed_s3_interval=10"]),  # every other durable step
+        ("tiny", ["checkpoint.managed_s3_interval=12"]),  # not a multiple of fast_interval
+    ],
+)
+def test_managed_tier_sends_one_checkpoint_a_window_to_s3(
+    managed_library: list[tuple[int, bool, str]],
+    tmp_path: Path,
+    preset: str,
+    overrides: list[str],
+) -> None:
+    # The library writes S3 only when the loop sets save_to_s3. Multiples of the S3 interval
+    # are often durable steps, which the durable tier takes (tier_due), so the first managed
+    # checkpoint at or after each multiple goes: one per window, none skipped.
+    from types import SimpleNamespace
+
+    from training import managed_tier
+    from training.checkpoint import CheckpointManager
+    from training.checkpoint_tiers import DURABLE, FAST, DirectoryTier
+    from training.config import build_config
+
+    cfg = build_config(preset, ["checkpoint.managed_s3_path=s3://bucket/ckpt", *overrides])
+    c = cfg.checkpoint
+    tier = managed_tier.ManagedTier(2, "ns", c.managed_s3_path, c.s3_interval())
+    schedule = SimpleNamespace(
+        tiers={
+            DURABLE: DirectoryTier(DURABLE, tmp_path, c.durable_interval, 1),
+            FAST: DirectoryTier(FAST, tmp_path, c.fast_interval, 1),
+        }
+    )
+    windows = 4
+    for step in range(1, windows * c.s3_interval() + 1):
+        if CheckpointManager.tier_due(schedule, step) == FAST:  # type: ignore[arg-type]
+            tier.writer(step)
+    to_s3 = [step for step, s3, _ in managed_library if s3]
+    assert [step // c.s3_interval() for step in to_s3] == list(range(1, windows))
+    assert all(path == "s3://bucket/ckpt" for _, _, path in managed_library)
+    assert tier.config.save_to_s3 is False  # each writer gets its own copy of the config
+
+
+def test_managed_tier_without_s3_path_never_asks_for_s3(
+    managed_library: list[tuple[int, bool, str]],
+) -> None:
+    from training import managed_tier
+
+    tier = managed_tier.ManagedTier(2, "ns", "", s3_interval=10)
+    for step in (5, 10, 15, 25):
         tier.writer(step)
-    assert written == [
-        (5, False, "s3://bucket/ckpt"),
-        (10, True, "s3://bucket/ckpt"),
-        (15, False, "s3://bucket/ckpt"),
-        (20, True, "s3://bucket/ckpt"),
-    ]
-    assert tier.config.save_to_s3 is False  # the shared config is never changed
-    in_memory_only = managed_tier.ManagedTier(2, "ns", "", s3_interval=10)
-    in_memory_only.writer(10)
-    assert written[-1] == (10, False, "")
+    assert managed_library == [(5, False, ""), (10, False, ""), (15, False, ""), (25, False, "")]
