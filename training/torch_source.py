@@ -322,7 +322,7 @@ def image_pin(package: str, requirements: Path = IMAGE_REQUIREMENTS) -> str:
     for line in requirements.read_text().splitlines():
         name, sep, version = line.partition("==")
         if sep and name.strip() == package:
-            return version.split("#")[0].strip()
+            return version.split("#")[0].split(";")[0].strip()
     raise ValueError(f"{requirements.name} pins no {package}==VERSION")
 
 

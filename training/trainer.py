@@ -72,8 +72,12 @@ def _local_rng_state() -> dict[str, Any]:
 
 def _set_local_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
-    if torch.cuda.is_available() and state["cuda"]:
-        torch.cuda.set_rng_state(torch.frombuffer(bytearray(state["cuda"]), dtype=torch.uint8))
+    cuda = state["cuda"]
+    if isinstance(cuda, list):  # checkpoints written before: one state per visible device
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        cuda = cuda[index] if index < len(cuda) else b""
+    if torch.cuda.is_available() and cuda:
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(cuda), dtype=torch.uint8))
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
 

@@ -221,3 +221,32 @@ def test_blocking_time_is_counted_once_per_wait(tmp_path: Path, world_of_one: No
         manager.destroy_group()
     assert len(committed) == 2
     assert manager.blocking_total_s == pytest.approx(sum(committed), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "saved, device, restored",
+    [
+        (bytes([1, 2]), 0, [1, 2]),  # this rank's device only
+        ([bytes([1, 2]), bytes([3, 4])], 1, [3, 4]),  # written before: one per visible device
+        ([bytes([1, 2])], 1, None),  # fewer devices saved than this process sees: left alone
+        (b"", 0, None),  # written without CUDA
+    ],
+)
+def test_cuda_rng_state_restores_this_ranks_device(
+    monkeypatch: pytest.MonkeyPatch, saved: Any, device: int, restored: list[int] | None
+) -> None:
+    # As on a GPU host: the state set is recorded instead of reaching a device.
+    from training import trainer
+
+    calls: list[list[int]] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: device)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda t: calls.append(t.tolist()))
+    state = {
+        "torch": torch.get_rng_state().numpy().tobytes(),
+        "cuda": saved,
+        "numpy": np.random.get_state(legacy=False),
+        "python": random.getstate(),
+    }
+    trainer._set_local_rng_state(state)
+    assert calls == ([restored] if restored is not None else [])

@@ -65,7 +65,8 @@ def test_passes_accumulate_into_one_optimizer_step() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     out = json.loads(line)
-    assert out["micro_batch_per_gpu"] == 3 and out["passes_per_step"] == 3
+    assert out["micro_batch_per_gpu"] == 1 and out["passes_per_step"] == 3
+    assert out["sequences_per_gpu_per_step"] == 3
     assert "training.global_batch_size=3" in out["overrides"]
     assert "--passes 3" in out["command"]
 
