@@ -34,6 +34,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 IMAGE_SOURCES_DIR = PACKAGE_DIR.parent / ".venv" / "image-sources"
 IMAGE_REQUIREMENTS = PACKAGE_DIR / "requirements-container.txt"
 
+# What the import system sets on every module.
+_MODULE_ATTRIBUTES = frozenset(
+    {"__name__", "__file__", "__path__", "__doc__", "__spec__", "__loader__", "__package__"}
+)
+
 Kind = Literal["module", "function", "class", "value", "external"]
 
 
@@ -51,27 +56,49 @@ class Binding:
 class _Module:
     names: dict[str, list[ast.stmt | tuple[str, str]]]
     star: list[str]  # modules whose public names this one re-exports (`from x import *`)
-    dynamic: bool  # a module-level __getattr__: any name may exist
+    # Names a module-level __getattr__ answers: the strings it and the module's literal
+    # collections hold (torch's lazy submodules, deprecated names); None = no __getattr__.
+    dynamic: set[str] | None = None
     # What `from this import *` takes: a literal __all__, else (None) every public name.
     exports: set[str] | None = None
+    deleted: set[str] = field(default_factory=set)  # unbound by a module-level `del`
 
 
-def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Module-level statements, including those under if/try/with (imports guarded by
-    TYPE_CHECKING or try/except ImportError count), not those inside functions or classes."""
-    out: list[ast.stmt] = []
+# Where a module-level statement runs: always, only sometimes (under if/try/with: both
+# branches count, as either may be the one that runs), or only for type checkers.
+Where = Literal["top", "nested", "typing"]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _statements(body: list[ast.stmt], where: Where = "top") -> list[tuple[ast.stmt, Where]]:
+    """Module-level statements with where they run, including those under if/try/with, not
+    those inside functions or classes."""
+    out: list[tuple[ast.stmt, Where]] = []
+    inner: Where = "typing" if where == "typing" else "nested"
     for stmt in body:
-        out.append(stmt)
+        out.append((stmt, where))
         if isinstance(stmt, ast.If):
-            out += _statements(stmt.body) + _statements(stmt.orelse)
+            typing_only = where == "typing" or _is_type_checking(stmt.test)
+            out += _statements(stmt.body, "typing" if typing_only else inner)
+            out += _statements(stmt.orelse, inner)
         elif isinstance(stmt, ast.Try):
-            out += _statements(stmt.body) + _statements(stmt.orelse)
-            out += _statements(stmt.finalbody)
+            out += _statements(stmt.body, inner) + _statements(stmt.orelse, inner)
+            out += _statements(stmt.finalbody, inner)
             for handler in stmt.handlers:
-                out += _statements(handler.body)
+                out += _statements(handler.body, inner)
         elif isinstance(stmt, ast.With):
-            out += _statements(stmt.body)
+            out += _statements(stmt.body, inner)
     return out
+
+
+def _bind(parsed: _Module, name: str, entry: ast.stmt | tuple[str, str]) -> None:
+    parsed.names.setdefault(name, []).append(entry)
+    parsed.deleted.discard(name)
 
 
 def _targets(stmt: ast.stmt) -> list[str]:
@@ -121,41 +148,60 @@ class SourceTree:
             return None
         package = module if path.stem == "__init__" else module.rpartition(".")[0]
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        parsed = _Module(names={}, star=[], dynamic=False)
-        for stmt in _statements(tree.body):
+        # In a stub, `from x import y` is for the stub's own annotations; only `import y as
+        # y` re-exports (PEP 484), so torch._C does not seem to hold every name its stub uses.
+        stub = path.suffix == ".pyi"
+        parsed = _Module(names={}, star=[])
+        literals: set[str] = set()  # strings in module-level literal collections
+        for stmt, where in _statements(tree.body):
+            star = isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+            if where == "typing" and not star:
+                # Imports for type checkers bind nothing at run time; only their star imports
+                # of the C stubs stand for what torch binds dynamically (see the docstring).
+                continue
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                parsed.names.setdefault(stmt.name, []).append(stmt)
+                _bind(parsed, stmt.name, stmt)
                 if stmt.name == "__getattr__":
-                    parsed.dynamic = True
+                    parsed.dynamic = {
+                        n.value
+                        for n in ast.walk(stmt)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                    }
             elif isinstance(stmt, ast.Assign | ast.AnnAssign):
                 for name in _targets(stmt):
-                    parsed.names.setdefault(name, []).append(stmt)
+                    _bind(parsed, name, stmt)
                 if "__all__" in _targets(stmt):
                     parsed.exports = _strings(stmt.value)
-            elif (
-                isinstance(stmt, ast.AugAssign)
-                and isinstance(stmt.target, ast.Name)
-                and stmt.target.id == "__all__"
-            ):
-                added = _strings(stmt.value)
+                literals |= _collection_strings(stmt.value)
+            elif _extends_all(stmt):
+                added = _strings(_extension(stmt))
                 parsed.exports = (
                     None if parsed.exports is None or added is None else parsed.exports | added
                 )
+            elif isinstance(stmt, ast.Delete) and where == "top":
+                for gone in stmt.targets:
+                    if isinstance(gone, ast.Name):
+                        parsed.names.pop(gone.id, None)
+                        parsed.deleted.add(gone.id)
             elif isinstance(stmt, ast.Import):
                 for alias in stmt.names:
+                    if stub and alias.asname != alias.name:
+                        continue
                     bound = alias.asname or alias.name.split(".")[0]
                     target = alias.name if alias.asname else bound
-                    parsed.names.setdefault(bound, []).append(("module", target))
+                    _bind(parsed, bound, ("module", target))
             elif isinstance(stmt, ast.ImportFrom):
                 source = self._absolute(stmt, package)
                 for alias in stmt.names:
                     if alias.name == "*":
                         parsed.star.append(source)
+                    elif stub and alias.asname != alias.name:
+                        continue
                     else:
                         target = f"{source}.{alias.name}"
-                        parsed.names.setdefault(alias.asname or alias.name, []).append(
-                            ("import", target)
-                        )
+                        _bind(parsed, alias.asname or alias.name, ("import", target))
+        if parsed.dynamic is not None:
+            parsed.dynamic |= literals
         return parsed
 
     @staticmethod
@@ -186,7 +232,7 @@ class SourceTree:
         if parent.kind == "module":
             return self._attribute(parent.name, attr, seen)
         if parent.kind == "class":
-            return self._class_attribute(parent, attr)
+            return self._class_attribute(parent, attr, seen)
         # An attribute of a value or of a name outside torch: nothing more to read.
         return Binding("external", name)
 
@@ -194,6 +240,8 @@ class SourceTree:
         parsed = self._module(module)
         if parsed is None:
             return None
+        if attr in _MODULE_ATTRIBUTES:
+            return Binding("value", f"{module}.{attr}")
         entries = parsed.names.get(attr, [])
         definitions = [
             e
@@ -213,7 +261,7 @@ class SourceTree:
                     return found
             elif isinstance(entry, ast.Assign | ast.AnnAssign):
                 return self._value(module, attr, entry, seen)
-        for source in parsed.star:
+        for source in [] if attr in parsed.deleted else parsed.star:
             exporter = self._module(source)
             if exporter is None:
                 continue
@@ -225,7 +273,7 @@ class SourceTree:
             found = self._attribute(source, attr, seen) if exported else None
             if found is not None:
                 return found
-        if parsed.dynamic:
+        if parsed.dynamic is not None and attr in parsed.dynamic:
             return Binding("external", f"{module}.{attr}")
         return None
 
@@ -248,18 +296,51 @@ class SourceTree:
                     return found
         return Binding("value", f"{module}.{attr}")
 
-    def _class_attribute(self, cls: Binding, attr: str) -> Binding | None:
+    def _class_attribute(
+        self, cls: Binding, attr: str, seen: frozenset[str] = frozenset()
+    ) -> Binding | None:
+        """`attr` of a class: its body, `self.attr = ...` in its methods, then its bases.
+        External when it may come from a base outside torch; None when every class it could
+        come from is read and none has it (a metaclass's class-level attributes aside)."""
+        if cls.name in seen:
+            return None
+        seen = seen | {cls.name}
+        if attr.startswith("__") and attr.endswith("__"):
+            return Binding("external", f"{cls.name}.{attr}")  # object's own, among others
+        module = cls.name.rpartition(".")[0]
+        outside = False
         for node in cls.nodes:
             if not isinstance(node, ast.ClassDef):
                 continue
             for stmt in node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     if stmt.name == attr:
-                        return Binding("function", f"{cls.name}.{attr}", nodes=[stmt])
+                        kind: Kind = "class" if isinstance(stmt, ast.ClassDef) else "function"
+                        return Binding(kind, f"{cls.name}.{attr}", nodes=[stmt])
                 elif attr in _targets(stmt):
                     return Binding("value", f"{cls.name}.{attr}")
-        # Inherited or set in __init__: a base class may hold it; not visible from here.
-        return Binding("external", f"{cls.name}.{attr}")
+            if attr in _instance_attributes(node):
+                return Binding("value", f"{cls.name}.{attr}")
+            for base in node.bases:
+                found = self._base(module, base, seen)
+                if found is None or found.kind != "class":
+                    outside = True  # object, a typing construct, a class outside torch
+                    continue
+                inherited = self._class_attribute(found, attr, seen)
+                if inherited is not None:
+                    return inherited
+        return Binding("external", f"{cls.name}.{attr}") if outside else None
+
+    def _base(self, module: str, base: ast.expr, seen: frozenset[str]) -> Binding | None:
+        """The class a base-class expression in `module` names (Generic[T] -> Generic)."""
+        dotted = _dotted(base.value if isinstance(base, ast.Subscript) else base)
+        if dotted is None:
+            return None
+        first, _, rest = dotted.partition(".")
+        bound = self._attribute(module, first, seen) if self._module(module) else None
+        if bound is None or not rest:
+            return bound
+        return self.resolve(f"{bound.name}.{rest}", seen) if bound.kind == "module" else None
 
     def accepts(self, binding: Binding, keyword: str) -> bool | None:
         """Whether the function or class `binding` takes `keyword`; None when its signature
@@ -287,6 +368,65 @@ class SourceTree:
             if keyword in {p.arg for p in [*a.args, *a.kwonlyargs]}:
                 return True
         return False
+
+
+def _instance_attributes(node: ast.ClassDef) -> set[str]:
+    """Names a class's methods assign on `self` (`self.x = ...`, `self.x: T = ...`)."""
+    names: set[str] = set()
+    for stmt in ast.walk(node):
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else [stmt.target]
+            if isinstance(stmt, ast.AnnAssign | ast.AugAssign)
+            else []
+        )
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                names.add(target.attr)
+    return names
+
+
+def _extends_all(stmt: ast.stmt) -> bool:
+    """`__all__ += [...]`, `__all__.extend([...])` or `__all__.append("x")`."""
+    if isinstance(stmt, ast.AugAssign):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == "__all__"
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("append", "extend")
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "__all__"
+        )
+    return False
+
+
+def _extension(stmt: ast.stmt) -> ast.expr | None:
+    """What an `_extends_all` statement adds, as a list expression."""
+    if isinstance(stmt, ast.AugAssign):
+        return stmt.value
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or len(call.args) != 1:
+        return None
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "append":
+        return ast.List(elts=[call.args[0]], ctx=ast.Load())
+    return call.args[0]
+
+
+def _collection_strings(node: ast.expr | None) -> set[str]:
+    """The strings of a literal set, list, tuple or dict (its keys) assigned at module level."""
+    if isinstance(node, ast.Dict):
+        elements = [k for k in node.keys if k is not None]
+    elif isinstance(node, ast.Set | ast.List | ast.Tuple):
+        elements = list(node.elts)
+    else:
+        return set()
+    return {e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)}
 
 
 def _strings(node: ast.expr | None) -> set[str] | None:

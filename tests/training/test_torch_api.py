@@ -178,7 +178,9 @@ def test_a_function_newer_than_the_image_torch_is_reported(
     ]
 
 
-def test_the_command_ci_runs_against_the_image_torch(image_torch: torch_source.SourceTree) -> None:
+def test_the_release_command_checks_against_the_image_torch(
+    image_torch: torch_source.SourceTree,
+) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "training.torch_api", "--release", "image"],
         cwd=REPO,
@@ -197,10 +199,15 @@ FAKE_TORCH = {
         from torch.version import __version__ as __version__
         if TYPE_CHECKING:
             from torch._C._functions import *
+            from torch.cuda.streams import Event as TypingOnly
+        else:
+            from torch.cuda.streams import Event as RunTime
         try:
             from .cuda import Stream
         except ImportError:
             pass
+        def helper() -> None: ...
+        del helper
         """,
     "torch/version.py": "__version__ = '0.0'\n",
     "torch/_C/__init__.pyi": "",
@@ -211,10 +218,15 @@ FAKE_TORCH = {
         @overload
         def empty(*size: int, pin_memory: bool = False) -> object: ...
         def _private() -> None: ...
+        from torch.nn.functional import Options
         """,
     "torch/cuda/__init__.py": """
         from .streams import *
-        def __getattr__(name): ...
+        _lazy_modules = {"lazy_mod"}
+        def __getattr__(name):
+            if name in _lazy_modules or name == "legacy":
+                return None
+            raise AttributeError(name)
         """,
     "torch/cuda/streams.py": """
         __all__ = ["Stream"]
@@ -224,6 +236,11 @@ FAKE_TORCH = {
             def synchronize(self) -> None: ...
         class Event: ...
         class Unlisted: ...
+        class SubStream(Stream):
+            def __init__(self) -> None:
+                self.handle = 0
+        class Mapping(dict):
+            pass
         """,
     "torch/nn/__init__.py": "from torch.cuda.streams import *\n",
     "torch/nn/functional.py": """
@@ -261,7 +278,12 @@ def fake_torch(tmp_path: Path) -> torch_source.SourceTree:
         ("torch.cuda.Stream.synchronize", "function"),
         ("torch.nn.Event", "class"),  # star import of a name added to __all__ later
         ("torch.cuda.streams.Unlisted", "class"),
-        ("torch.cuda.anything", "external"),  # a module __getattr__ may answer
+        ("torch.cuda.lazy_mod", "external"),  # named in the module's literal set
+        ("torch.cuda.legacy", "external"),  # named in its __getattr__
+        ("torch.RunTime", "class"),  # the run-time branch of `if TYPE_CHECKING`
+        ("torch.cuda.streams.SubStream.synchronize", "function"),  # inherited
+        ("torch.cuda.streams.SubStream.handle", "value"),  # set on self
+        ("torch.cuda.streams.Mapping.anything", "external"),  # may come from dict
     ],
 )
 def test_source_tree_resolves(fake_torch: torch_source.SourceTree, name: str, kind: str) -> None:
@@ -277,6 +299,11 @@ def test_source_tree_resolves(fake_torch: torch_source.SourceTree, name: str, ki
         "torch.nn.missing",
         "torch.nn.functional.gone",
         "torch.nn.Unlisted",  # not in the __all__ of the module torch.nn star-imports
+        "torch.cuda.anything",  # a module __getattr__ that names other things only
+        "torch.TypingOnly",  # imported for type checkers only
+        "torch.helper",  # deleted at module level
+        "torch.Options",  # a stub's import without `as`: not re-exported
+        "torch.cuda.streams.SubStream.missing",  # neither it nor its torch bases have it
     ],
 )
 def test_source_tree_reports_missing_names(fake_torch: torch_source.SourceTree, name: str) -> None:
@@ -325,3 +352,43 @@ def test_requires_dist_reads_a_distributions_own_range(tmp_path: Path) -> None:
     assert torch_source.requires_dist(metadata, "pip") == "<25.3"
     with pytest.raises(ValueError, match="declares no Requires-Dist on numpy"):
         torch_source.requires_dist(metadata, "numpy")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.thread_safe_generator",  # newer than the image's release
+        "torch.nn.functional.linear_cross_entropy",  # newer as well
+        "torch.nn.Module.no_such_method",
+        "torch.DeviceMesh",  # imported under TYPE_CHECKING only
+        "torch.register_after_fork",  # deleted by torch/__init__.py
+    ],
+)
+def test_the_image_torch_lacks(image_torch: torch_source.SourceTree, name: str) -> None:
+    assert image_torch.resolve(name) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.Tensor.copy_",  # a method of the C base class, from its stub
+        "torch.nn.Module.register_buffer",
+        "torch.optim.AdamW.step",  # inherited from Adam
+        "torch.onnx",  # a lazy submodule
+        "torch.distributed.tensor.DTensor.full_tensor",
+    ],
+)
+def test_the_image_torch_has(image_torch: torch_source.SourceTree, name: str) -> None:
+    assert image_torch.resolve(name) is not None
+
+
+def test_names_bound_only_at_run_time_are_listed_not_failed(
+    tmp_path: Path, image_torch: torch_source.SourceTree
+) -> None:
+    # torch.cuda.FloatTensor exists (in both releases), but only a running torch binds it.
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "legacy.py").write_text("import torch\n\nKIND = torch.cuda.FloatTensor\n")
+    uses = torch_api.collect(package)
+    assert torch_api.problems(uses, image_torch) == []
+    assert torch_api.unreadable(uses, image_torch) == ["torch.cuda.FloatTensor"]
