@@ -35,6 +35,7 @@ from stacks.toolchain import use_bundled_node
 if TYPE_CHECKING:
     import aws_cdk as cdk
     from aws_cdk import aws_eks_v2 as eks_v2
+    from aws_cdk import aws_lambda as lambda_
     from aws_cdk.assertions import Template
 
     from stacks.platform import PlatformStacks
@@ -214,6 +215,20 @@ def bare_stack(
 
     env = cdk.Environment(account=account, region=region) if account or region else None
     return cdk.Stack(cdk.App(), name, env=env)
+
+
+def inline_function(stack: cdk.Stack, construct_id: str, **kwargs: Any) -> lambda_.Function:
+    """A minimal Python Lambda function with inline code (what log-group tests attach to)."""
+    from aws_cdk import aws_lambda as lambda_
+
+    return lambda_.Function(
+        stack,
+        construct_id,
+        runtime=lambda_.Runtime.PYTHON_3_12,
+        handler="index.handler",
+        code=lambda_.Code.from_inline("def handler(event, context): pass"),
+        **kwargs,
+    )
 
 
 def template_of(stack: cdk.Stack) -> Template:

@@ -6,6 +6,7 @@ per module."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -131,3 +132,35 @@ def sagemaker(monkeypatch: pytest.MonkeyPatch, shared_client: Any) -> Iterator[S
     with stubbed.stubber:
         yield stubbed
     stubbed.stubber.assert_no_pending_responses()
+
+
+@dataclass
+class Stubs:
+    """One Stubber per service, and (service, region) of every client a command asked for."""
+
+    stubbers: dict[str, Stubber]
+    clients: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def __getitem__(self, service: str) -> Stubber:
+        return self.stubbers[service]
+
+
+@contextlib.contextmanager
+def stubbed_clients(
+    monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]
+) -> Iterator[Stubs]:
+    """Commands get the stubbed `real_clients` (from `offline_clients`); any call nobody
+    queued fails the test, and every queued response must be consumed."""
+    stubbed = Stubs({service: Stubber(client) for service, client in real_clients.items()})
+
+    def factory(service: str, region: str | None = None) -> Any:
+        stubbed.clients.append((service, region))
+        return real_clients[service]
+
+    monkeypatch.setattr(aws, "client", factory)
+    with contextlib.ExitStack() as active:
+        for stubber in stubbed.stubbers.values():
+            active.enter_context(stubber)
+        yield stubbed
+    for stubber in stubbed.stubbers.values():
+        stubber.assert_no_pending_responses()

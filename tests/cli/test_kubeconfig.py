@@ -13,11 +13,17 @@ from typing import Any
 
 import pytest
 import yaml
-from botocore.stub import Stubber
 
-from hpctl import aws, job_cmd
+from hpctl import job_cmd
 from hpctl.errors import ExitCode
-from tests.cli.conftest import error_line, expect_failure, hpctl, offline_clients
+from tests.cli.conftest import (
+    Stubs,
+    error_line,
+    expect_failure,
+    hpctl,
+    offline_clients,
+    stubbed_clients,
+)
 from tests.support import environment_data
 
 REGION = "us-east-1"
@@ -35,32 +41,11 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return offline_clients(tmp_path_factory, REGION, ("eks", "cloudformation"))
 
 
-class Stubs:
-    def __init__(self, clients: dict[str, Any]) -> None:
-        self.stubbers = {service: Stubber(client) for service, client in clients.items()}
-        self.asked: list[tuple[str, str | None]] = []
-
-    def __getitem__(self, service: str) -> Stubber:
-        return self.stubbers[service]
-
-
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
-    stubbed = Stubs(real_clients)
-
-    def factory(service: str, region: str | None = None) -> Any:
-        stubbed.asked.append((service, region))
-        return real_clients[service]
-
-    monkeypatch.setattr(aws, "client", factory)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    for stubber in stubbed.stubbers.values():
-        stubber.activate()
-    yield stubbed
-    for stubber in stubbed.stubbers.values():
-        stubber.deactivate()
-    for stubber in stubbed.stubbers.values():
-        stubber.assert_no_pending_responses()
+    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+        yield stubbed
 
 
 def cluster(status: str = "ACTIVE", *, public: bool = False) -> dict[str, Any]:
@@ -145,7 +130,7 @@ def test_writes_the_clusters_kubeconfig_with_get_token_auth(stubs: Stubs, tmp_pa
     }
     # Private to the user, like ~/.kube/config.
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stubs.asked == [("eks", REGION), ("cloudformation", REGION)]
+    assert stubs.clients == [("eks", REGION), ("cloudformation", REGION)]
     assert f"  export KUBECONFIG={path}" in result.stdout
     # The endpoint is private: the tunnel variant and a shell on the admin host.
     assert "The API endpoint is private" in result.stdout
@@ -253,7 +238,7 @@ def test_a_disabled_admin_host_is_not_looked_up(
     queue_cluster(stubs)
     result = hpctl("kubeconfig", "--env", "dev", "--output", str(tmp_path / "k.yaml"))
     assert result.exit_code == 0, result.output
-    assert stubs.asked == [("eks", REGION)]
+    assert stubs.clients == [("eks", REGION)]
     assert "Admin host: network.admin_host is disabled in this environment." in result.stdout
     assert "start-session" not in result.stdout
 
@@ -300,7 +285,7 @@ def test_a_cluster_that_is_not_active_is_one_line(stubs: Stubs, tmp_path: Path):
 )
 def test_bad_options_are_one_line_and_ask_aws_nothing(stubs: Stubs, args, starts_with):
     expect_failure("kubeconfig", *args, code=ExitCode.USAGE, starts_with=starts_with)
-    assert stubs.asked == []
+    assert stubs.clients == []
 
 
 def test_an_unwritable_output_is_one_line(stubs: Stubs, tmp_path: Path):

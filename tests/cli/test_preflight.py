@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,17 @@ from typing import Any
 import pytest
 import yaml
 from botocore.exceptions import NoCredentialsError
-from botocore.stub import Stubber
 
-from hpctl import aws, job_cmd, preflight
+from hpctl import job_cmd, preflight
 from hpctl.errors import ExitCode
-from tests.cli.conftest import error_line, expect_failure, hpctl, offline_clients
+from tests.cli.conftest import (
+    Stubs,
+    error_line,
+    expect_failure,
+    hpctl,
+    offline_clients,
+    stubbed_clients,
+)
 from tests.support import environment_data
 
 SERVICES = ("sagemaker", "service-quotas", "ec2", "iam", "ecr", "eks")
@@ -44,35 +49,11 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return offline_clients(tmp_path_factory, REGION, SERVICES)
 
 
-@dataclass
-class Stubs:
-    stubbers: dict[str, Stubber]
-    # (service, region) for every client the command asked for.
-    clients: list[tuple[str, str | None]] = field(default_factory=list)
-
-    def __getitem__(self, service: str) -> Stubber:
-        return self.stubbers[service]
-
-
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
-    """Commands get the stubbed clients; every queued response must be consumed and any
-    call nobody queued fails the test."""
-    stubbed = Stubs({service: Stubber(client) for service, client in real_clients.items()})
-
-    def factory(service: str, region: str | None = None) -> Any:
-        stubbed.clients.append((service, region))
-        return real_clients[service]
-
-    monkeypatch.setattr(aws, "client", factory)
     monkeypatch.setattr(preflight, "clock", lambda: NOW)
-    for stubber in stubbed.stubbers.values():
-        stubber.activate()
-    yield stubbed
-    for stubber in stubbed.stubbers.values():
-        stubber.deactivate()
-    for stubber in stubbed.stubbers.values():
-        stubber.assert_no_pending_responses()
+    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+        yield stubbed
 
 
 @pytest.fixture

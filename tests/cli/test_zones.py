@@ -13,9 +13,8 @@ import pytest
 from botocore.stub import Stubber
 
 from config.zones import record_zones, recorded_zone_ids
-from hpctl import aws
 from hpctl.errors import ExitCode
-from tests.cli.conftest import expect_failure, hpctl, offline_clients
+from tests.cli.conftest import Stubs, expect_failure, hpctl, offline_clients, stubbed_clients
 
 REGION = "us-east-1"
 PROD_ACCOUNT = "333333333333"
@@ -27,17 +26,9 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture
-def stubs(
-    monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]
-) -> Iterator[dict[str, Stubber]]:
-    stubbers = {service: Stubber(client) for service, client in real_clients.items()}
-    monkeypatch.setattr(aws, "client", lambda service, region=None: real_clients[service])
-    for stubber in stubbers.values():
-        stubber.activate()
-    yield stubbers
-    for stubber in stubbers.values():
-        stubber.deactivate()
-        stubber.assert_no_pending_responses()
+def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
+    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+        yield stubbed
 
 
 def _zone(name: str, zone_id: str, zone_type: str = "availability-zone") -> dict[str, Any]:

@@ -19,18 +19,7 @@ from platform_constructs.log_groups import (
     log_group,
     log_to,
 )
-from tests.support import bare_stack, only, resources_of, template_of
-
-
-def _function(stack: cdk.Stack, construct_id: str, **kwargs: Any) -> lambda_.Function:
-    return lambda_.Function(
-        stack,
-        construct_id,
-        runtime=lambda_.Runtime.PYTHON_3_12,
-        handler="index.handler",
-        code=lambda_.Code.from_inline("def handler(event, context): pass"),
-        **kwargs,
-    )
+from tests.support import bare_stack, inline_function, only, resources_of, template_of
 
 
 def _with_aspect(stack: cdk.Stack, days: int = 90, retain: bool = True) -> dict[str, Any]:
@@ -58,7 +47,7 @@ def _provider_handler(stack: cdk.Stack, tmp_path: Path) -> cdk.CfnResource:
 
 def test_an_l2_function_gets_a_group_with_retention_and_removal_policy():
     stack = bare_stack()
-    function = _function(stack, "Fn", logging_format=lambda_.LoggingFormat.JSON)
+    function = inline_function(stack, "Fn", logging_format=lambda_.LoggingFormat.JSON)
     template = _with_aspect(stack, days=30, retain=False)
     group_id = stack.get_logical_id(function.node.find_child("LogGroup").node.default_child)
     group = template["Resources"][group_id]
@@ -86,7 +75,7 @@ def test_a_raw_provider_function_gets_a_group_beside_it(tmp_path):
 def test_a_function_with_its_own_group_is_left_alone(tmp_path):
     stack = bare_stack()
     own = log_group(stack, "Own", retention_days=7, removal_policy=cdk.RemovalPolicy.DESTROY)
-    _function(stack, "Fn", log_group=own)
+    inline_function(stack, "Fn", log_group=own)
     by_hand = _provider_handler(stack, tmp_path)
     log_to(by_hand, own)
     assert has_log_group(by_hand)
@@ -112,7 +101,7 @@ def test_log_to_refuses_a_second_group_and_what_is_no_function(tmp_path):
 
 def test_a_taken_construct_id_is_an_error_not_a_silent_skip():
     stack = bare_stack()
-    function = _function(stack, "Fn")
+    function = inline_function(stack, "Fn")
     logs.LogGroup.from_log_group_name(function, "LogGroup", "/aws/lambda/someone-else")
     with pytest.raises(Exception, match="LogGroup is taken"):
         _with_aspect(stack)

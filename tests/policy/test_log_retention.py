@@ -10,14 +10,20 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
 from config.delivery import load_pipeline
 from config.schema.base import LOG_RETENTION_DAYS
 from platform_constructs.log_groups import FunctionLogGroups
 from stacks.pipeline_stack import build_pipeline_app
-from tests.support import SYNTH_GROUP, VARIANTS_GROUP, SynthResult, bare_stack, template_of
+from tests.support import (
+    SYNTH_GROUP,
+    VARIANTS_GROUP,
+    SynthResult,
+    bare_stack,
+    inline_function,
+    template_of,
+)
 
 FUNCTION = "AWS::Lambda::Function"
 LOG_GROUP = "AWS::Logs::LogGroup"
@@ -49,23 +55,12 @@ def log_retention_findings(template: dict[str, Any]) -> list[str]:
     return findings
 
 
-def _function(stack: cdk.Stack, construct_id: str, **kwargs: Any) -> lambda_.Function:
-    return lambda_.Function(
-        stack,
-        construct_id,
-        runtime=lambda_.Runtime.PYTHON_3_12,
-        handler="index.handler",
-        code=lambda_.Code.from_inline("def handler(event, context): pass"),
-        **kwargs,
-    )
-
-
 # --------------------------------------------------------------------------- the checker
 
 
 def test_the_checker_catches_a_planted_function_without_a_log_group():
     stack = bare_stack("Planted")
-    _function(stack, "Planted")
+    inline_function(stack, "Planted")
     findings = log_retention_findings(template_of(stack).to_json())
     assert len(findings) == 1
     assert findings[0].startswith("Planted") and "no LoggingConfig.LogGroup" in findings[0]
@@ -84,14 +79,14 @@ def test_the_checker_catches_a_log_group_without_retention_or_removal_policy():
 def test_the_checker_wants_a_group_of_the_same_template():
     stack = bare_stack("Planted")
     imported = logs.LogGroup.from_log_group_name(stack, "Elsewhere", "/shared/lambda")
-    _function(stack, "Shared", log_group=imported)
+    inline_function(stack, "Shared", log_group=imported)
     (finding,) = log_retention_findings(template_of(stack).to_json())
     assert "'/shared/lambda'" in finding and "not a group of this template" in finding
 
 
 def test_the_aspect_clears_the_planted_function():
     stack = bare_stack("Planted")
-    _function(stack, "Planted")
+    inline_function(stack, "Planted")
     cdk.Aspects.of(stack).add(
         FunctionLogGroups(retention_days=30, removal_policy=cdk.RemovalPolicy.DESTROY),
         priority=cdk.AspectPriority.MUTATING,
