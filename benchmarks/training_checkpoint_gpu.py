@@ -105,7 +105,7 @@ def main() -> int:
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     from benchmarks.gpu import peak_memory_gb
-    from training.checkpoint_staging import iter_tensors
+    from training.checkpoint.staging import iter_tensors
     from training.config import build_config
     from training.model import count_params
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed

@@ -50,7 +50,7 @@ from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
 
 if TYPE_CHECKING:
-    from training.checkpoint_format import CheckpointRef
+    from training.checkpoint.format import CheckpointRef
 
 TIMEOUT_EXIT_CODE = 124
 _PR_SET_PDEATHSIG = 1
@@ -100,7 +100,7 @@ def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
 
 def _list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     # Imported here: the launcher itself never needs torch, so argument errors are instant.
-    from training.checkpoint_format import list_committed
+    from training.checkpoint.format import list_committed
 
     return list_committed(root, tier)
 

@@ -123,9 +123,9 @@ class _Collector(ast.NodeVisitor):
 def collect(package_dir: Path = PACKAGE_DIR) -> dict[str, Use]:
     """Every torch name the modules in `package_dir` use, with where and with which keywords."""
     uses: dict[str, Use] = {}
-    for path in sorted(package_dir.glob("*.py")):
+    for path in sorted(package_dir.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        label = f"{package_dir.name}/{path.name}"
+        label = path.relative_to(package_dir.parent).as_posix()
         _Collector(_import_aliases(tree), label, uses).visit(tree)
     return uses
 
@@ -231,11 +231,14 @@ def import_all(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """Imports every module of the package; one line per module that fails."""
     failures: list[str] = []
     package = package_dir.name
-    for module in pkgutil.iter_modules([str(package_dir)]):
+    # A package that fails to import is reported by the loop below, not by the walk.
+    walk = pkgutil.walk_packages([str(package_dir)], f"{package}.", onerror=lambda name: None)
+    for module in walk:
         try:
-            importlib.import_module(f"{package}.{module.name}")
+            importlib.import_module(module.name)
         except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the check
-            failures.append(f"{package}/{module.name}.py: import failed: {type(e).__name__}: {e}")
+            path = module.name.replace(".", "/") + ("/__init__.py" if module.ispkg else ".py")
+            failures.append(f"{path}: import failed: {type(e).__name__}: {e}")
     return failures
 
 

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports after argument checks: a typo fails in milliseconds.
     import torch.distributed as dist
 
-    from training.checkpoint import IncompatibleCheckpointError
+    from training.checkpoint.manager import IncompatibleCheckpointError
     from training.parallel import (
         configure_cpu_threads,
         configure_determinism,

@@ -24,8 +24,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export
-from training.checkpoint import CheckpointManager, IncompatibleCheckpointError
-from training.checkpoint_format import DURABLE
+from training.checkpoint.format import DURABLE
+from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
 from training.config import JobConfig
 from training.data import ResumableLoader, build_source
 from training.faults import FaultInjector, FaultPlan

@@ -140,8 +140,8 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
     # The manifest passes both as trainer config: the namespace as the job name, the S3 tier
     # as $(HPTRAIN_MANAGED_S3_PATH), which Kubernetes expands from the ConfigMap variable.
     # The managed library is not installed here: a recorder stands in for its config class.
-    from training import managed_tier
-    from training.checkpoint_tiers import ManagedFastTier, open_tiers
+    from training.checkpoint import managed
+    from training.checkpoint.tiers import ManagedFastTier, open_tiers
     from training.train import parse_args
 
     spec = env_spec("prod", team="foundation", nodes=1)
@@ -152,9 +152,9 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
     s3 = "s3://bucket/teams/foundation/managed-tier"
     config, _, _ = parse_args(_expand(args, {MANAGED_S3_PATH_ENV: s3}))
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(managed_tier, "AVAILABLE", True)
+    monkeypatch.setattr(managed, "AVAILABLE", True)
     monkeypatch.setattr(
-        managed_tier, "SageMakerCheckpointConfig", lambda **kw: seen.append(kw), raising=False
+        managed, "SageMakerCheckpointConfig", lambda **kw: seen.append(kw), raising=False
     )
     tiers = open_tiers(config.checkpoint, tmp_path, world_size=8)
     assert isinstance(tiers["fast"], ManagedFastTier)

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from tests.training import appstate
-from training.checkpoint import CheckpointManager, IncompatibleCheckpointError
-from training.checkpoint_format import (
+from training.checkpoint.format import (
     MANIFEST,
     list_committed,
     read_manifest,
     step_dir_name,
 )
+from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
 from training.config import CheckpointConfig
 from training.faults import FaultInjector, FaultPlan
 from training.optim import apply_config
@@ -269,7 +269,7 @@ def test_identity_rules(override: str, allowed: bool | None) -> None:
 
 
 def test_managed_namespace_defaults_to_one_per_run_directory(tmp_path: Path) -> None:
-    from training.checkpoint_tiers import default_namespace
+    from training.checkpoint.tiers import default_namespace
 
     assert default_namespace(tmp_path / "a") == default_namespace(tmp_path / "a")
     assert default_namespace(tmp_path / "a") != default_namespace(tmp_path / "b")
@@ -281,7 +281,7 @@ def managed_library(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool, st
     writer's (step, save_to_s3, S3 path) is recorded."""
     import dataclasses
 
-    from training import managed_tier
+    from training.checkpoint import managed
 
     @dataclasses.dataclass
     class Config:  # the fields of SageMakerCheckpointConfig this project sets
@@ -296,8 +296,8 @@ def managed_library(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool, st
         written.append((step, checkpoint_config.save_to_s3, checkpoint_config.s3_tier_base_path))
         return checkpoint_config
 
-    monkeypatch.setattr(managed_tier, "SageMakerCheckpointConfig", Config, raising=False)
-    monkeypatch.setattr(managed_tier, "SageMakerTieredStorageWriter", writer, raising=False)
+    monkeypatch.setattr(managed, "SageMakerCheckpointConfig", Config, raising=False)
+    monkeypatch.setattr(managed, "SageMakerTieredStorageWriter", writer, raising=False)
     return written
 
 
@@ -321,14 +321,14 @@ def test_managed_tier_sends_one_checkpoint_a_window_to_s3(
     # checkpoint at or after each multiple goes: one per window, none skipped.
     from types import SimpleNamespace
 
-    from training import managed_tier
-    from training.checkpoint import CheckpointManager
-    from training.checkpoint_tiers import DURABLE, FAST, DirectoryTier
+    from training.checkpoint import managed
+    from training.checkpoint.manager import CheckpointManager
+    from training.checkpoint.tiers import DURABLE, FAST, DirectoryTier
     from training.config import build_config
 
     cfg = build_config(preset, ["checkpoint.managed_s3_path=s3://bucket/ckpt", *overrides])
     c = cfg.checkpoint
-    tier = managed_tier.ManagedTier(2, "ns", c.managed_s3_path, c.s3_interval())
+    tier = managed.ManagedTier(2, "ns", c.managed_s3_path, c.s3_interval())
     schedule = SimpleNamespace(
         tiers={
             DURABLE: DirectoryTier(DURABLE, tmp_path, c.durable_interval, 1),
@@ -348,9 +348,9 @@ def test_managed_tier_sends_one_checkpoint_a_window_to_s3(
 def test_managed_tier_without_s3_path_never_asks_for_s3(
     managed_library: list[tuple[int, bool, str]],
 ) -> None:
-    from training import managed_tier
+    from training.checkpoint import managed
 
-    tier = managed_tier.ManagedTier(2, "ns", "", s3_interval=10)
+    tier = managed.ManagedTier(2, "ns", "", s3_interval=10)
     for step in (5, 10, 15, 25):
         tier.writer(step)
     assert managed_library == [(5, False, ""), (10, False, ""), (15, False, ""), (25, False, "")]

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import SavePlan, TensorWriteData, WriteItem, WriteItemType
 
-from training.checkpoint_planning import RecordingWriter, dedup_save_plans
+from training.checkpoint.planning import RecordingWriter, dedup_save_plans
 
 
 def _tensor_item(name: str, numel: int) -> WriteItem:

@@ -13,8 +13,8 @@ from torch.distributed.checkpoint.staging import DefaultStager
 from torch.distributed.tensor import DTensor
 
 from tests.training import appstate
-from training.checkpoint import CheckpointManager
-from training.checkpoint_staging import StateStager, iter_tensors
+from training.checkpoint.manager import CheckpointManager
+from training.checkpoint.staging import StateStager, iter_tensors
 from training.config import CheckpointConfig
 from training.run_identity import RunIdentity
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from training.checkpoint import CheckpointManager, candidate_order
-from training.checkpoint_format import (
+from training.checkpoint.format import (
     COMMITTED,
     DCP_METADATA,
     MANIFEST,
@@ -27,6 +26,7 @@ from training.checkpoint_format import (
     step_dir_name,
     validate_checkpoint,
 )
+from training.checkpoint.manager import CheckpointManager, candidate_order
 from training.config import CheckpointConfig, OptimConfig
 from training.data import ResumableLoader, build_source
 from training.optim import build_optimizer

@@ -16,7 +16,7 @@ import pytest
 
 from tests.training import loglines
 from tests.training.conftest import STEPS, LaunchResult, launch
-from training.checkpoint_format import list_committed, validate_checkpoint
+from training.checkpoint.format import list_committed, validate_checkpoint
 from training.data import write_token_shard
 from training.metrics import CKPT_FMT, START_FMT
 

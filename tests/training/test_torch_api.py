@@ -81,7 +81,7 @@ def test_a_torch_without_a_name_the_package_uses_fails_the_check(
 
     monkeypatch.setattr(torch.distributed.tensor, "distribute_tensor", distribute_tensor)
     found = "\n".join(torch_api.problems(torch_api.collect()))
-    assert "training/checkpoint_staging.py" in found and "torch.cuda.cudart does not exist" in found
+    assert "training/checkpoint/staging.py" in found and "torch.cuda.cudart does not exist" in found
     assert "torch.distributed.tensor.distribute_tensor() takes no keyword 'src_data_rank'" in found
 
 

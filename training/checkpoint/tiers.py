@@ -4,7 +4,7 @@ A tier has a root directory (where committed checkpoints, or their markers, are 
 interval and a keep count. DirectoryTier writes DCP shards into the root itself (local disk,
 ``/dev/shm``, FSx); ManagedFastTier hands the data to HyperPod managed tiered checkpointing
 and keeps only a marker directory with the manifest in the root, so resume selection is the
-same for both. The manager (training.checkpoint) owns schedule, commit and resume.
+same for both. The manager (manager.py) owns schedule, commit and resume.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.planner import SavePlanner
 
-from training import managed_tier
-from training.checkpoint_format import DURABLE, FAST, CheckpointRef
-from training.checkpoint_planning import NodeLocalSavePlanner, RecordingWriter
+from training.checkpoint import managed
+from training.checkpoint.format import DURABLE, FAST, CheckpointRef
+from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
 from training.config import CheckpointConfig, checkpoint_roots
 
 
@@ -64,11 +64,9 @@ class DirectoryTier(Tier):
 class ManagedFastTier(Tier):
     """Data in HyperPod managed tiered checkpointing; a marker directory per step here."""
 
-    backend = managed_tier.BACKEND_NAME
+    backend = managed.BACKEND_NAME
 
-    def __init__(
-        self, root: Path, interval: int, keep: int, client: managed_tier.ManagedTier
-    ) -> None:
+    def __init__(self, root: Path, interval: int, keep: int, client: managed.ManagedTier) -> None:
         super().__init__(FAST, root, interval, keep)
         self.client = client
 
@@ -86,7 +84,7 @@ def default_namespace(out: Path) -> str:
 
 def open_tiers(cfg: CheckpointConfig, out: Path, world_size: int) -> dict[str, Tier]:
     roots = checkpoint_roots(cfg, out)
-    client = managed_tier.open_if_enabled(
+    client = managed.open_if_enabled(
         cfg.fast_backend,
         world_size=world_size,
         namespace=cfg.managed_namespace or default_namespace(out),

@@ -179,7 +179,7 @@ def validate_checkpoint(
     """Checks a committed checkpoint from the point of view of one rank.
 
     Given `reads` (the files this rank's load plan reads, see
-    checkpoint_planning.files_read_by) the rank verifies exactly those and the DCP metadata:
+    planning.files_read_by) the rank verifies exactly those and the DCP metadata:
     that covers replicated state another rank wrote and, after a change of world size, the
     shards DCP reshards from. Without it the rank verifies the files it wrote itself (same
     world size). Other nodes' files are never needed, so node-local tiers validate too.

@@ -2,10 +2,10 @@
 
 The parts it puts together, each testable alone:
 
-* checkpoint_format: directory layout, manifest (with the run identity), commit, validation;
-* checkpoint_planning: node-local save planning and the files a load reads;
-* checkpoint_tiers: the fast and durable tiers (a directory, or managed tiered checkpointing);
-* checkpoint_staging: the run-long staging buffers (pinned on GPU hosts);
+* format: directory layout, manifest (with the run identity), commit, validation;
+* planning: node-local save planning and the files a load reads;
+* tiers: the fast and durable tiers (a directory, or managed tiered checkpointing);
+* staging: the run-long staging buffers (pinned on GPU hosts);
 * run_identity: which config changes a resume may make.
 
 Save: the state is copied into the staging buffers in the background while the next step's
@@ -47,7 +47,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
 
-from training.checkpoint_format import (
+from training.checkpoint.format import (
     DCP_METADATA,
     DURABLE,
     FAST,
@@ -65,9 +65,9 @@ from training.checkpoint_format import (
     tmp_dir_name,
     validate_checkpoint,
 )
-from training.checkpoint_planning import files_read_by, node_metadata
-from training.checkpoint_staging import StateStager
-from training.checkpoint_tiers import Tier, open_tiers
+from training.checkpoint.planning import files_read_by, node_metadata
+from training.checkpoint.staging import StateStager
+from training.checkpoint.tiers import Tier, open_tiers
 from training.config import CheckpointConfig
 from training.fileio import write_bytes_durably
 from training.metrics import log_checkpoint
@@ -175,7 +175,7 @@ class CheckpointManager:
             initializer=_use_device,
             initargs=(device,),
         )
-        # Run-long staging buffers (see checkpoint_staging for why not DefaultStager).
+        # Run-long staging buffers (see staging.py for why not DefaultStager).
         self._stager: StateStager | None = (
             StateStager(device, device_snapshot=cfg.device_snapshot)
             if cfg.async_mode == "thread"
