@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -96,44 +97,178 @@ class ParallelConfig:
     compile: bool = False
 
 
+# Names of the two tiers every preset declares (CheckpointConfig.tiers).
+FAST, DURABLE = "fast", "durable"
+# TierConfig.storage that picks managed tiered checkpointing when its library is importable
+# and a local directory otherwise (checkpoint/tiers.py registers the storage kinds).
+AUTO_STORAGE = "auto"
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """One checkpoint tier. Each field but the name is overridden as
+    ``--set checkpoint.<name>_<field>=value`` (tier_key), e.g. checkpoint.fast_interval=10."""
+
+    # Directory name under <out>/ckpt, the tier in logs and manifests.
+    name: str
+    # Root directory; "" = <out>/ckpt/<name>.
+    dir: str = ""
+    # Steps between checkpoints of this tier; 0 disables it.
+    interval: int = 0
+    # Committed checkpoints kept (keep-last-k).
+    keep: int = 1
+    # Storage kind: "local" (a directory), "managed" (HyperPod managed tiered checkpointing,
+    # with a marker directory here) or "auto" (managed when its library is importable).
+    storage: str = "local"
+    # Each node has its own copy in a real job (node memory or local NVMe): the launcher's
+    # --nodes emulation gives each emulated node its own directory. Whether a tier is
+    # node-local at run time is detected, not read from here.
+    per_node: bool = False
+
+    def due(self, step: int) -> bool:
+        return self.interval > 0 and step % self.interval == 0
+
+
+# The tier fields an override may set (every field but the name).
+TIER_FIELDS = tuple(f.name for f in dataclasses.fields(TierConfig) if f.name != "name")
+# Override keys that name a tier field by its earlier name.
+TIER_KEY_ALIASES = {"fast_backend": "fast_storage"}
+
+
+def tier_key(tier: str, field_name: str) -> str:
+    """The ``--set`` key of one field of one tier: checkpoint.<tier>_<field>."""
+    return f"checkpoint.{tier}_{field_name}"
+
+
+def _default_tiers() -> tuple[TierConfig, ...]:
+    return (
+        # Node-local memory or NVMe (e.g. /dev/shm/...); managed tiered checkpointing when
+        # its library is importable.
+        TierConfig(FAST, interval=5, keep=3, storage=AUTO_STORAGE, per_node=True),
+        # Shared filesystem (FSx).
+        TierConfig(DURABLE, interval=20, keep=2),
+    )
+
+
 @dataclass
 class CheckpointConfig:
-    # Fast tier: node-local memory or NVMe (e.g. /dev/shm/...); "" = <out>/ckpt/fast.
-    fast_dir: str = ""
-    fast_interval: int = 5
-    fast_keep: int = 3
-    # Durable tier: shared filesystem (FSx); "" = <out>/ckpt/durable.
-    durable_dir: str = ""
-    durable_interval: int = 20
-    durable_keep: int = 2
+    # The tiers, fastest to read first, most durable last. That order decides: at equal step
+    # the earlier tier is resumed from; when several are due at a step the latest one is
+    # written (it covers the others); the last one takes the final checkpoint. Adding a tier
+    # is one entry here (and a storage class in checkpoint/tiers.py only for new storage).
+    tiers: tuple[TierConfig, ...] = field(default_factory=_default_tiers)
     # "thread" = staging copy, write and commit in the background; "sync" = blocking dcp.save.
     async_mode: str = "thread"
     # GPU only: take each checkpoint as a copy in GPU memory first (milliseconds, on the
     # compute stream), so the optimizer update never waits for the copy to host memory.
     # Costs GPU memory for a second copy of this rank's parameters and optimizer state.
     device_snapshot: bool = False
-    # "local" = plain directories; "managed" = HyperPod managed tiered checkpointing for the
-    # fast tier; "auto" = managed when its library is importable.
-    fast_backend: str = "auto"
     # Tier written synchronously on SIGTERM. Durable by default: a drained node takes its
     # local memory/NVMe with it, so a fast-tier save would not survive the reschedule.
-    sigterm_tier: str = "durable"
+    sigterm_tier: str = DURABLE
     # Verify sha256 of every file this rank reads before trusting a checkpoint on resume
     # (off: sizes and DCP metadata only, and the resume says the shards went unverified).
     verify_checksums: bool = True
     export_final: bool = True
-    # Managed fast tier (fast_backend=managed): the library's namespace, the same on every
-    # restart of one job and unique per job ("" = derived from the run directory), and its
-    # S3 tier ("" = in-memory tier only). The library writes S3 only for the checkpoints the
-    # training loop marks: the first managed checkpoint at or after every multiple of
-    # managed_s3_interval steps (0 = durable_interval).
+    # Managed storage (a tier with storage=managed): the library's namespace, the same on
+    # every restart of one job and unique per job ("" = derived from the run directory), and
+    # its S3 tier ("" = in-memory tier only). The library writes S3 only for the checkpoints
+    # the training loop marks: the first managed checkpoint at or after every multiple of
+    # managed_s3_interval steps (0 = the last tier's interval).
     managed_namespace: str = ""
     managed_s3_path: str = ""
     managed_s3_interval: int = 0
 
+    def tier(self, name: str) -> TierConfig:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise ConfigError(
+            f"no checkpoint tier {name!r} (tiers: {', '.join(t.name for t in self.tiers)})"
+        )
+
+    @property
+    def final_tier(self) -> str:
+        """The tier of the final checkpoint: the last, most durable one."""
+        return self.tiers[-1].name
+
+    def tier_due(self, step: int) -> str | None:
+        """The tier to write after `step`: of the tiers due, the latest in the list."""
+        for t in reversed(self.tiers):
+            if t.due(step):
+                return t.name
+        return None
+
+    def resume_key(self, step: int, tier: str) -> tuple[int, int]:
+        """Sort key of resume candidates: newest step first, then the order of the tiers."""
+        return -step, [t.name for t in self.tiers].index(tier)
+
     def s3_interval(self) -> int:
         """Steps between managed checkpoints also written to S3."""
-        return self.managed_s3_interval or self.durable_interval
+        return self.managed_s3_interval or self.tiers[-1].interval
+
+    # Read by hpctl/job.py until it iterates over `tiers`.
+    @property
+    def fast_interval(self) -> int:
+        return self.tier(FAST).interval
+
+    @property
+    def durable_interval(self) -> int:
+        return self.tier(DURABLE).interval
+
+    def set_tier_field(self, name_field: str, raw: str) -> bool:
+        """Applies ``checkpoint.<tier>_<field>=raw``; False when no tier field has that key."""
+        name_field = TIER_KEY_ALIASES.get(name_field, name_field)
+        hints = typing.get_type_hints(TierConfig)
+        for i, t in enumerate(self.tiers):
+            field_name = name_field.removeprefix(f"{t.name}_")
+            if field_name != name_field and field_name in TIER_FIELDS:
+                value = _coerce(raw, hints[field_name], tier_key(t.name, field_name))
+                replaced = dataclasses.replace(t, **{field_name: value})
+                self.tiers = (*self.tiers[:i], replaced, *self.tiers[i + 1 :])
+                return True
+        return False
+
+    def validate(self) -> None:
+        if not self.tiers:
+            raise ConfigError("checkpoint.tiers must declare at least one tier")
+        names = [t.name for t in self.tiers]
+        own = {f.name for f in dataclasses.fields(self)} | set(TIER_KEY_ALIASES)
+        for t in self.tiers:
+            if not _TIER_NAME.fullmatch(t.name) or names.count(t.name) > 1:
+                raise ConfigError(
+                    f"checkpoint tier names must be unique lowercase identifiers, got {t.name!r}"
+                )
+            clash = [f for f in TIER_FIELDS if f"{t.name}_{f}" in own]
+            if clash:
+                raise ConfigError(
+                    f"checkpoint tier {t.name!r}: {tier_key(t.name, clash[0])} is another setting"
+                )
+            if t.interval < 0:
+                raise ConfigError(
+                    f"{tier_key(t.name, 'interval')} must be >= 0 (0 disables the tier), "
+                    f"got {t.interval}"
+                )
+            if t.keep < 1:
+                raise ConfigError(f"{tier_key(t.name, 'keep')} must be >= 1, got {t.keep}")
+        if self.sigterm_tier not in names:
+            raise ConfigError(
+                f"checkpoint.sigterm_tier must be one of {', '.join(names)}, got "
+                f"{self.sigterm_tier!r}"
+            )
+        if self.async_mode not in ("thread", "sync"):
+            raise ConfigError("checkpoint.async_mode must be 'thread' or 'sync'")
+        if self.managed_s3_path and not self.managed_s3_path.startswith("s3://"):
+            raise ConfigError(
+                f"checkpoint.managed_s3_path must be an s3:// URI, got {self.managed_s3_path!r}"
+            )
+        if self.managed_s3_interval < 0:
+            raise ConfigError(
+                "checkpoint.managed_s3_interval must be >= 0 (0 = the last tier's interval)"
+            )
+
+
+_TIER_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass
@@ -191,7 +326,7 @@ class JobConfig:
 
     def validate(self) -> None:
         self._check_ranges()
-        m, t, c = self.model, self.training, self.checkpoint
+        m, t = self.model, self.training
         if m.dim % m.n_heads:
             raise ConfigError("model.dim must be divisible by model.n_heads")
         kv = m.n_kv_heads or m.n_heads
@@ -213,22 +348,7 @@ class JobConfig:
             self.parallel.activation_checkpoint
         )
         checkpointed_layers(self.parallel.activation_checkpoint, m.n_layers)
-        if c.async_mode not in ("thread", "sync"):
-            raise ConfigError("checkpoint.async_mode must be 'thread' or 'sync'")
-        if c.fast_backend not in ("auto", "local", "managed"):
-            raise ConfigError("checkpoint.fast_backend must be auto, local or managed")
-        if c.sigterm_tier not in ("fast", "durable"):
-            raise ConfigError("checkpoint.sigterm_tier must be 'fast' or 'durable'")
-        if c.fast_interval < 0 or c.durable_interval < 0:
-            raise ConfigError("checkpoint intervals must be >= 0 (0 disables a tier)")
-        if c.fast_keep < 1 or c.durable_keep < 1:
-            raise ConfigError("checkpoint keep counts must be >= 1")
-        if c.managed_s3_path and not c.managed_s3_path.startswith("s3://"):
-            raise ConfigError(
-                f"checkpoint.managed_s3_path must be an s3:// URI, got {c.managed_s3_path!r}"
-            )
-        if c.managed_s3_interval < 0:
-            raise ConfigError("checkpoint.managed_s3_interval must be >= 0 (0 = durable_interval)")
+        self.checkpoint.validate()
         if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
             raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
         port = self.metrics.port
@@ -306,19 +426,12 @@ def checkpointed_layers(spec: str, n_layers: int) -> list[int]:
 def output_dirs(cfg: JobConfig, out: Path) -> dict[str, Path]:
     """Every directory a rank writes to, by the option that names it."""
     roots = checkpoint_roots(cfg.checkpoint, out)
-    return {
-        "--out": out,
-        "checkpoint.fast_dir": roots["fast"],
-        "checkpoint.durable_dir": roots["durable"],
-    }
+    return {"--out": out, **{tier_key(name, "dir"): root for name, root in roots.items()}}
 
 
 def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
-    """Root directory of each tier: the configured one, else under the run directory."""
-    return {
-        "fast": Path(c.fast_dir) if c.fast_dir else out / "ckpt" / "fast",
-        "durable": Path(c.durable_dir) if c.durable_dir else out / "ckpt" / "durable",
-    }
+    """Root directory of each tier, in tier order: the configured one, else <out>/ckpt/<name>."""
+    return {t.name: Path(t.dir) if t.dir else out / "ckpt" / t.name for t in c.tiers}
 
 
 # Ports `metrics.port` may take besides 0: unprivileged (the image runs as a non-root user).
@@ -354,10 +467,6 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("optim.beta2", 0, True, 1, False),
     ("optim.eps", 0, False, None, False),
     ("parallel.dp_replicate", 1, True, None, False),
-    ("checkpoint.fast_interval", 0, True, None, False),
-    ("checkpoint.durable_interval", 0, True, None, False),
-    ("checkpoint.fast_keep", 1, True, None, False),
-    ("checkpoint.durable_keep", 1, True, None, False),
     ("fault.watchdog_s", 0, True, None, False),
     ("fault.sigterm_grace_s", 0, False, None, False),
 ]
@@ -365,13 +474,12 @@ _OPTIONAL = {"model.n_kv_heads", "model.ffn_hidden"}
 
 
 def _tiny() -> JobConfig:
-    # ~230K parameters: fast enough for multi-process CPU tests.
+    # ~230K parameters: fast enough for multi-process CPU tests. The default checkpoint tiers.
     return JobConfig(
         preset="tiny",
         model=ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024),
         training=TrainingConfig(steps=40, global_batch_size=8, seq_len=64),
         optim=OptimConfig(lr=3e-3, warmup_steps=5),
-        checkpoint=CheckpointConfig(fast_interval=5, durable_interval=20),
         fault=FaultConfig(watchdog_s=60.0, sigterm_grace_s=30.0),
     )
 
@@ -405,12 +513,17 @@ def _llama_gpu(
         optim=OptimConfig(lr=3e-4, warmup_steps=2000, weight_decay=0.1),
         parallel=ParallelConfig(activation_checkpoint=activation_checkpoint, compile=True),
         checkpoint=CheckpointConfig(
-            fast_dir="/dev/shm/hptrain-ckpt",  # noqa: S108 - node-local memory tier by design
-            fast_interval=50,
-            fast_keep=2,
-            durable_dir="/fsx/checkpoints",
-            durable_interval=500,
-            durable_keep=3,
+            tiers=(
+                TierConfig(
+                    FAST,
+                    dir="/dev/shm/hptrain-ckpt",  # noqa: S108 - node-local memory tier by design
+                    interval=50,
+                    keep=2,
+                    storage=AUTO_STORAGE,
+                    per_node=True,
+                ),
+                TierConfig(DURABLE, dir="/fsx/checkpoints", interval=500, keep=3),
+            )
         ),
         fault=FaultConfig(watchdog_s=900.0, sigterm_grace_s=120.0),
     )
@@ -502,6 +615,8 @@ def apply_override(cfg: JobConfig, assignment: str) -> None:
     section = getattr(cfg, section_name)
     hints = typing.get_type_hints(type(section))
     if field_name not in hints:
+        if isinstance(section, CheckpointConfig) and section.set_tier_field(field_name, raw):
+            return
         raise ConfigError(f"unknown config key {key!r}")
     setattr(section, field_name, _coerce(raw, hints[field_name], key))
 

@@ -45,6 +45,7 @@ from training.config import (
     build_config,
     checkpoint_roots,
     output_dirs,
+    tier_key,
 )
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
@@ -113,25 +114,32 @@ def _listing(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, list[str]]:
     }
 
 
-def node_fast_dir(cfg: JobConfig, out: Path, node: int) -> Path:
-    """Fast tier of emulated node `node` (--nodes): a directory no other node sees."""
-    base = checkpoint_roots(cfg.checkpoint, out)["fast"]
-    return base.with_name(f"{base.name}-node{node}")
+def node_tier_dirs(cfg: JobConfig, out: Path, node: int) -> dict[str, Path]:
+    """Directories of the per-node tiers (TierConfig.per_node) of emulated node `node`
+    (--nodes): directories no other node sees, `<dir>-node<k>`."""
+    roots = checkpoint_roots(cfg.checkpoint, out)
+    return {
+        t.name: roots[t.name].with_name(f"{roots[t.name].name}-node{node}")
+        for t in cfg.checkpoint.tiers
+        if t.per_node
+    }
 
 
 def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
+    """Each tier's root as the launcher sees it: node 0's copy of a per-node tier."""
     roots = checkpoint_roots(cfg.checkpoint, out)
     if nodes > 1:
-        roots["fast"] = node_fast_dir(cfg, out, 0)
+        roots.update(node_tier_dirs(cfg, out, 0))
     return roots
 
 
 def _output_dirs(cfg: JobConfig, out: Path, nodes: int) -> dict[str, Path]:
     dirs = output_dirs(cfg, out)
     if nodes > 1:
-        del dirs["checkpoint.fast_dir"]
         for node in range(nodes):
-            dirs[f"checkpoint.fast_dir (node {node})"] = node_fast_dir(cfg, out, node)
+            for tier, path in node_tier_dirs(cfg, out, node).items():
+                dirs.pop(tier_key(tier, "dir"), None)
+                dirs[f"{tier_key(tier, 'dir')} (node {node})"] = path
     return dirs
 
 
@@ -168,7 +176,7 @@ def corrupt_newest(cfg: JobConfig, out: Path, nodes: int = 1) -> str | None:
     ]
     if not refs:
         return None
-    newest = sorted(refs, key=lambda r: (-r.step, 0 if r.tier == "fast" else 1))[0]
+    newest = min(refs, key=lambda r: cfg.checkpoint.resume_key(r.step, r.tier))
     shards = sorted(newest.path.glob("*.distcp"), key=lambda p: p.stat().st_size, reverse=True)
     if not shards:
         return None
@@ -244,9 +252,10 @@ class Launcher:
             # Restarts of this launch must resume what its first attempt wrote.
             cmd.append("--start-fresh")
         if self.args.nodes > 1:
-            # Emulated nodes: each has a fast tier of its own, as /dev/shm per pod.
+            # Emulated nodes: each has its own per-node tiers, as /dev/shm per pod.
             node = rank // (self.args.nproc // self.args.nodes)
-            cmd += ["--set", f"checkpoint.fast_dir={node_fast_dir(self.cfg, self.out, node)}"]
+            for tier, path in node_tier_dirs(self.cfg, self.out, node).items():
+                cmd += ["--set", f"{tier_key(tier, 'dir')}={path}"]
         return subprocess.Popen(
             cmd,
             env=self._env(rank, port, attempt),
@@ -485,7 +494,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         type=int,
         default=1,
         help="emulate this many nodes: ranks split evenly, each node with its own LOCAL_RANK "
-        "numbering and its own fast-tier directory (<fast dir>-node<k>)",
+        "numbering and its own directory of each per-node tier (<tier dir>-node<k>)",
     )
     p.add_argument("--preset", default="tiny", help=f"config preset ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, help="training steps (same as --set training.steps=N)")
@@ -609,11 +618,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         )
     if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
         p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
-    c = cfg.checkpoint
     if args.kill_during_checkpoint is not None:
         s = args.kill_during_checkpoint
-        due = any(every > 0 and s % every == 0 for every in (c.fast_interval, c.durable_interval))
-        if not due or s >= cfg.training.steps:
+        if cfg.checkpoint.tier_due(s) is None or s >= cfg.training.steps:
             p.error(
                 f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step"
             )

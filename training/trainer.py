@@ -24,7 +24,6 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export
-from training.checkpoint.format import DURABLE
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
 from training.config import JobConfig
 from training.data import ResumableLoader, build_source
@@ -322,7 +321,7 @@ class Trainer:
 
     def maybe_checkpoint(self) -> None:
         self.checkpointer.poll()
-        tier = self.checkpointer.tier_due(self.state.step)
+        tier = self.cfg.checkpoint.tier_due(self.state.step)
         if tier is not None and self.state.step < self.cfg.training.steps:
             self.checkpointer.save(self.state.step, tier)
 
@@ -364,7 +363,8 @@ class Trainer:
         return self._summarise("sigterm", tier, self._saved_after_sigterm)
 
     def finish(self) -> int:
-        return self._summarise("completed", DURABLE, self._save_final(DURABLE))
+        tier = self.cfg.checkpoint.final_tier
+        return self._summarise("completed", tier, self._save_final(tier))
 
     def _summarise(self, reason: str, tier: str, saved: bool) -> int:
         """Summary and exit code: 0 when the final checkpoint committed, else UNSAVED_EXIT_CODE

@@ -141,7 +141,7 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
     # as $(HPTRAIN_MANAGED_S3_PATH), which Kubernetes expands from the ConfigMap variable.
     # The managed library is not installed here: a recorder stands in for its config class.
     from training.checkpoint import managed
-    from training.checkpoint.tiers import ManagedFastTier, open_tiers
+    from training.checkpoint.tiers import ManagedStorageTier, open_tiers
     from training.train import parse_args
 
     spec = env_spec("prod", team="foundation", nodes=1)
@@ -157,7 +157,7 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
         managed, "SageMakerCheckpointConfig", lambda **kw: seen.append(kw), raising=False
     )
     tiers = open_tiers(config.checkpoint, tmp_path, world_size=8)
-    assert isinstance(tiers["fast"], ManagedFastTier)
+    assert isinstance(tiers["fast"], ManagedStorageTier)
     assert seen == [{"namespace": spec.name, "world_size": 8, "s3_tier_base_path": s3}]
 
 

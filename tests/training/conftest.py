@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 import torch.distributed as dist
 from filelock import FileLock
 
+from training.config import CheckpointConfig, TierConfig
 from training.launch import command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,3 +110,14 @@ def world_of_one(tmp_path: Path) -> Iterator[None]:
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+def local_checkpoints(
+    root: Path, tiers: tuple[TierConfig, ...] | None = None, **settings: Any
+) -> CheckpointConfig:
+    """`tiers` (default: the default ones) as plain directories, each at `root/<tier name>`."""
+    tiers = tiers or CheckpointConfig().tiers
+    return CheckpointConfig(
+        tiers=tuple(replace(t, dir=str(root / t.name), storage="local") for t in tiers),
+        **settings,
+    )

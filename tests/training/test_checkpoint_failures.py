@@ -3,14 +3,18 @@ a full disk, corrupt checkpoints, another world size or config, a deliberate fre
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
 from tests.training import appstate
+from tests.training.conftest import local_checkpoints
 from training.checkpoint.format import (
     MANIFEST,
     list_committed,
@@ -18,7 +22,7 @@ from training.checkpoint.format import (
     step_dir_name,
 )
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
-from training.config import CheckpointConfig
+from training.config import CheckpointConfig, TierConfig
 from training.faults import FaultInjector, FaultPlan
 from training.optim import apply_config
 from training.run_identity import RunIdentity, compare
@@ -34,14 +38,11 @@ def _manager(
     identity: RunIdentity | None = None,
     async_mode: str = "thread",
     verify_checksums: bool = True,
+    checkpoints: CheckpointConfig | None = None,
     **kwargs: Any,
 ) -> CheckpointManager:
-    cfg = CheckpointConfig(
-        fast_dir=str(tmp_path / "fast"),
-        durable_dir=str(tmp_path / "durable"),
-        fast_backend="local",
-        async_mode=async_mode,
-        verify_checksums=verify_checksums,
+    cfg = checkpoints or local_checkpoints(
+        tmp_path, async_mode=async_mode, verify_checksums=verify_checksums
     )
     return CheckpointManager(
         cfg,
@@ -89,6 +90,97 @@ def test_disk_full_cleans_up_and_the_next_checkpoint_commits(
     assert _tmp_dirs(tmp_path / "fast") == []  # the partial write was removed at once
     err = capsys.readouterr().err
     assert "checkpoint step 2 tier fast failed: " in err and "Traceback" not in err
+
+
+def test_a_tier_is_one_config_entry(tmp_path: Path, world_of_one: None) -> None:
+    """A third tier declared in the config alone is saved on its interval, kept per its keep
+    count and resumed from by the code that serves the default two."""
+    fast, durable = CheckpointConfig().tiers
+    tiers = (
+        replace(fast, interval=2, keep=2),
+        TierConfig("nearline", interval=3, keep=1),
+        replace(durable, interval=12),
+    )
+    cfg = local_checkpoints(tmp_path, tiers)
+    saves = [(step, tier) for step in range(1, 10) if (tier := cfg.tier_due(step))]
+    # Step 6 is due in both fast and nearline: the later tier in the list covers the earlier.
+    assert saves == [
+        (2, "fast"),
+        (3, "nearline"),
+        (4, "fast"),
+        (6, "nearline"),
+        (8, "fast"),
+        (9, "nearline"),
+    ]
+    app = appstate.build()
+    _run(_manager(tmp_path, app, checkpoints=cfg), app, saves)
+    assert [r.step for r in list_committed(tmp_path / "nearline", "nearline")] == [9]
+    assert [r.step for r in list_committed(tmp_path / "fast", "fast")] == [8, 4]
+    assert read_manifest(tmp_path / "nearline" / step_dir_name(9))["tier"] == "nearline"
+    fresh = appstate.build()
+    manager = _manager(tmp_path, fresh, checkpoints=cfg)
+    try:
+        ref = manager.resume()
+    finally:
+        manager.close()
+        manager.destroy_group()
+    assert ref is not None and (ref.step, ref.tier) == (9, "nearline")
+    assert fresh.train.step == 9 and _equal(fresh.params(), app.params())
+
+
+def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _write_as_before_tiers_were_data(root: Path, step: int, app: appstate.AppState) -> None:
+    """A checkpoint laid out as the code with two hard-coded tiers wrote it, spelled out here
+    rather than by the format module: <tier root>/step_NNNNNNNN/ holding the DCP files, a
+    version-2 manifest.json listing them and a COMMITTED marker with the step."""
+    path = root / f"step_{step:08d}"
+    dcp.save(appstate.state_dict(app), checkpoint_id=str(path))
+    files = {
+        p.name: {
+            "rank": 0,
+            "size": p.stat().st_size,
+            "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+        }
+        for p in sorted(path.iterdir())
+    }
+    manifest = {
+        "version": 2,
+        "step": step,
+        "tier": root.name,
+        "world_size": 1,
+        "created_unix": 0.0,
+        "files": files,
+        "run": RunIdentity.of(app.cfg, 1).to_json(),
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    (path / "COMMITTED").write_text(f"{step}\n")
+
+
+def test_checkpoints_written_before_tiers_were_data_still_load(
+    tmp_path: Path, world_of_one: None
+) -> None:
+    # The run directory's default tier roots, ckpt/fast and ckpt/durable, as they were.
+    app = appstate.build()
+    app.step()
+    _write_as_before_tiers_were_data(tmp_path / "ckpt" / "fast", 1, app)
+    app.step()
+    _write_as_before_tiers_were_data(tmp_path / "ckpt" / "durable", 2, app)
+    _write_as_before_tiers_were_data(tmp_path / "ckpt" / "fast", 2, app)
+    # The default tiers, read through the key jobs rendered before tiers were data.
+    fresh = appstate.build(["checkpoint.fast_backend=local"])
+    manager = _manager(tmp_path, fresh, checkpoints=fresh.cfg.checkpoint)
+    try:
+        ref = manager.resume()
+    finally:
+        manager.close()
+        manager.destroy_group()
+    # Step 2 is in both tiers: the fast one, first in the list, is read.
+    assert ref is not None and (ref.step, ref.tier) == (2, "fast")
+    assert ref.path == tmp_path / "ckpt" / "fast" / "step_00000002"
+    assert fresh.train.step == 2 and _equal(fresh.params(), app.params())
 
 
 def _corrupt(path: Path) -> None:
@@ -319,25 +411,15 @@ def test_managed_tier_sends_one_checkpoint_a_window_to_s3(
     # The library writes S3 only when the loop sets save_to_s3. Multiples of the S3 interval
     # are often durable steps, which the durable tier takes (tier_due), so the first managed
     # checkpoint at or after each multiple goes: one per window, none skipped.
-    from types import SimpleNamespace
-
     from training.checkpoint import managed
-    from training.checkpoint.manager import CheckpointManager
-    from training.checkpoint.tiers import DURABLE, FAST, DirectoryTier
-    from training.config import build_config
+    from training.config import FAST, build_config
 
     cfg = build_config(preset, ["checkpoint.managed_s3_path=s3://bucket/ckpt", *overrides])
     c = cfg.checkpoint
     tier = managed.ManagedTier(2, "ns", c.managed_s3_path, c.s3_interval())
-    schedule = SimpleNamespace(
-        tiers={
-            DURABLE: DirectoryTier(DURABLE, tmp_path, c.durable_interval, 1),
-            FAST: DirectoryTier(FAST, tmp_path, c.fast_interval, 1),
-        }
-    )
     windows = 4
     for step in range(1, windows * c.s3_interval() + 1):
-        if CheckpointManager.tier_due(schedule, step) == FAST:  # type: ignore[arg-type]
+        if c.tier_due(step) == FAST:
             tier.writer(step)
     to_s3 = [step for step, s3, _ in managed_library if s3]
     assert [step // c.s3_interval() for step in to_s3] == list(range(1, windows))

@@ -13,9 +13,9 @@ from torch.distributed.checkpoint.staging import DefaultStager
 from torch.distributed.tensor import DTensor
 
 from tests.training import appstate
+from tests.training.conftest import local_checkpoints
 from training.checkpoint.manager import CheckpointManager
 from training.checkpoint.staging import StateStager, iter_tensors
-from training.config import CheckpointConfig
 from training.run_identity import RunIdentity
 
 
@@ -42,11 +42,7 @@ def test_torch_stager_fails_on_the_second_stage_once_closed(world_of_one: None) 
 
 
 def _manager(tmp_path: Path, app: appstate.AppState, **kwargs: Any) -> CheckpointManager:
-    cfg = CheckpointConfig(
-        fast_dir=str(tmp_path / "fast"),
-        durable_dir=str(tmp_path / "durable"),
-        fast_backend="local",
-    )
+    cfg = local_checkpoints(tmp_path)
     return CheckpointManager(
         cfg,
         tmp_path,

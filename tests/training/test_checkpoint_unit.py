@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from tests.training.conftest import local_checkpoints
 from training.checkpoint.format import (
     COMMITTED,
     DCP_METADATA,
@@ -27,7 +28,7 @@ from training.checkpoint.format import (
     validate_checkpoint,
 )
 from training.checkpoint.manager import CheckpointManager, candidate_order
-from training.config import CheckpointConfig, OptimConfig
+from training.config import CheckpointConfig, ConfigError, OptimConfig, TierConfig
 from training.data import ResumableLoader, build_source
 from training.optim import build_optimizer
 from training.trainer import TrainState
@@ -139,21 +140,25 @@ def test_commit_replaces_same_step(tmp_path: Path) -> None:
 
 
 def test_candidates_newest_across_tiers() -> None:
+    cfg = CheckpointConfig()
     rank0 = [(12, "fast"), (8, "fast"), (10, "durable")]
-    assert candidate_order([rank0, rank0]) == [(12, "fast"), (10, "durable"), (8, "fast")]
+    assert candidate_order([rank0, rank0], cfg) == [(12, "fast"), (10, "durable"), (8, "fast")]
     # A step only one rank lists (e.g. a node-local tier after a node was replaced) is still
     # tried; the per-candidate validation on every rank then rejects it.
-    assert candidate_order([rank0, [(16, "fast")]])[0] == (16, "fast")
+    assert candidate_order([rank0, [(16, "fast")]], cfg)[0] == (16, "fast")
     # Same step in both tiers: the fast copy is tried first, the durable one next.
     both = [(20, "durable"), (20, "fast"), (16, "fast")]
-    assert candidate_order([both]) == [(20, "fast"), (20, "durable"), (16, "fast")]
-    assert candidate_order([[], []]) == []
+    assert candidate_order([both], cfg) == [(20, "fast"), (20, "durable"), (16, "fast")]
+    assert candidate_order([[], []], cfg) == []
+    # The order of the tiers decides, not their names.
+    swapped = CheckpointConfig(tiers=cfg.tiers[::-1])
+    assert candidate_order([both], swapped) == [(20, "durable"), (20, "fast"), (16, "fast")]
 
 
-def _manager(tmp_path: Path, app_state: dict[str, Any]) -> CheckpointManager:
-    cfg = CheckpointConfig(
-        fast_dir=str(tmp_path / "fast"), durable_dir=str(tmp_path / "durable"), fast_backend="local"
-    )
+def _manager(
+    tmp_path: Path, app_state: dict[str, Any], cfg: CheckpointConfig | None = None
+) -> CheckpointManager:
+    cfg = cfg or local_checkpoints(tmp_path)
     return CheckpointManager(
         cfg, tmp_path, app_state, rank=0, world_size=1, local_rank=0, device=torch.device("cpu")
     )
@@ -250,3 +255,32 @@ def test_cuda_rng_state_restores_this_ranks_device(
     }
     trainer._set_local_rng_state(state)
     assert calls == ([restored] if restored is not None else [])
+
+
+def test_storage_kinds_are_classes_registered_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.checkpoint import managed
+    from training.checkpoint.tiers import DirectoryTier, ManagedStorageTier, open_tiers
+
+    def tiers(*specs: TierConfig) -> CheckpointConfig:
+        return CheckpointConfig(tiers=specs, sigterm_tier=specs[-1].name)
+
+    monkeypatch.setattr(managed, "AVAILABLE", False)
+    opened = open_tiers(CheckpointConfig(), tmp_path, world_size=1)  # fast: "auto"
+    assert list(opened) == ["fast", "durable"]
+    assert all(type(t) is DirectoryTier for t in opened.values())
+    assert opened["fast"].root == tmp_path / "ckpt" / "fast"
+    with pytest.raises(RuntimeError, match=r"checkpoint\.fast_storage=managed but"):
+        open_tiers(tiers(TierConfig("fast", storage="managed")), tmp_path, world_size=1)
+    with pytest.raises(
+        ConfigError, match=r"checkpoint\.tape_storage must be one of auto, local, managed, got 'x'"
+    ):
+        open_tiers(tiers(TierConfig("tape", storage="x")), tmp_path, world_size=1)
+    monkeypatch.setattr(managed, "AVAILABLE", True)
+    monkeypatch.setattr(managed, "SageMakerCheckpointConfig", lambda **kw: kw, raising=False)
+    opened = open_tiers(CheckpointConfig(), tmp_path, world_size=1)
+    assert type(opened["fast"]) is ManagedStorageTier and opened["fast"].backend is not None
+    with pytest.raises(ConfigError, match="at most one checkpoint tier can use managed storage"):
+        two = (TierConfig("a", storage="managed"), TierConfig("b", storage="auto"))
+        open_tiers(tiers(*two), tmp_path, world_size=1)

@@ -1,14 +1,22 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from training.config import (
     GPU_LOSS_CHUNK_TOKENS,
     PRESETS,
+    TIER_FIELDS,
+    CheckpointConfig,
     ConfigError,
+    TierConfig,
     apply_override,
     build_config,
+    checkpoint_roots,
     checkpointed_layers,
+    output_dirs,
+    tier_key,
 )
 from training.model import count_params
 
@@ -48,7 +56,7 @@ def test_overrides_are_typed() -> None:
     assert cfg.parallel.activation_checkpoint == "all"
     assert cfg.parallel.compile is False
     assert cfg.model.n_kv_heads is None
-    assert cfg.checkpoint.fast_dir == "/x/y"
+    assert cfg.checkpoint.tier("fast").dir == "/x/y"
 
 
 def test_overrides_do_not_leak_between_builds() -> None:
@@ -157,3 +165,77 @@ def test_managed_s3_interval_defaults_to_the_durable_interval() -> None:
     assert c.s3_interval() == 20
     c = build_config("tiny", ["checkpoint.managed_s3_interval=10"]).checkpoint
     assert c.s3_interval() == 10
+
+
+def test_every_field_of_every_tier_has_a_key() -> None:
+    cfg = build_config(
+        "tiny",
+        [
+            "checkpoint.fast_dir=/dev/shm/x",
+            "checkpoint.fast_interval=7",
+            "checkpoint.fast_keep=4",
+            "checkpoint.fast_storage=local",
+            "checkpoint.durable_per_node=true",
+            "checkpoint.durable_interval=21",
+        ],
+    )
+    fast, durable = cfg.checkpoint.tiers
+    assert fast == TierConfig("fast", "/dev/shm/x", 7, 4, "local", per_node=True)
+    assert (durable.interval, durable.per_node) == (21, True)
+    assert set(TIER_FIELDS) == {"dir", "interval", "keep", "storage", "per_node"}
+    with pytest.raises(ConfigError, match=r"bad value for checkpoint\.fast_keep"):
+        build_config("tiny", ["checkpoint.fast_keep=many"])
+
+
+def test_the_keys_jobs_were_rendered_with_still_apply() -> None:
+    # hpctl/job.py passes these; fast_backend is fast_storage's earlier name.
+    cfg = build_config("8b", ["checkpoint.fast_backend=managed"]).checkpoint
+    assert cfg.tier("fast").storage == "managed"
+    assert (cfg.fast_interval, cfg.durable_interval) == (50, 500)
+
+
+def test_a_tier_added_in_config_gets_keys_and_a_directory() -> None:
+    cfg = build_config("tiny")
+    nearline = TierConfig("nearline", interval=10, keep=1)
+    cfg.checkpoint.tiers = (*cfg.checkpoint.tiers, nearline)
+    apply_override(cfg, f"{tier_key('nearline', 'interval')}=30")
+    cfg.validate()
+    assert cfg.checkpoint.tier("nearline").interval == 30
+    assert cfg.checkpoint.final_tier == "nearline"
+    out = Path("/run")
+    assert checkpoint_roots(cfg.checkpoint, out)["nearline"] == out / "ckpt" / "nearline"
+    assert output_dirs(cfg, out)["checkpoint.nearline_dir"] == out / "ckpt" / "nearline"
+
+
+def test_the_schedule_follows_the_order_of_the_tiers() -> None:
+    c = CheckpointConfig()
+    assert [c.tier_due(s) for s in (1, 5, 10, 20, 40)] == [
+        None,
+        "fast",
+        "fast",
+        "durable",
+        "durable",
+    ]
+    swapped = CheckpointConfig(tiers=c.tiers[::-1], sigterm_tier="durable")
+    assert swapped.tier_due(20) == "fast" and swapped.final_tier == "fast"
+    assert c.resume_key(20, "fast") < c.resume_key(20, "durable") < c.resume_key(19, "fast")
+
+
+@pytest.mark.parametrize(
+    "tiers, message",
+    [
+        ((), "at least one tier"),
+        ((TierConfig("fast"), TierConfig("fast")), "unique lowercase identifiers, got 'fast'"),
+        ((TierConfig("Fast"),), "unique lowercase identifiers, got 'Fast'"),
+        ((TierConfig("a/b"),), "unique lowercase identifiers"),
+        ((TierConfig("managed_s3"),), "checkpoint.managed_s3_interval is another setting"),
+        ((TierConfig("durable", interval=-1),), r"checkpoint\.durable_interval must be >= 0"),
+        ((TierConfig("durable", keep=0),), r"checkpoint\.durable_keep must be >= 1"),
+        ((TierConfig("slow"),), "checkpoint.sigterm_tier must be one of slow, got 'durable'"),
+    ],
+)
+def test_bad_tiers_are_refused(tiers: tuple[TierConfig, ...], message: str) -> None:
+    cfg = build_config("tiny")
+    cfg.checkpoint.tiers = tiers
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate()

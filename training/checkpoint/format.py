@@ -30,10 +30,6 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 
 from training import fileio
 
-FAST, DURABLE = "fast", "durable"
-TIERS = (FAST, DURABLE)
-# For the same step the fast tier is preferred: it is quicker to read back.
-TIER_PRIORITY = {FAST: 0, DURABLE: 1}
 MANIFEST = "manifest.json"
 COMMITTED = "COMMITTED"
 DCP_METADATA = ".metadata"

@@ -1,18 +1,17 @@
-"""Optional fast tier backed by HyperPod managed tiered checkpointing.
+"""Optional tier storage backed by HyperPod managed tiered checkpointing.
 
 When the `amzn-sagemaker-checkpointing` package is importable (and the cluster has tiered
-storage enabled), the fast tier goes through its DCP StorageWriter/Reader: checkpoints land
-in cluster CPU memory and are replicated across nodes by the service, which survives the
-loss of a node, unlike a plain node-local directory. Everything else (schedule, blocking
-accounting, resume selection) stays in CheckpointManager. Without the package this module is
-inert and the fast tier is a plain directory.
+storage enabled), a tier with storage "managed" (or "auto", as the fast tier by default) goes
+through its DCP StorageWriter/Reader: checkpoints land in cluster CPU memory and are
+replicated across nodes by the service, which survives the loss of a node, unlike a plain
+node-local directory. Everything else (schedule, blocking accounting, resume selection) stays
+in CheckpointManager. Without the package this module is inert and "auto" means a plain
+directory (tiers.ManagedStorageTier).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any
 
 BACKEND_NAME = "sagemaker-tiered"
@@ -39,7 +38,7 @@ class ManagedTier:
     (checkpoint.managed_namespace, managed_s3_path, managed_s3_interval).
 
     "At or after", not "at": a multiple of the interval is often a durable step, which the
-    durable tier takes instead of this one (CheckpointManager.tier_due), so "at" could mean
+    durable tier takes instead of this one (CheckpointConfig.tier_due), so "at" could mean
     never. After a restart the first managed checkpoint goes to S3 as well."""
 
     def __init__(
@@ -72,23 +71,3 @@ class ManagedTier:
 
     def reader(self, step: int) -> Any:
         return SageMakerTieredStorageReader(checkpoint_config=self.config, step=step)
-
-
-def open_if_enabled(
-    backend: str, *, world_size: int, namespace: str, s3_path: str = "", s3_interval: int = 0
-) -> ManagedTier | None:
-    if backend == "local" or (backend == "auto" and not AVAILABLE):
-        return None
-    if not AVAILABLE:
-        raise RuntimeError(
-            "checkpoint.fast_backend=managed but amzn-sagemaker-checkpointing is not installed"
-        )
-    return ManagedTier(world_size, namespace, s3_path, s3_interval)
-
-
-def is_managed(path: Path) -> bool:
-    try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(manifest.get("backend") == BACKEND_NAME)

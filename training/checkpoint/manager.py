@@ -18,7 +18,7 @@ metadata and the first rank of every other node commits that node's copy. A fail
 or commit is reported on every rank and its tmp directory removed, so the next checkpoint
 starts clean.
 
-Resume: the newest checkpoint, across both tiers, that every rank validates and whose run
+Resume: the newest checkpoint, across all tiers, that every rank validates and whose run
 identity allows this job to continue it; a failed load falls back to the next one. When
 checkpoints exist but none can be used the job stops (IncompatibleCheckpointError, one line
 naming each checkpoint and why) instead of silently training from step 0 over them;
@@ -49,9 +49,6 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training.checkpoint.format import (
     DCP_METADATA,
-    DURABLE,
-    FAST,
-    TIER_PRIORITY,
     CheckpointRef,
     build_manifest,
     clean_stale,
@@ -99,11 +96,14 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {cause}"
 
 
-def candidate_order(per_rank_listed: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
+def candidate_order(
+    per_rank_listed: list[list[tuple[int, str]]], cfg: CheckpointConfig
+) -> list[tuple[int, str]]:
     """Resume candidates: every (step, tier) any rank lists, newest step first and, for the
-    same step, the fast tier first. Each is then used only if every rank validates it."""
+    same step, in the order of the tiers (the fastest to read first). Each is then used only
+    if every rank validates it."""
     union = {(int(step), str(tier)) for listed in per_rank_listed for step, tier in listed}
-    return sorted(union, key=lambda c: (-c[0], TIER_PRIORITY[c[1]]))
+    return sorted(union, key=lambda c: cfg.resume_key(*c))
 
 
 @dataclass
@@ -119,7 +119,8 @@ class _InFlight:
 
 
 class CheckpointManager:
-    """Owns both tiers: when to save, async save + commit, keep-last-k and resume."""
+    """Owns the tiers: async save + commit, keep-last-k and resume (the schedule is the
+    config's: CheckpointConfig.tier_due)."""
 
     def __init__(
         self,
@@ -223,13 +224,6 @@ class CheckpointManager:
         }
 
     # ---- schedule -------------------------------------------------------------------------
-
-    def tier_due(self, step: int) -> str | None:
-        """Tier to write after `step`; when both are due the durable write covers the fast one."""
-        for name in (DURABLE, FAST):
-            if self.tiers[name].due(step):
-                return name
-        return None
 
     def has_committed(self, step: int) -> bool:
         return step in self.last_committed_step.values()
@@ -482,7 +476,7 @@ class CheckpointManager:
         ]
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, listed)
-        candidates = candidate_order(everyone)
+        candidates = candidate_order(everyone, self.cfg)
         if self.start_fresh:
             self._discard_all()
             return None

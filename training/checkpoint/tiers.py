@@ -1,10 +1,12 @@
-"""Checkpoint tiers: where checkpoints of one kind go and how their data is written and read.
+"""The storage a checkpoint tier can use, registered by name (TierConfig.storage).
 
-A tier has a root directory (where committed checkpoints, or their markers, are listed), an
-interval and a keep count. DirectoryTier writes DCP shards into the root itself (local disk,
-``/dev/shm``, FSx); ManagedFastTier hands the data to HyperPod managed tiered checkpointing
-and keeps only a marker directory with the manifest in the root, so resume selection is the
-same for both. The manager (manager.py) owns schedule, commit and resume.
+A tier (training.config.TierConfig: name, directory, interval, keep, storage) has a root
+directory where its committed checkpoints, or their markers, are listed. DirectoryTier
+("local") writes DCP shards into the root itself (local disk, ``/dev/shm``, FSx);
+ManagedStorageTier ("managed") hands the data to HyperPod managed tiered checkpointing and
+keeps only a marker directory with the manifest in the root, so resume selection is the same
+for both. A new kind of storage is one more class registered with @storage. The manager
+(manager.py) owns schedule, commit and resume.
 """
 
 from __future__ import annotations
@@ -13,28 +15,40 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.planner import SavePlanner
 
 from training.checkpoint import managed
-from training.checkpoint.format import DURABLE, FAST, CheckpointRef
+from training.checkpoint.format import CheckpointRef
 from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
-from training.config import CheckpointConfig, checkpoint_roots
+from training.config import (
+    AUTO_STORAGE,
+    CheckpointConfig,
+    ConfigError,
+    TierConfig,
+    checkpoint_roots,
+    tier_key,
+)
 
 
 class Tier(ABC):
     # None: the data are files in the checkpoint directory, listed in its manifest.
     backend: str | None = None
 
-    def __init__(self, name: str, root: Path, interval: int, keep: int) -> None:
-        self.name, self.root, self.interval, self.keep = name, root, interval, keep
+    def __init__(self, spec: TierConfig, root: Path) -> None:
+        self.spec, self.root = spec, root
+        self.name, self.keep = spec.name, spec.keep
         # Set by the manager at start: a node's first rank cannot see rank 0's probe file.
         self.node_local = False
 
-    def due(self, step: int) -> bool:
-        return self.interval > 0 and step % self.interval == 0
+    @classmethod
+    def open(
+        cls, spec: TierConfig, root: Path, cfg: CheckpointConfig, out: Path, world_size: int
+    ) -> Tier:
+        """The tier of `spec` in a job of `world_size` ranks writing to run directory `out`."""
+        return cls(spec, root)
 
     @abstractmethod
     def writer(self, step: int, tmp: Path, before_write: Callable[[Path], None]) -> Any:
@@ -48,6 +62,22 @@ class Tier(ABC):
         return None
 
 
+T = TypeVar("T", bound=type[Tier])
+# Storage kind (TierConfig.storage) -> the class of its tiers.
+STORAGE: dict[str, type[Tier]] = {}
+
+
+def storage(kind: str) -> Callable[[T], T]:
+    """Registers a Tier class as the storage kind `kind`."""
+
+    def register(cls: T) -> T:
+        STORAGE[kind] = cls
+        return cls
+
+    return register
+
+
+@storage("local")
 class DirectoryTier(Tier):
     """DCP shards in the tier's directory; a node-local one keeps a full copy per node."""
 
@@ -61,14 +91,32 @@ class DirectoryTier(Tier):
         return NodeLocalSavePlanner(node_of_rank) if self.node_local else None
 
 
-class ManagedFastTier(Tier):
+@storage("managed")
+class ManagedStorageTier(Tier):
     """Data in HyperPod managed tiered checkpointing; a marker directory per step here."""
 
     backend = managed.BACKEND_NAME
 
-    def __init__(self, root: Path, interval: int, keep: int, client: managed.ManagedTier) -> None:
-        super().__init__(FAST, root, interval, keep)
+    def __init__(self, spec: TierConfig, root: Path, client: managed.ManagedTier) -> None:
+        super().__init__(spec, root)
         self.client = client
+
+    @classmethod
+    def open(
+        cls, spec: TierConfig, root: Path, cfg: CheckpointConfig, out: Path, world_size: int
+    ) -> Tier:
+        if not managed.AVAILABLE:
+            raise RuntimeError(
+                f"{tier_key(spec.name, 'storage')}=managed but amzn-sagemaker-checkpointing is "
+                "not installed"
+            )
+        client = managed.ManagedTier(
+            world_size,
+            cfg.managed_namespace or default_namespace(out),
+            cfg.managed_s3_path,
+            cfg.s3_interval(),
+        )
+        return cls(spec, root, client)
 
     def writer(self, step: int, tmp: Path, before_write: Callable[[Path], None]) -> Any:
         return self.client.writer(step)
@@ -82,19 +130,27 @@ def default_namespace(out: Path) -> str:
     return "hptrain-" + hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:16]
 
 
+def storage_kind(spec: TierConfig) -> str:
+    """The registered storage kind `spec` uses ("auto" resolved)."""
+    if spec.storage == AUTO_STORAGE:
+        return "managed" if managed.AVAILABLE else "local"
+    if spec.storage not in STORAGE:
+        kinds = ", ".join((AUTO_STORAGE, *STORAGE))
+        raise ConfigError(
+            f"{tier_key(spec.name, 'storage')} must be one of {kinds}, got {spec.storage!r}"
+        )
+    return spec.storage
+
+
 def open_tiers(cfg: CheckpointConfig, out: Path, world_size: int) -> dict[str, Tier]:
+    """Every tier of `cfg`, in its order."""
     roots = checkpoint_roots(cfg, out)
-    client = managed.open_if_enabled(
-        cfg.fast_backend,
-        world_size=world_size,
-        namespace=cfg.managed_namespace or default_namespace(out),
-        s3_path=cfg.managed_s3_path,
-        s3_interval=cfg.s3_interval(),
-    )
-    fast: Tier = (
-        ManagedFastTier(roots[FAST], cfg.fast_interval, cfg.fast_keep, client)
-        if client is not None
-        else DirectoryTier(FAST, roots[FAST], cfg.fast_interval, cfg.fast_keep)
-    )
-    durable = DirectoryTier(DURABLE, roots[DURABLE], cfg.durable_interval, cfg.durable_keep)
-    return {FAST: fast, DURABLE: durable}
+    tiers = {
+        spec.name: STORAGE[storage_kind(spec)].open(spec, roots[spec.name], cfg, out, world_size)
+        for spec in cfg.tiers
+    }
+    backends = [t.backend for t in tiers.values() if t.backend is not None]
+    if len(set(backends)) < len(backends):
+        # One namespace per job: two tiers in it would list each other's checkpoints.
+        raise ConfigError("at most one checkpoint tier can use managed storage")
+    return tiers
