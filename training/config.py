@@ -207,7 +207,16 @@ class CheckpointConfig:
         """Steps between managed checkpoints also written to S3."""
         return self.managed_s3_interval or self.tiers[-1].interval
 
-    # Read by hpctl/job.py until it iterates over `tiers`.
+    # The default tiers' settings under the names they had as fields, read by hpctl/job.py
+    # and its tests until they iterate over `tiers` (set them as checkpoint.<tier>_<field>).
+    @property
+    def fast_dir(self) -> str:
+        return self.tier(FAST).dir
+
+    @property
+    def durable_dir(self) -> str:
+        return self.tier(DURABLE).dir
+
     @property
     def fast_interval(self) -> int:
         return self.tier(FAST).interval
@@ -215,6 +224,10 @@ class CheckpointConfig:
     @property
     def durable_interval(self) -> int:
         return self.tier(DURABLE).interval
+
+    @property
+    def fast_backend(self) -> str:
+        return self.tier(FAST).storage
 
     def set_tier_field(self, name_field: str, raw: str) -> bool:
         """Applies ``checkpoint.<tier>_<field>=raw``; False when no tier field has that key."""

@@ -136,9 +136,10 @@ def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
 def _output_dirs(cfg: JobConfig, out: Path, nodes: int) -> dict[str, Path]:
     dirs = output_dirs(cfg, out)
     if nodes > 1:
+        for tier in node_tier_dirs(cfg, out, 0):
+            del dirs[tier_key(tier, "dir")]
         for node in range(nodes):
             for tier, path in node_tier_dirs(cfg, out, node).items():
-                dirs.pop(tier_key(tier, "dir"), None)
                 dirs[f"{tier_key(tier, 'dir')} (node {node})"] = path
     return dirs
 
