@@ -1,10 +1,11 @@
-"""CheckpointManager: when to save, the background save and commit, keep-last-k and resume.
+"""CheckpointManager: the background save and commit, keep-last-k and resume.
 
-The parts it puts together, each testable alone:
+When to save is the config's (CheckpointConfig.tier_due). The parts it puts together, each
+testable alone:
 
 * format: directory layout, manifest (with the run identity), commit, validation;
 * planning: node-local save planning and the files a load reads;
-* tiers: the fast and durable tiers (a directory, or managed tiered checkpointing);
+* tiers: the storage of each configured tier (a directory, or managed tiered checkpointing);
 * staging: the run-long staging buffers (pinned on GPU hosts);
 * run_identity: which config changes a resume may make.
 
@@ -119,8 +120,7 @@ class _InFlight:
 
 
 class CheckpointManager:
-    """Owns the tiers: async save + commit, keep-last-k and resume (the schedule is the
-    config's: CheckpointConfig.tier_due)."""
+    """Owns the tiers: async save + commit, keep-last-k and resume."""
 
     def __init__(
         self,
