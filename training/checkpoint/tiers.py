@@ -38,8 +38,7 @@ class Tier(ABC):
     backend: str | None = None
 
     def __init__(self, spec: TierConfig, root: Path) -> None:
-        self.spec, self.root = spec, root
-        self.name, self.keep = spec.name, spec.keep
+        self.name, self.keep, self.root = spec.name, spec.keep, root
         # Set by the manager at start: a node's first rank cannot see rank 0's probe file.
         self.node_local = False
 
