@@ -27,8 +27,14 @@ from config.kubernetes import INSTANCE_GROUP_NAME
 from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job import utc_now
-from hpctl.job_cmd import load_environment_option
+from hpctl.options import (
+    EnvOption,
+    JsonOption,
+    RegionOption,
+    print_table,
+    required_environment,
+    utc_now,
+)
 
 app = typer.Typer(
     help="Inspect a HyperPod cluster and reboot or replace its nodes.",
@@ -52,10 +58,6 @@ _CLUSTER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:clus
 _NODE_ID = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
 
 NameOption = Annotated[str, typer.Option("--name", help="Cluster name or ARN")]
-RegionOption = Annotated[
-    str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON")]
 NodeIdOption = Annotated[
     list[str], typer.Option("--node-id", help="EC2 instance id (i-...); repeat for several")
 ]
@@ -121,10 +123,13 @@ def list_nodes(sagemaker: Any, cluster: str, group: str | None = None) -> list[d
     params: dict[str, Any] = {"ClusterName": cluster}
     if group:
         params["InstanceGroupNameContains"] = group
-    pages = sagemaker.get_paginator("list_cluster_nodes").paginate(
-        **params, PaginationConfig={"PageSize": PAGE_SIZE}
+    nodes = aws.paginate(
+        sagemaker,
+        "list_cluster_nodes",
+        "ClusterNodeSummaries",
+        **params,
+        PaginationConfig={"PageSize": PAGE_SIZE},
     )
-    nodes = [node for page in pages for node in page["ClusterNodeSummaries"]]
     if group:
         # The API filter is a substring match ("gpu" also matches "gpu-spare").
         nodes = [n for n in nodes if n["InstanceGroupName"] == group]
@@ -190,7 +195,7 @@ def print_nodes_table(rows: list[dict[str, Any]], title: str) -> None:
             row["message"] or "-",
             _when(row["launch_time"]),
         )
-    aws.print_table(stdout, table)
+    print_table(stdout, table)
 
 
 def print_groups(report: dict[str, Any]) -> None:
@@ -209,7 +214,7 @@ def print_groups(report: dict[str, Any]) -> None:
             _count(group["current_count"]),
             _count(group["target_count"]),
         )
-    aws.print_table(stdout, groups)
+    print_table(stdout, groups)
 
 
 def print_unhealthy(report: dict[str, Any]) -> None:
@@ -229,7 +234,7 @@ def print_report(report: dict[str, Any]) -> None:
     print_unhealthy(report)
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def status(
     ctx: typer.Context,
     name: NameOption,
@@ -238,9 +243,9 @@ def status(
 ) -> None:
     """Cluster status, per instance group counts, and every node that is not Running."""
     check_cluster(ctx, name)
+    sagemaker = aws.connect(ctx, region).client("sagemaker")
     with aws.reported_errors(ctx):
-        sagemaker = aws.client("sagemaker", region)
-        cluster = sagemaker.describe_cluster(ClusterName=name)
+        cluster = aws.call(sagemaker, "describe_cluster", ClusterName=name)
         members = list_nodes(sagemaker, name)
     report = cluster_report(cluster, members)
     if as_json:
@@ -249,7 +254,7 @@ def status(
         print_report(report)
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def nodes(
     ctx: typer.Context,
     name: NameOption,
@@ -263,8 +268,9 @@ def nodes(
     check_cluster(ctx, name)
     if group is not None:
         check_group(ctx, group)
+    sagemaker = aws.connect(ctx, region).client("sagemaker")
     with aws.reported_errors(ctx):
-        rows = [node_row(n) for n in list_nodes(aws.client("sagemaker", region), name, group)]
+        rows = [node_row(n) for n in list_nodes(sagemaker, name, group)]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -289,10 +295,6 @@ DELETED_QUOTA_STATUS = "Deleted"
 # Neither ListComputeQuotas nor DescribeComputeQuota nor the scheduler config calls say what
 # a team uses; Kueue (in the EKS cluster) does.
 QUOTA_USAGE = "not in the SageMaker API; see the Kueue dashboard"
-
-EnvOption = Annotated[
-    str | None, typer.Option("--env", help="Environment (config/<env>.yaml), e.g. dev or prod.")
-]
 
 
 def node_counts(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -332,7 +334,9 @@ def recent_events(
         )
         section["events"] = []
         return section
-    response = sagemaker.list_cluster_events(
+    response = aws.call(
+        sagemaker,
+        "list_cluster_events",
         ClusterName=name,
         EventTimeAfter=since,
         SortBy="EventTime",
@@ -346,10 +350,13 @@ def recent_events(
 
 def list_quotas(sagemaker: Any, cluster_arn: str) -> list[dict[str, Any]]:
     """Every compute quota of the cluster (all pages)."""
-    pages = sagemaker.get_paginator("list_compute_quotas").paginate(
-        ClusterArn=cluster_arn, PaginationConfig={"PageSize": PAGE_SIZE}
+    return aws.paginate(
+        sagemaker,
+        "list_compute_quotas",
+        "ComputeQuotaSummaries",
+        ClusterArn=cluster_arn,
+        PaginationConfig={"PageSize": PAGE_SIZE},
     )
-    return [quota for page in pages for quota in page["ComputeQuotaSummaries"]]
 
 
 def quota_row(quota: dict[str, Any]) -> dict[str, Any]:
@@ -481,7 +488,7 @@ def print_health(report: dict[str, Any]) -> None:
     for row in cluster["node_counts"]:
         counts.add_row(row["instance_group"], row["status"], str(row["count"]))
     if cluster["node_counts"]:
-        aws.print_table(stdout, counts)
+        print_table(stdout, counts)
     print_unhealthy(cluster)
 
     events = report["events"]
@@ -503,7 +510,7 @@ def print_health(report: dict[str, Any]) -> None:
                 event["instance_id"] or "-",
                 event["description"] or "-",
             )
-        aws.print_table(stdout, table)
+        print_table(stdout, table)
 
     quotas = report["quotas"]
     if quotas["quotas"]:
@@ -519,7 +526,7 @@ def print_health(report: dict[str, Any]) -> None:
                 quota["activation_state"] or "-",
                 quota["status"],
             )
-        aws.print_table(stdout, table)
+        print_table(stdout, table)
     else:
         typer.echo(f"No compute quotas on {cluster['name']}.")
     if quotas["configured_teams"] is None:
@@ -569,14 +576,12 @@ def health(ctx: typer.Context, env: EnvOption = None, as_json: JsonOption = Fals
     Unhealthy: the cluster is not InService, a group has fewer nodes than its target, a
     node is not Running, a configured team has no quota, or a quota's last change failed.
     Read-only."""
-    if env is None:
-        fail(ctx, "--env: missing; pass --env", code=ExitCode.USAGE)
-    config = load_environment_option(ctx, env)
+    config = required_environment(ctx, env)
     name = config.names.hyperpod_cluster
+    sagemaker = aws.connect_environment(ctx, config).client("sagemaker")
     with aws.reported_errors(ctx), _progress(not as_json) as step:
-        sagemaker = aws.client("sagemaker", region=config.region)
         step(f"{name}: describing the cluster")
-        cluster = sagemaker.describe_cluster(ClusterName=name)
+        cluster = aws.call(sagemaker, "describe_cluster", ClusterName=name)
         step(f"{name}: listing nodes")
         members = list_nodes(sagemaker, name)
         step(f"{name}: reading the events of the last 24 h")
@@ -631,10 +636,10 @@ def _run_batch(
             "re-run with --yes",
             code=ExitCode.FAILED,
         )
-    operation = f"batch_{verb}_cluster_nodes"
+    sagemaker = aws.connect(ctx, region).client("sagemaker")
     with aws.reported_errors(ctx):
-        response = getattr(aws.client("sagemaker", region), operation)(
-            ClusterName=name, NodeIds=node_ids
+        response = aws.call(
+            sagemaker, f"batch_{verb}_cluster_nodes", ClusterName=name, NodeIds=node_ids
         )
     failures = []
     for node, error in batch_outcome(node_ids, response).items():
@@ -651,7 +656,7 @@ def _run_batch(
         )
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def reboot(
     ctx: typer.Context,
     name: NameOption,
@@ -671,7 +676,7 @@ def reboot(
     )
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def replace(
     ctx: typer.Context,
     name: NameOption,

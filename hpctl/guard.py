@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from botocore.exceptions import ClientError
 
-from config.errors import ConfigError
-from config.loader import LoadedEnvironment, load_environment
+from config.loader import LoadedEnvironment
 from hpctl import aws
-from hpctl.errors import ExitCode, fail
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+from hpctl.options import loaded_environment_option
 from hpctl.replacement import (
     UnknownResourceTypeError,
     changed_properties,
@@ -61,6 +60,8 @@ STATEFUL_TYPES: dict[str, str] = {
     "AWS::SageMaker::ComputeQuota": "a team's quota (its namespace goes with it)",
     "AWS::SageMaker::ClusterSchedulerConfig": "the cluster's scheduler config",
 }
+
+app = typer.Typer()
 
 DELETED = "deleted"
 REPLACED = "replaced"
@@ -305,11 +306,8 @@ def _template_body(stack: str, body: object) -> Template:
     return dict(body)
 
 
-def _not_deployed(error: ClientError) -> bool:
-    details = error.response.get("Error", {})
-    return details.get("Code") == "ValidationError" and "does not exist" in str(
-        details.get("Message", "")
-    )
+def _not_deployed(failure: aws.AwsCallError) -> bool:
+    return failure.code == "ValidationError" and "does not exist" in failure.message
 
 
 def deployed_templates(client: Any, stack_names: list[str]) -> tuple[Assembly, list[str]]:
@@ -319,9 +317,9 @@ def deployed_templates(client: Any, stack_names: list[str]) -> tuple[Assembly, l
     missing: list[str] = []
     for name in stack_names:
         try:
-            response = client.get_template(StackName=name, TemplateStage="Original")
-        except ClientError as error:
-            if not _not_deployed(error):
+            response = aws.call(client, "get_template", StackName=name, TemplateStage="Original")
+        except aws.AwsCallError as failure:
+            if not _not_deployed(failure):
                 raise
             deployed[name] = {}
             missing.append(name)
@@ -357,27 +355,19 @@ def synthesized_templates(loaded: LoadedEnvironment) -> tuple[Assembly, list[str
     return templates, every
 
 
-def _load(ctx: typer.Context, name: str) -> LoadedEnvironment:
-    try:
-        return load_environment(name)
-    except ConfigError as error:
-        # Problems in a file name the file; an unknown name has no file to name.
-        lines = error.located_lines() if error.source.endswith(".yaml") else error.lines
-        fail(ctx, "--env: " + "; ".join(lines), code=ExitCode.USAGE)
-
-
 def _from_environment(ctx: typer.Context, name: str) -> tuple[Assembly, Assembly, list[str]]:
     import jsii.errors
 
-    loaded = _load(ctx, name)
+    loaded = loaded_environment_option(ctx, name)
+    # Checked before synthesis: a minute of synth should not end in "no credentials".
+    connection = aws.connect_environment(ctx, loaded.config)
     try:
         new, stack_names = synthesized_templates(loaded)
     except jsii.errors.JSIIError as error:
         fail(ctx, f"--env {name}: synthesis failed: {error}", code=ExitCode.FAILED)
     with aws.reported_errors(ctx):
-        client = aws.client("cloudformation", region=loaded.config.region)
         try:
-            old, missing = deployed_templates(client, stack_names)
+            old, missing = deployed_templates(connection.client("cloudformation"), stack_names)
         except GuardInputError as error:
             fail(ctx, str(error), code=ExitCode.FAILED)
     return old, new, missing
@@ -386,6 +376,7 @@ def _from_environment(ctx: typer.Context, name: str) -> tuple[Assembly, Assembly
 # --------------------------------------------------------------------------- command
 
 
+@app.command("guard", cls=OneLineUsageErrors)
 def guard(
     ctx: typer.Context,
     old: Annotated[

@@ -20,13 +20,12 @@ from urllib.parse import urlparse
 
 import typer
 import yaml
-from botocore.exceptions import BotoCoreError, ClientError
 
 from config.schema import EnvironmentConfig
 from config.schema.network import ADMIN_HOST_OUTPUT
 from hpctl import aws
-from hpctl.errors import ExitCode, fail
-from hpctl.job_cmd import load_environment_option
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+from hpctl.options import EnvOption, load_environment_option, required_env
 
 # What `aws eks update-kubeconfig` writes and `aws eks get-token` answers.
 EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
@@ -35,6 +34,8 @@ USABLE_STATUSES = ("ACTIVE", "UPDATING")
 # The Session Manager document that forwards a local port to a host the instance can reach.
 PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 SUGGESTED_LOCAL_PORT = 8443
+
+app = typer.Typer()
 
 
 def default_output(env: str) -> Path:
@@ -78,17 +79,18 @@ def kubeconfig_document(
     }
 
 
-def admin_host_instance(config: EnvironmentConfig) -> tuple[str | None, str]:
+def admin_host_instance(
+    config: EnvironmentConfig, connection: aws.Connection
+) -> tuple[str | None, str]:
     """(instance ID, "") from the network stack's output, or (None, why not)."""
     stack = config.names.stack("network")
     if not config.network.admin_host.enabled:
         return None, "network.admin_host is disabled in this environment"
     try:
-        cloudformation = aws.client("cloudformation", region=config.region)
-        stacks = cloudformation.describe_stacks(StackName=stack)["Stacks"]
-    except (ClientError, BotoCoreError) as error:
-        code, message = aws.error_line(error)
-        return None, f"cannot read stack {stack} ({code}: {message})"
+        cloudformation = connection.client("cloudformation")
+        stacks = aws.call(cloudformation, "describe_stacks", StackName=stack)["Stacks"]
+    except aws.AwsCallError as failure:
+        return None, f"cannot read stack {stack} ({failure})"
     for output in stacks[0].get("Outputs", []) if stacks else []:
         if output.get("OutputKey") == ADMIN_HOST_OUTPUT:
             return str(output["OutputValue"]), ""
@@ -159,11 +161,10 @@ def guidance(
     return lines
 
 
+@app.command("kubeconfig", cls=OneLineUsageErrors)
 def kubeconfig(
     ctx: typer.Context,
-    env: Annotated[
-        str | None, typer.Option(help="Environment (config/<env>.yaml), e.g. dev or prod.")
-    ] = None,
+    env: EnvOption = None,
     output: Annotated[
         str | None,
         typer.Option(help="File to write (default ~/.kube/hpctl-<env>.yaml); - for stdout."),
@@ -180,12 +181,12 @@ def kubeconfig(
 ) -> None:
     """Write a kubeconfig for the environment's EKS cluster (aws eks get-token auth) and
     print how to reach its private endpoint through the admin host."""
-    if env is None:
-        fail(ctx, "--env: missing; pass --env", code=ExitCode.USAGE)
+    env = required_env(ctx, env)
     config = load_environment_option(ctx, env)
+    connection = aws.connect_environment(ctx, config)
     name = config.names.eks_cluster
     with aws.reported_errors(ctx):
-        cluster = aws.client("eks", region=config.region).describe_cluster(name=name)["cluster"]
+        cluster = aws.call(connection.client("eks"), "describe_cluster", name=name)["cluster"]
     status = cluster.get("status")
     if status not in USABLE_STATUSES:
         fail(
@@ -200,7 +201,7 @@ def kubeconfig(
         profile=os.environ.get("AWS_PROFILE"),
     )
     text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
-    instance, missing = admin_host_instance(config)
+    instance, missing = admin_host_instance(config, connection)
     lines = guidance(config, cluster, local_port=local_port, instance=instance, missing=missing)
     if output == "-":
         typer.echo(text, nl=False)

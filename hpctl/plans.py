@@ -21,7 +21,8 @@ from rich.table import Table
 
 from config.instance_types import INSTANCE_TYPES, unknown_instance_type
 from hpctl import aws
-from hpctl.errors import ExitCode, fail, report
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail, report
+from hpctl.options import EnvOption, RegionOption, print_table, required_environment
 
 app = typer.Typer(
     help="Search and buy training plans (reserved capacity for HyperPod instance groups).",
@@ -43,11 +44,6 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 class Target(StrEnum):
     hyperpod_cluster = "hyperpod-cluster"
     training_job = "training-job"
-
-
-RegionOption = Annotated[
-    str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
-]
 
 
 @lru_cache(maxsize=1)
@@ -222,10 +218,10 @@ def print_offerings(rows: list[dict[str, Any]], title: str) -> None:
             row["currency"] or "-",
             str(row["instance_count"]),
         )
-    aws.print_table(stdout, table)
+    print_table(stdout, table)
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def search(
     ctx: typer.Context,
     instance_type: Annotated[str, typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")],
@@ -235,10 +231,11 @@ def search(
     target: Annotated[
         Target, typer.Option("--target", help="What the plan will feed")
     ] = Target.hyperpod_cluster,
-    region: RegionOption = None,
+    env: EnvOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list")] = False,
 ) -> None:
-    """List training plan offerings that match (read-only, free)."""
+    """List training plan offerings that match in the environment's Region (read-only,
+    free)."""
     request = search_request(
         check_instance_type(ctx, instance_type),
         check_count(ctx, count),
@@ -246,8 +243,10 @@ def search(
         check_duration(ctx, duration_days),
         target,
     )
+    config = required_environment(ctx, env)
+    sagemaker = aws.connect_environment(ctx, config).client("sagemaker")
     with aws.reported_errors(ctx):
-        response = aws.client("sagemaker", region).search_training_plan_offerings(**request)
+        response = aws.call(sagemaker, "search_training_plan_offerings", **request)
     rows = [offering_row(o) for o in response.get("TrainingPlanOfferings", [])]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -290,7 +289,7 @@ def config_snippet(arn: str, zones: list[str]) -> str:
     return "\n".join(lines)
 
 
-@app.command()
+@app.command(cls=OneLineUsageErrors)
 def buy(
     ctx: typer.Context,
     offering_id: Annotated[str, typer.Option("--offering-id", help="From `hpctl plans search`")],
@@ -311,14 +310,17 @@ def buy(
             "re-run with --yes",
             code=ExitCode.FAILED,
         )
+    sagemaker = aws.connect(ctx, region).client("sagemaker")
     with aws.reported_errors(ctx):
-        sagemaker = aws.client("sagemaker", region)
-        arn = sagemaker.create_training_plan(
-            TrainingPlanName=name, TrainingPlanOfferingId=offering_id
+        arn = aws.call(
+            sagemaker,
+            "create_training_plan",
+            TrainingPlanName=name,
+            TrainingPlanOfferingId=offering_id,
         )["TrainingPlanArn"]
         # Printed before the next call so the ARN is not lost if describing the plan fails.
         typer.echo(f"Bought training plan {name}: {arn}")
-        plan = sagemaker.describe_training_plan(TrainingPlanName=arn)
+        plan = aws.call(sagemaker, "describe_training_plan", TrainingPlanName=arn)
     zones = plan_availability_zones(plan)
     typer.echo(f"Status: {plan['Status']}")
     typer.echo("Add to the instance group that uses it:")

@@ -16,9 +16,11 @@ import typer
 from config.kubernetes import local_queue, priority_class, team_namespace
 from config.schema import EnvironmentConfig
 from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
-from hpctl.errors import ExitCode, fail
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.job import nodes_figure
-from hpctl.job_cmd import load_environment_option
+from hpctl.options import EnvOption, required_environment
+
+app = typer.Typer()
 
 
 def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
@@ -133,18 +135,15 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@app.command("teams", cls=OneLineUsageErrors)
 def teams(
     ctx: typer.Context,
-    env: Annotated[
-        str | None, typer.Option(help="Environment (config/<env>.yaml), e.g. dev or prod.")
-    ] = None,
+    env: EnvOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Teams, quotas (guaranteed, borrowable, largest job) and priority classes of an
     environment."""
-    if env is None:
-        fail(ctx, "--env: missing; pass --env", code=ExitCode.USAGE)
-    config = load_environment_option(ctx, env)
+    config = required_environment(ctx, env)
     if config.governance is None:
         fail(
             ctx,

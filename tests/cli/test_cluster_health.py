@@ -211,7 +211,7 @@ def test_healthy_cluster_is_one_screen_and_exit_0(sagemaker: Stubbed):
     result = hpctl("cluster", "health", "--env", "prod")
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
-    assert sagemaker.clients == [("sagemaker", REGION)]
+    assert sagemaker.clients == [("sts", REGION), ("sagemaker", REGION)]
     lines = result.stdout.splitlines()
     assert lines[0] == f"Cluster {NAME}: InService"
     assert "All 19 nodes Running." in lines
@@ -525,7 +525,7 @@ def test_environment_without_governance_lists_quotas_without_comparing(
     # prod as loaded, less its governance section (other sections may depend on it, so the
     # validated config is copied rather than a file without it written).
     config = environment("prod").config.model_copy(update={"governance": None})
-    monkeypatch.setattr(cluster, "load_environment_option", lambda _ctx, _name: config)
+    monkeypatch.setattr(cluster, "required_environment", lambda _ctx, _name: config)
     queue(sagemaker, events=[], quotas=[QUOTAS["foundation"]])
     result = hpctl("cluster", "health", "--env", "prod", "--json")
     assert result.exit_code == 0, result.output
