@@ -14,7 +14,7 @@ import typer
 
 from hpctl import (
     capacity_cmd,
-    cluster,
+    cluster_cmd,
     errors,
     guard,
     job_cmd,
@@ -45,7 +45,7 @@ COMMAND_MODULES: tuple[tuple[str | None, typer.Typer], ...] = (
     (None, zones_cmd.app),
     ("job", job_cmd.app),
     ("plans", plans.app),
-    ("cluster", cluster.app),
+    ("cluster", cluster_cmd.app),
 )
 for group, commands in COMMAND_MODULES:
     app.add_typer(commands, name=group)
