@@ -19,7 +19,7 @@ from hpctl import (
     guard,
     job_cmd,
     kubeconfig_cmd,
-    plans,
+    plans_cmd,
     teams_cmd,
     validate_cmd,
     zones_cmd,
@@ -44,7 +44,7 @@ COMMAND_MODULES: tuple[tuple[str | None, typer.Typer], ...] = (
     (None, kubeconfig_cmd.app),
     (None, zones_cmd.app),
     ("job", job_cmd.app),
-    ("plans", plans.app),
+    ("plans", plans_cmd.app),
     ("cluster", cluster_cmd.app),
 )
 for group, commands in COMMAND_MODULES:

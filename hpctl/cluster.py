@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from config.schema import EnvironmentConfig
 from hpctl import aws
+from hpctl.options import utc_iso
 
 HEALTHY_NODE_STATUS = "Running"
 
@@ -29,10 +30,6 @@ CLUSTER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:clust
 
 
 NODE_ID = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 def list_nodes(sagemaker: Any, cluster: str, group: str | None = None) -> list[dict[str, Any]]:
@@ -61,7 +58,7 @@ def node_row(node: dict[str, Any]) -> dict[str, Any]:
         "instance_type": node["InstanceType"],
         "status": status["Status"],
         "message": status.get("Message") or None,
-        "launch_time": _iso(node.get("LaunchTime")),
+        "launch_time": utc_iso(node.get("LaunchTime")),
         "private_dns": node.get("PrivateDnsHostname"),
     }
 
@@ -125,7 +122,7 @@ def node_counts(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def event_row(event: dict[str, Any]) -> dict[str, Any]:
     return {
-        "time": _iso(event["EventTime"]),
+        "time": utc_iso(event["EventTime"]),
         "level": event.get("EventLevel"),
         "resource_type": event["ResourceType"],
         "instance_group": event.get("InstanceGroupName"),
@@ -141,7 +138,7 @@ def recent_events(
     """The newest `MAX_EVENTS` events of the last `EVENTS_WINDOW` (one call: the newest page
     is all a summary needs), or why there are none to read."""
     since = now - EVENTS_WINDOW
-    section: dict[str, Any] = {"available": True, "note": None, "since": _iso(since)}
+    section: dict[str, Any] = {"available": True, "note": None, "since": utc_iso(since)}
     mode = cluster.get("NodeProvisioningMode")
     if mode != EVENTS_PROVISIONING_MODE:
         section["available"] = False

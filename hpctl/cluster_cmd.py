@@ -44,6 +44,7 @@ from hpctl.options import (
     EnvOption,
     JsonOption,
     RegionOption,
+    minute_of,
     print_table,
     required_environment,
     utc_now,
@@ -118,10 +119,6 @@ def check_node_ids(ctx: typer.Context, values: list[str]) -> list[str]:
 # ------------------------------------------------------------------ reading
 
 
-def _when(text: str | None) -> str:
-    return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M") if text else "-"
-
-
 def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -138,7 +135,7 @@ def print_nodes_table(rows: list[dict[str, Any]], title: str) -> None:
             row["instance_type"],
             row["status"],
             row["message"] or "-",
-            _when(row["launch_time"]),
+            minute_of(row["launch_time"]),
         )
     print_table(stdout, table)
 
@@ -267,7 +264,7 @@ def print_health(report: dict[str, Any]) -> None:
             table.add_column(column, no_wrap=column != "description")
         for event in events["events"]:
             table.add_row(
-                _when(event["time"]),
+                minute_of(event["time"]),
                 event["level"] or "-",
                 event["resource_type"],
                 event["instance_group"] or "-",

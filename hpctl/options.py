@@ -76,3 +76,13 @@ def print_table(console: Console, table: Table) -> None:
 def utc_now() -> datetime:
     """The clock commands read (each module keeps a replaceable reference to it)."""
     return datetime.now(UTC)
+
+
+def utc_iso(value: datetime | None) -> str | None:
+    """An AWS timestamp as ISO 8601 in UTC, the form `--json` prints; None stays None."""
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def minute_of(text: str | None) -> str:
+    """A `utc_iso` timestamp to the minute, as tables show it; "-" for none."""
+    return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M") if text else "-"
