@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hpctl import guard
+from hpctl import guard, guard_cmd
 from hpctl.errors import ExitCode
 from hpctl.replacement import (
     EXTRA_REPLACEMENT_PATHS,
@@ -549,7 +549,7 @@ def synthesized(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
         assert loaded.config.environment == "prod"
         return copy.deepcopy(templates), names
 
-    monkeypatch.setattr(guard, "synthesized_templates", fake)
+    monkeypatch.setattr(guard_cmd, "synthesized_templates", fake)
     return templates
 
 
