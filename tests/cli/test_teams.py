@@ -12,7 +12,7 @@ import yaml
 
 from hpctl import options
 from hpctl.errors import ExitCode
-from hpctl.teams_cmd import teams_report
+from hpctl.teams import teams_report
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.support import environment_data, loaded_from
 
