@@ -68,6 +68,7 @@ CREDENTIAL_CODES = frozenset(
 )
 NO_CREDENTIALS = "no AWS credentials found; set AWS_PROFILE or run `aws sso login`"
 REFRESH_CREDENTIALS = "refresh the credentials (`aws sso login`) or set AWS_PROFILE"
+PICK_PROFILE = "set AWS_PROFILE to one of `aws configure list-profiles`"
 NO_REGION = "no AWS Region; pass --region or set AWS_REGION"
 
 
@@ -171,8 +172,11 @@ class Connection:
 
 
 def _credential_problem(code: str, message: str) -> str:
+    """The one line for credentials that could not be used, with how to fix them."""
     if code == "NoCredentialsError":
         return NO_CREDENTIALS
+    if code == "ProfileNotFound":
+        return f"{code}: {message}; {PICK_PROFILE}"
     fix = f"; {REFRESH_CREDENTIALS}" if code in CREDENTIAL_CODES else ""
     return f"{code}: {message}{fix}"
 

@@ -20,12 +20,12 @@ from hpctl import (
     job_cmd,
     kubeconfig_cmd,
     plans_cmd,
+    preflight_cmd,
     teams_cmd,
     validate_cmd,
     zones_cmd,
 )
 from hpctl.errors import ExitCode
-from hpctl.preflight import command as preflight_cmd
 
 app = typer.Typer(
     name="hpctl",

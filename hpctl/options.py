@@ -2,8 +2,9 @@
 (`--env`, `--json`), loading the environment an `--env` names, and printing tables.
 
 An environment's config decides the account and Region a command works in, so commands take
-`--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that address one
-cluster by name (`hpctl cluster status|nodes|reboot|replace`) take `--region`.
+`--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that name what they
+act on without an environment (`hpctl cluster status|nodes|reboot|replace --name`,
+`hpctl plans buy --offering-id`) take `--region`.
 """
 
 from __future__ import annotations

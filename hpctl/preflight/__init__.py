@@ -11,7 +11,7 @@ still runs.
 
 Layout: `context` (the row, the shared `CheckContext` of config and clients, failure rows),
 one module per check (a function of the context returning its rows), `registry` (the checks
-in table order and the runner) and `command` (the typer command, table and JSON).
+in table order and the runner); the command (table and JSON) is `hpctl.preflight_cmd`.
 
 The checks, in table order (IAM actions in brackets):
 

@@ -1,5 +1,6 @@
 """`hpctl preflight --env NAME`: run the registered checks (`hpctl.preflight.registry`) against
-the environment's account, with credentials checked first, and print one table (or JSON)."""
+the environment's account, with credentials checked first, and print one table (or JSON).
+What the checks do is described in `hpctl.preflight`."""
 
 from __future__ import annotations
 
