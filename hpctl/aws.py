@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import botocore.session
 import typer
 from botocore.client import BaseClient
 from botocore.config import Config
@@ -89,6 +90,13 @@ def client(
     """A client for `service` from `source` (a new session when None). Everything calls
     this through the module (`aws.client`) so tests can hand them a stubbed client."""
     return (source or session(region)).client(service, region_name=region, config=_CLIENT_CONFIG)
+
+
+def api_enum(service: str, shape: str) -> frozenset[str]:
+    """The values an enum shape of `service`'s API model (as botocore ships it) allows;
+    offline, no credentials."""
+    model = botocore.session.get_session().get_service_model(service)
+    return frozenset(model.shape_for(shape).enum)
 
 
 # ------------------------------------------------------------------ calls and failures

@@ -10,8 +10,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-import botocore.session
-
+from hpctl import aws
 from hpctl.options import utc_iso
 
 # Offerings come in powers of two up to 64 instances and last 1 to 182 days.
@@ -35,8 +34,7 @@ class Target(StrEnum):
 def reservable_instance_types() -> frozenset[str]:
     """Instance types the training plan API accepts, from the API model botocore ships, so
     a type the service cannot reserve is refused before any call."""
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    return frozenset(model.shape_for("ReservedCapacityInstanceType").enum)
+    return aws.api_enum("sagemaker", "ReservedCapacityInstanceType")
 
 
 def search_request(
