@@ -27,6 +27,7 @@ from config.instance_types import (
 )
 from config.loader import load_file
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+from hpctl.options import JsonListOption, JsonObjectOption
 
 app = typer.Typer()
 stdout = Console(soft_wrap=True)
@@ -161,7 +162,7 @@ def capacity(
     config: Annotated[
         Path | None, typer.Option("--config", help="Plan a whole environment file instead")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+    as_json: JsonObjectOption = False,
 ) -> None:
     """Addresses per node, per group and per subnet, with the smallest subnet that holds them."""
     if config is not None:
@@ -202,7 +203,7 @@ def capacity(
 
 @app.command("instance-types", cls=OneLineUsageErrors)
 def instance_types(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list")] = False,
+    as_json: JsonListOption = False,
 ) -> None:
     """The instance types the planner and validation know, with their network figures."""
     rows = [

@@ -20,7 +20,7 @@ from hpctl.guard import (
     read_assembly,
     synthesized_templates,
 )
-from hpctl.options import loaded_environment_option
+from hpctl.options import JsonObjectOption, loaded_environment_option
 
 app = typer.Typer()
 
@@ -79,7 +79,7 @@ def guard(
             show_default=False,
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonObjectOption = False,
 ) -> None:
     """Refuse a change that deletes or replaces a stateful resource.
 

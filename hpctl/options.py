@@ -1,5 +1,6 @@
 """What every `hpctl` command module shares: the options spelled the same in every command
-(`--env`, `--json`), loading the environment an `--env` names, and printing tables.
+(`--env`, `--json`, `--region`), loading the environment an `--env` names, the clock, and
+printing tables and timestamps.
 
 An environment's config decides the account and Region a command works in, so commands take
 `--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that name what they
@@ -30,6 +31,8 @@ EnvOption = Annotated[
     str | None, typer.Option("--env", help="Environment (config/<env>.yaml), e.g. dev or prod.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonObjectOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+JsonListOption = Annotated[bool, typer.Option("--json", help="Print a JSON list.")]
 RegionOption = Annotated[
     str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
 ]

@@ -19,7 +19,14 @@ from rich.table import Table
 from config.instance_types import INSTANCE_TYPES, unknown_instance_type
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail, report
-from hpctl.options import EnvOption, RegionOption, minute_of, print_table, required_environment
+from hpctl.options import (
+    EnvOption,
+    JsonListOption,
+    RegionOption,
+    minute_of,
+    print_table,
+    required_environment,
+)
 from hpctl.plans import (
     ALLOWED_COUNTS,
     ISO_DATE,
@@ -178,7 +185,7 @@ def search(
         Target, typer.Option("--target", help="What the plan will feed")
     ] = Target.hyperpod_cluster,
     env: EnvOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list")] = False,
+    as_json: JsonListOption = False,
 ) -> None:
     """List training plan offerings that match in the environment's Region (read-only,
     free)."""

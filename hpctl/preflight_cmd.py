@@ -5,7 +5,7 @@ What the checks do is described in `hpctl.preflight`."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -15,7 +15,7 @@ from rich.text import Text
 from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.options import EnvOption, print_table, required_environment
+from hpctl.options import EnvOption, JsonObjectOption, print_table, required_environment
 from hpctl.preflight.context import OK, PROBLEM, SKIPPED, CheckContext, Row
 from hpctl.preflight.registry import run_checks
 
@@ -68,7 +68,7 @@ def print_rows(config: EnvironmentConfig, rows: list[Row]) -> None:
 def preflight(
     ctx: typer.Context,
     env: EnvOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonObjectOption = False,
 ) -> None:
     """Check the AWS account before deploying an environment: training plans, service
     quotas, Availability Zones, EKS admin roles, image overrides in ECR and the Kubernetes

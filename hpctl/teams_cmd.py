@@ -9,12 +9,11 @@ Then the priority classes, highest weight first. Offline: it reads config/<env>.
 from __future__ import annotations
 
 import json
-from typing import Annotated
 
 import typer
 
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.options import EnvOption, required_environment
+from hpctl.options import EnvOption, JsonObjectOption, required_environment
 from hpctl.teams import format_report, teams_report
 
 app = typer.Typer()
@@ -24,7 +23,7 @@ app = typer.Typer()
 def teams(
     ctx: typer.Context,
     env: EnvOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonObjectOption = False,
 ) -> None:
     """Teams, quotas (guaranteed, borrowable, largest job) and priority classes of an
     environment."""

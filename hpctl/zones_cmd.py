@@ -73,7 +73,7 @@ def zones(
             help="With --write, also change names the file already maps to another zone ID.",
         ),
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_output: options.JsonOption = False,
     context_file: Annotated[Path, typer.Option(hidden=True)] = CONTEXT_FILE,
 ) -> None:
     """Show (and with --write record) the account's AZ names and zone IDs."""
