@@ -409,9 +409,11 @@ def _imported(path: Path, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1]
-            source = node.module if node.level == 0 else ".".join([*base, node.module or ""])
-            found |= {source or "", *(f"{source}.{alias.name}" for alias in node.names)}
+            source = node.module or ""
+            if node.level:  # relative: level 1 is the package itself, 2 its parent
+                parts = package.split(".")[: package.count(".") + 2 - node.level]
+                source = ".".join([*parts, node.module] if node.module else parts)
+            found |= {source, *(f"{source}.{alias.name}" for alias in node.names)}
     return found
 
 
