@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 
 from config.errors import ConfigError
 from config.loader import LoadedEnvironment, load_environment
+from config.names import STACK_UNITS
 from hpctl import aws
 from hpctl.errors import ExitCode, fail
 from hpctl.replacement import (
@@ -351,7 +352,7 @@ def synthesized_templates(loaded: LoadedEnvironment) -> tuple[Assembly, list[str
         }
     built = {short: stack.stack_name for short, stack in platform.by_name().items()}
     every = [
-        built.get(f.name, names.stack(f.name.replace("_", "-")))
+        built.get(f.name, names.stack(STACK_UNITS[f.name]))
         for f in dataclasses.fields(PlatformStacks)
     ]
     return templates, every
