@@ -69,7 +69,7 @@ def test_overrides_reach_the_cluster_addons_stack():
         ),
     )
     assert addon_versions(stack) == expected("cluster-addons")
-    assert addon_versions(stack)["cert-manager"] == "v1.17.2-eksbuild.1"
+    assert addon_versions(stack)["cert-manager"] == OVERRIDES["cert-manager"]
 
 
 def test_overrides_reach_the_eks_stack():
@@ -98,5 +98,5 @@ def test_overrides_reach_the_eks_stack():
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )
     assert addon_versions(stack) == expected("eks")
-    assert addon_versions(stack)["vpc-cni"] == "v1.19.0-eksbuild.1"
-    assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"
+    assert addon_versions(stack)["vpc-cni"] == OVERRIDES["vpc-cni"]
+    assert addon_versions(stack)["coredns"] == OVERRIDES["coredns"]
