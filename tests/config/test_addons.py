@@ -23,6 +23,7 @@ from config.addons import (
     placed_in,
 )
 from config.eks_versions import DEFAULT_KUBERNETES_VERSION
+from config.names import STACK_UNITS
 from config.schema import SUPPORTED_KUBERNETES_VERSIONS
 from tests.support import ENVIRONMENTS, eks_config, environment, one_error_on
 
@@ -91,6 +92,10 @@ def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():
     assert placed("cluster-addons") == {"cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR}
     assert placed("governance") == {TASK_GOVERNANCE}
     assert placed("observability") == {OBSERVABILITY}
+
+
+def test_add_ons_are_placed_in_stacks_of_the_environment():
+    assert set(get_args(AddonStack)) <= set(STACK_UNITS.values())
 
 
 def test_every_row_is_placed_in_exactly_one_stack_that_places_add_ons():
