@@ -14,7 +14,7 @@ import yaml
 
 from config.schema import EnvironmentConfig
 from hpctl import job_cmd
-from hpctl.job import JobSpec, spec_for_environment
+from hpctl.job.spec import JobSpec, spec_for_environment
 from tests.support import environment
 
 REQUIRED: dict[str, Any] = {

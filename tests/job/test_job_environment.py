@@ -11,7 +11,7 @@ import pytest
 
 from config.schema import EnvironmentConfig
 from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP, TRAINING_SERVICE_ACCOUNT
-from hpctl.job import (
+from hpctl.job.spec import (
     MANAGED_S3_PATH_ENV,
     JobRequestError,
     JobSpec,

@@ -13,7 +13,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from hpctl.job import JobSpec, render_job
+from hpctl.job.spec import JobSpec, render_job
 from tests.job.conftest import env_spec
 from tests.support import environment_data, loaded_from
 
