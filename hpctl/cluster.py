@@ -27,7 +27,7 @@ from config.kubernetes import INSTANCE_GROUP_NAME
 from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job.spec import utc_now
+from hpctl.job.environment import utc_now
 from hpctl.job_cmd import load_environment_option
 
 app = typer.Typer(

@@ -25,7 +25,8 @@ from config.kubernetes import PRIORITY_CLASS_SUFFIX, team_namespace
 from config.loader import CONFIG_DIR, load_environment
 from config.schema import EnvironmentConfig
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job.spec import JobRequestError, render_job, spec_for_environment, to_yaml, utc_now
+from hpctl.job.environment import JobRequestError, spec_for_environment, utc_now
+from hpctl.job.render import render_job, to_yaml
 
 # Where --env NAME is looked up (config/NAME.yaml); tests point it elsewhere.
 config_dir: Path = CONFIG_DIR

@@ -17,7 +17,7 @@ from config.kubernetes import local_queue, priority_class, team_namespace
 from config.schema import EnvironmentConfig
 from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
 from hpctl.errors import ExitCode, fail
-from hpctl.job.spec import nodes_figure
+from hpctl.job.environment import nodes_figure
 from hpctl.job_cmd import load_environment_option
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from config.kubernetes import METRICS_PORT
-from hpctl.job.spec import AGENT_PORT, TRAINER_MODULE
+from hpctl.job.render import AGENT_PORT, TRAINER_MODULE
 from tools import REPO, TRAINING_DIR, torch_source
 
 DOCKERFILE = TRAINING_DIR / "Dockerfile"

@@ -11,15 +11,9 @@ import pytest
 
 from config.schema import EnvironmentConfig
 from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP, TRAINING_SERVICE_ACCOUNT
-from hpctl.job.spec import (
-    MANAGED_S3_PATH_ENV,
-    JobRequestError,
-    JobSpec,
-    Taint,
-    default_job_name,
-    default_priority,
-    render_job,
-)
+from hpctl.job.environment import JobRequestError, default_job_name, default_priority
+from hpctl.job.render import MANAGED_S3_PATH_ENV, render_job
+from hpctl.job.spec import JobSpec, Taint
 from tests.job.conftest import FIXED_NOW, IMAGE, env_spec
 from tests.support import environment, environment_data, loaded_from
 

@@ -9,7 +9,7 @@ import yaml
 
 from config.instance_types import lookup
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
-from hpctl.job.spec import render_job, to_yaml
+from hpctl.job.render import render_job, to_yaml
 from training.train import parse_args
 
 
