@@ -15,7 +15,8 @@ from config.kubernetes import (
     LABEL_VALUE,
     reserved_label_domain,
 )
-from config.schema.base import PARTITION, Strict, Zone, log_retention, unique
+from config.model import Strict
+from config.schema.base import PARTITION, Zone, log_retention, unique
 
 _TRAINING_PLAN_ARN = re.compile(
     rf"^arn:{PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
