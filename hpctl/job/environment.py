@@ -19,15 +19,14 @@ from pydantic import TypeAdapter, ValidationError
 from config.errors import Location, problem_lines
 from config.instance_types import lookup
 from config.kubernetes import (
+    DNS_LABEL_MAX,
     FSX_CLAIM_NAME,
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
 )
 from config.schema import EnvironmentConfig
 from config.teams import TRAINING_SERVICE_ACCOUNT, GroupCapacity, team_capacity
-from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt, Taint
-
-MAX_JOB_NAME: Final = 63
+from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
 
 # JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
 DERIVED_FIELDS: Final = frozenset(
@@ -86,7 +85,7 @@ def default_job_name(team: str, preset: str, now: datetime) -> str:
     tag = re.sub(r"[^a-z0-9]+", "-", preset.lower()).strip("-")[:16].strip("-") or "job"
     suffix = f"-{tag}-{stamp}"
     stem = team if team[:1].isalpha() else f"job-{team}"  # job names start with a letter
-    return stem[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
+    return stem[: DNS_LABEL_MAX - len(suffix)].rstrip("-") + suffix
 
 
 def _no_governance(config: EnvironmentConfig) -> str:
@@ -234,7 +233,7 @@ def spec_for_environment(
         "instance_type": group.instance_type,
         "instance_group": group.name,
         "nodes": nodes,
-        "taints": tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in group.taints),
+        "taints": tuple(group.taints),
         "fsx_claim": FSX_CLAIM_NAME,
         "service_account": TRAINING_SERVICE_ACCOUNT,
         "managed_fast_tier": config.hyperpod.tiered_storage.enabled,

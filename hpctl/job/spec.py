@@ -11,22 +11,22 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.instance_types import InstanceType, lookup
 from config.kubernetes import (
-    DNS_LABEL,
-    DNS_SUBDOMAIN,
     FSX_CLAIM_NAME,
     INSTANCE_GROUP_NAME,
-    LABEL_KEY,
-    LABEL_VALUE,
     MAX_PRIORITY_LENGTH,
     MAX_TEAM_LENGTH,
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
+    Taint,
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
     team_namespace,
 )
 from config.teams import TRAINING_SERVICE_ACCOUNT
@@ -34,10 +34,6 @@ from training.config import PRESETS, ConfigError, JobConfig, build_config
 
 FSX_MOUNT = "/fsx"
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
-
-# A DNS label that starts with a letter as well: the operator derives Service and pod names
-# from the job name, and Service names must be DNS-1035 labels.
-_JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 # OCI distribution reference: [host[:port]/]path[:tag][@sha256:hex]
 _IMAGE = re.compile(
@@ -52,37 +48,6 @@ _IMAGE = re.compile(
 def preset_config(preset: str) -> JobConfig:
     """The trainer's own configuration for `preset` (shared: do not mutate)."""
     return build_config(preset)
-
-
-class Taint(BaseModel):
-    """A node taint the job must tolerate (same shape as an instance group's taints)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        if not LABEL_KEY.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid taint key; use a Kubernetes label key")
-        return value
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str | None) -> str | None:
-        if value is not None and not LABEL_VALUE.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a valid taint value; use at most 63 letters, digits, '-', '_' or '.'"
-            )
-        return value
-
-    def toleration(self) -> dict[str, Any]:
-        if self.value is None:
-            return {"key": self.key, "operator": "Exists", "effect": self.effect}
-        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -135,12 +100,15 @@ class JobSpec(BaseModel):
     # When the pod is deleted (preemption, drain) the agent passes SIGTERM to the workers and
     # waits this long before SIGKILL; the trainer needs it to save its durable checkpoint.
     shutdown_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 180
+    # The instance group's taints; the pods tolerate each.
     taints: tuple[Taint, ...] = ()
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if len(value) > 63 or not _JOB_NAME.fullmatch(value):
+        # The operator derives Service and pod names from the job name, and Service names
+        # must be DNS-1035 labels.
+        if not is_dns1035_label(value):
             raise ValueError(
                 f"{value!r} is not a valid job name; use 1-63 lowercase letters, digits and '-', "
                 "starting with a letter and ending with a letter or digit"
@@ -155,7 +123,7 @@ class JobSpec(BaseModel):
                 f"{value!r} is a namespace; give the team name alone "
                 f"(e.g. {value.removeprefix(TEAM_NAMESPACE_PREFIX)!r})"
             )
-        if len(value) > MAX_TEAM_LENGTH or not DNS_LABEL.fullmatch(value):
+        if len(value) > MAX_TEAM_LENGTH or not is_dns1123_label(value):
             raise ValueError(
                 f"{value!r} is not a valid team; use the task-governance team name (1-"
                 f"{MAX_TEAM_LENGTH} lowercase letters, digits and '-'), without the "
@@ -171,7 +139,7 @@ class JobSpec(BaseModel):
                 f"{value!r} already ends in '{PRIORITY_CLASS_SUFFIX}'; give the class name alone "
                 f"(e.g. {value.removesuffix(PRIORITY_CLASS_SUFFIX)!r})"
             )
-        if len(value) > MAX_PRIORITY_LENGTH or not DNS_LABEL.fullmatch(value):
+        if len(value) > MAX_PRIORITY_LENGTH or not is_dns1123_label(value):
             raise ValueError(
                 f"{value!r} is not a valid priority class; use a task-governance priority class "
                 f"name (1-{MAX_PRIORITY_LENGTH} lowercase letters, digits and '-')"
@@ -242,7 +210,7 @@ class JobSpec(BaseModel):
     @field_validator("fsx_claim")
     @classmethod
     def _fsx_claim(cls, value: str) -> str:
-        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
+        if not is_dns1123_subdomain(value):
             raise ValueError(
                 f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
                 "digits, '-' and '.' (e.g. fsx-claim)"
@@ -252,7 +220,7 @@ class JobSpec(BaseModel):
     @field_validator("service_account")
     @classmethod
     def _service_account(cls, value: str) -> str:
-        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
+        if not is_dns1123_subdomain(value):
             raise ValueError(
                 f"{value!r} is not a valid service account name; use lowercase letters, "
                 f"digits, '-' and '.' (e.g. {TRAINING_SERVICE_ACCOUNT})"

@@ -262,6 +262,13 @@ def test_tolerations_match_the_given_taints(spec_factory) -> None:
     ]
 
 
+def test_a_taint_with_an_empty_value_is_tolerated_as_one_without(spec_factory) -> None:
+    taints = [{"key": "dedicated", "value": "", "effect": "NoSchedule"}]
+    assert _pod(render_job(spec_factory(taints=taints)))["tolerations"] == [
+        {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
 def test_run_policy_defaults(spec_factory) -> None:
     policy = render_job(spec_factory())["spec"]["runPolicy"]
     assert policy["jobMaxRetryCount"] == 10
