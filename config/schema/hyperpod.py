@@ -309,6 +309,10 @@ class InstanceGroupConfig(Strict):
                 raise ValueError(
                     f"{key}: {label!r} is not a valid Kubernetes label value; {LABEL_VALUE_RULE}"
                 )
+            if not label:
+                # Kubernetes allows an empty label value; HyperPod's API does not
+                # (ClusterKubernetesLabelValue has a minimum length of 1).
+                raise ValueError(f"{key}: HyperPod needs a non-empty node label value; set one")
             problem = _reserved_key(key, "example.com/team")
             if problem is not None:
                 raise ValueError(problem)

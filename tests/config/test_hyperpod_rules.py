@@ -189,6 +189,12 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "not a valid Kubernetes label value",
     ),
     (
+        "label-value-non-empty",
+        lambda d: system(d).update(labels={"example.com/pool": ""}),
+        f"{SYSTEM}.labels",
+        "HyperPod needs a non-empty node label value",
+    ),
+    (
         "taint-key-not-reserved",
         lambda d: system(d).update(
             taints=[{"key": "sagemaker.amazonaws.com/node-health-status", "effect": "NoSchedule"}]
