@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from config.loader import LoadedEnvironment
+from config.names import STACK_UNITS
 from hpctl import aws
 from hpctl.replacement import (
     UnknownResourceTypeError,
@@ -345,7 +346,7 @@ def synthesized_templates(loaded: LoadedEnvironment) -> tuple[Assembly, list[str
         }
     built = {short: stack.stack_name for short, stack in platform.by_name().items()}
     every = [
-        built.get(f.name, names.stack(f.name.replace("_", "-")))
+        built.get(f.name, names.stack(STACK_UNITS[f.name]))
         for f in dataclasses.fields(PlatformStacks)
     ]
     return templates, every

@@ -22,8 +22,9 @@ import typer
 
 from config.kubernetes import PRIORITY_CLASS_SUFFIX, team_namespace
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job import JobRequestError, render_job, spec_for_environment, to_yaml, utc_now
-from hpctl.options import EnvOption, load_environment_option
+from hpctl.job.environment import JobRequestError, spec_for_environment
+from hpctl.job.render import render_job, to_yaml
+from hpctl.options import EnvOption, load_environment_option, utc_now
 
 # The clock a default job name is stamped with; tests replace it.
 clock: Callable[[], datetime] = utc_now

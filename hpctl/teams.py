@@ -9,7 +9,7 @@ from typing import Any
 from config.kubernetes import local_queue, priority_class, team_namespace
 from config.schema import EnvironmentConfig
 from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
-from hpctl.job import nodes_figure
+from hpctl.job.environment import nodes_figure
 
 
 def teams_report(config: EnvironmentConfig) -> dict[str, Any]:

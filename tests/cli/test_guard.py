@@ -821,7 +821,7 @@ def test_moving_fsx_to_another_subnet_replaces_it(
     stack = prod_baseline.stacks["storage"].stack_name
     found = {(f["stack"], f["type"], f["detail"]) for f in report["findings"]}
     file_system = prod_baseline.logical_id(
-        "storage", prod_baseline.stacks["storage"].file_system.resource
+        "storage", prod_baseline.stacks["storage"].lustre.resource
     )
     assert found == {
         (stack, "AWS::FSx::FileSystem", "replaced: SubnetIds changed"),

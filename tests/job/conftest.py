@@ -14,7 +14,8 @@ import yaml
 
 from config.schema import EnvironmentConfig
 from hpctl import job_cmd
-from hpctl.job import JobSpec, spec_for_environment
+from hpctl.job.environment import spec_for_environment
+from hpctl.job.spec import JobSpec
 from tests.support import environment
 
 REQUIRED: dict[str, Any] = {
