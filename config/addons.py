@@ -1,11 +1,13 @@
 """The EKS add-ons the platform installs: the one table of their names, pinned versions,
 placement and settings.
 
-The stacks iterate over it: what every node needs from its first boot goes with the EKS
-cluster, before any node exists; the rest after the HyperPod cluster. An environment may
-override a pin (`eks.addons`), e.g. to try an upgrade in dev first; the schema checks
-overrides against the minimum here. Adding an add-on is a row here plus, where it calls AWS
-APIs, its construct (its pod identity and permissions).
+Each stack that places add-ons asks `placed_in` for its rows and creates exactly those
+(platform_constructs/eks_addons.py `place_addons`): what every node needs from its first
+boot goes with the EKS cluster, before any node exists; the rest after the HyperPod cluster.
+An environment may override a pin (`eks.addons`), e.g. to try an upgrade in dev first; the
+schema checks overrides against the minimum here. Adding an add-on is a row here plus, where
+it calls AWS APIs (a service account), its identity in `ADDON_IDENTITIES`
+(platform_constructs/eks_addons.py).
 
 Pins are builds EKS publishes for the default Kubernetes version (config/eks_versions.py),
 from the "latest version for each Kubernetes version" tables of the Amazon EKS User Guide
@@ -15,16 +17,18 @@ says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
 VERSION_FORMAT = "vMAJOR.MINOR.PATCH-eksbuild.N"
 
 Version = tuple[int, int, int]
+# The stacks that place add-ons, by their unit name (config/names.py `PlatformNames.stack`).
 AddonStack = Literal["eks", "cluster-addons", "governance", "observability"]
 
 
@@ -167,3 +171,21 @@ FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
 TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
 OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"
+
+
+class AddonVersions(Protocol):
+    """Where an environment's add-on versions come from (`config.schema.EksConfig`)."""
+
+    def addon_version(self, name: str) -> str: ...
+
+
+def placed_in(
+    stack: AddonStack, versions: AddonVersions, *, table: Mapping[str, Addon] = ADDONS
+) -> tuple[Addon, ...]:
+    """The rows of `table` that `stack` creates, in table order, each at the version the
+    environment installs (its `eks.addons` override, else the pin)."""
+    return tuple(
+        dataclasses.replace(addon, version=versions.addon_version(addon.name))
+        for addon in table.values()
+        if addon.stack == stack
+    )

@@ -1,13 +1,19 @@
-"""Kubernetes and HyperPod names the platform, its jobs and `hpctl` must agree on.
+"""Kubernetes and HyperPod names the platform, its jobs and `hpctl` must agree on, and
+Kubernetes' own rules for names, labels and taints.
 
 The one home of each: the stacks create what these name, `hpctl job render` writes
-manifests that use them, and tests check one against the other.
+manifests that use them, and tests check one against the other. The config schema and the
+job renderer validate names with the same rules and share one `Taint`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final, Literal
+
+from pydantic import field_validator
+
+from config.model import Strict
 
 # Node labels HyperPod and Kubernetes set (HyperPod CLI constants, AWS task-governance docs).
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
@@ -59,14 +65,94 @@ RESERVED_LABEL_DOMAINS: Final = ("sagemaker.amazonaws.com", "kubernetes.io", "k8
 INSTANCE_GROUP_NAME_PATTERN: Final = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 INSTANCE_GROUP_NAME = re.compile(INSTANCE_GROUP_NAME_PATTERN)
 
-LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
+# --- Kubernetes' name rules --------------------------------------------------------------
+# As the API server applies them (k8s.io/apimachinery/pkg/util/validation: IsDNS1123Label,
+# IsDNS1123Subdomain, IsDNS1035Label, IsQualifiedName, IsValidLabelValue), lengths included.
+DNS_LABEL_MAX: Final = 63
+DNS_SUBDOMAIN_MAX: Final = 253
+LABEL_NAME_MAX: Final = 63  # the name part of a label key
 LABEL_VALUE_MAX: Final = 63
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def is_dns1123_label(value: str) -> bool:
+    """A namespace's name (and a team's, which becomes one): 1-63 lowercase letters, digits
+    and '-', starting and ending with a letter or digit."""
+    return len(value) <= DNS_LABEL_MAX and _DNS1123_LABEL.fullmatch(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """Most object names (service accounts, claims, ConfigMaps) and label key prefixes: DNS
+    labels joined by '.', at most 253 characters."""
+    return len(value) <= DNS_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+
+
+def is_dns1035_label(value: str) -> bool:
+    """A Service's name: a DNS label that starts with a letter."""
+    return len(value) <= DNS_LABEL_MAX and _DNS1035_LABEL.fullmatch(value) is not None
+
+
+def is_label_key(value: str) -> bool:
+    """A label or taint key: `[prefix/]name`, the prefix a DNS subdomain, the name 1-63
+    letters, digits, '-', '_' and '.', starting and ending with a letter or digit."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_dns1123_subdomain(prefix):  # an empty prefix is not one either
+        return False
+    return len(name) <= LABEL_NAME_MAX and _LABEL_NAME.fullmatch(name) is not None
+
+
+def is_label_value(value: str) -> bool:
+    """A label or taint value: empty, or 1-63 letters, digits, '-', '_' and '.', starting and
+    ending with a letter or digit."""
+    return len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value) is not None
+
+
+LABEL_KEY_RULE: Final = (
+    "use [prefix/]name: a name of 1-63 letters, digits, '-', '_' or '.' that starts and ends "
+    "with a letter or digit, after an optional DNS subdomain prefix"
+)
+LABEL_VALUE_RULE: Final = (
+    "use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+)
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Taint(Strict):
+    """A node taint (core/v1 Taint): an instance group's nodes carry it, and a job on them
+    must tolerate it.
+
+    Kubernetes keeps no difference between an empty value and none (the field is an omitempty
+    string), and HyperPod's API refuses an empty one, so an empty value is read as none.
+    """
+
+    key: str
+    value: str | None = None
+    effect: TaintEffect
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not is_label_key(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint key; {LABEL_KEY_RULE}")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        if value is not None and not is_label_value(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes taint value; {LABEL_VALUE_RULE}")
+        return value or None
+
+    def toleration(self) -> dict[str, Any]:
+        """The pod toleration that lets a pod onto a node with this taint."""
+        if self.value is None:
+            return {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
 
 
 def reserved_label_domain(key: str) -> str | None:

@@ -9,9 +9,30 @@ where CloudFormation requires a name (the scheduler config and the compute quota
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
 
 PROJECT_PREFIX = "hyperpod"
+
+# The deployable units of an environment, each one stack: its unit names the stack
+# (`PlatformNames.stack`) and is what config/addons.py places add-ons in.
+StackUnit = Literal[
+    "network", "storage", "eks", "hyperpod", "cluster-addons", "governance", "observability"
+]
+# Short name (a `PlatformStacks` field, stacks/platform.py) -> unit, in deploy order.
+STACK_UNITS: Mapping[str, StackUnit] = MappingProxyType(
+    {
+        "network": "network",
+        "storage": "storage",
+        "eks": "eks",
+        "hyperpod": "hyperpod",
+        "cluster_addons": "cluster-addons",
+        "governance": "governance",
+        "observability": "observability",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -22,8 +43,9 @@ class PlatformNames:
     def stack_prefix(self) -> str:
         return f"{PROJECT_PREFIX}-{self.environment}"
 
-    def stack(self, unit: str) -> str:
-        """The stack name of a deployable unit ("network", "cluster-addons", ...)."""
+    def stack(self, unit: StackUnit) -> str:
+        """The stack name of a deployable unit ("network", "cluster-addons", ...): also its
+        construct ID in the app or pipeline stage."""
         return f"{self.stack_prefix}-{unit}"
 
     @property

@@ -1,45 +1,31 @@
-"""`hpctl`: offline planning and validation for the platform's environment configs.
+"""`hpctl`: plan, validate and operate the platform's environments.
 
+Every command module defines a `typer.Typer` named `app` holding its commands, each with
+`cls=OneLineUsageErrors`; this module mounts them all the same way, a group's under its name.
 Every failure is one line per problem on stderr (`hpctl <command>: <problem>`) and an exit
 code from `hpctl.errors.ExitCode`; no tracebacks.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from config.capacity import (
-    AWS_RESERVED_PER_SUBNET,
-    MIN_SUBNET_PREFIX,
-    CapacityError,
-    plan_group,
+from hpctl import (
+    capacity_cmd,
+    cluster_cmd,
+    errors,
+    guard_cmd,
+    job_cmd,
+    kubeconfig_cmd,
+    plans_cmd,
+    preflight_cmd,
+    teams_cmd,
+    validate_cmd,
+    zones_cmd,
 )
-from config.errors import ConfigError
-from config.instance_types import (
-    INSTANCE_TYPES,
-    InterfaceType,
-    known_instance_types,
-    lookup,
-)
-from config.loader import load_file
-from hpctl import errors
-from hpctl.cluster import app as cluster_app
-from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.guard import guard
-from hpctl.job_cmd import app as job_app
-from hpctl.kubeconfig_cmd import kubeconfig
-from hpctl.plans import app as plans_app
-from hpctl.preflight import preflight
-from hpctl.teams_cmd import teams
-from hpctl.zones_cmd import zones
+from hpctl.errors import ExitCode
 
 app = typer.Typer(
     name="hpctl",
@@ -47,238 +33,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-stdout = Console(soft_wrap=True)
 
-
-class OrchestratorChoice(StrEnum):
-    eks = "eks"
-    slurm = "slurm"
-
-
-class InterfaceChoice(StrEnum):
-    efa = "efa"
-    efa_only = "efa-only"
-
-
-def _interface_type(choice: InterfaceChoice | None) -> InterfaceType | None:
-    return None if choice is None else choice.value
-
-
-@app.command()
-def validate(
-    ctx: typer.Context,
-    files: Annotated[list[Path], typer.Argument(help="Environment files, e.g. config/prod.yaml")],
-) -> None:
-    """Run the same validation and capacity checks as `cdk synth`."""
-    problems: list[str] = []
-    for path in files:
-        try:
-            loaded = load_file(path)
-        except ConfigError as error:
-            problems += error.located_lines()
-            continue
-        groups = len(loaded.config.hyperpod.instance_groups)
-        stdout.print(
-            f"{path}: valid ({loaded.config.environment}, {loaded.config.region}, "
-            f"{groups} instance group{'s' if groups != 1 else ''})",
-            markup=False,
-        )
-    if problems:
-        fail(ctx, *problems, code=ExitCode.FAILED)
-
-
-def _single_group(
-    ctx: typer.Context,
-    instance_type: str,
-    count: int,
-    orchestrator: OrchestratorChoice,
-    interface: InterfaceChoice | None,
-    headroom: int,
-) -> dict[str, object]:
-    try:
-        figures = lookup(instance_type)
-    except KeyError as error:
-        fail(ctx, f"--instance-type: {error.args[0]}", code=ExitCode.USAGE)
-    chosen = _interface_type(interface)
-    if chosen and not figures.supports_interface(chosen):
-        supported = figures.supported_interfaces
-        fix = f"use --interface {' or '.join(supported)}" if supported else "omit --interface"
-        fail(
-            ctx,
-            f"--interface: {instance_type} does not support {chosen!r}; {fix}",
-            code=ExitCode.USAGE,
-        )
-    plan = plan_group(
-        name=instance_type,
-        instance_type=instance_type,
-        count=count,
-        orchestrator=orchestrator.value,
-        interface=chosen,
-        headroom_nodes=headroom,
-    )
-    result = plan.as_dict()
-    del result["name"], result["availability_zone"]
-    prefix = plan.subnet_prefix
-    result["subnet_prefix_fits_aws_limits"] = prefix >= MIN_SUBNET_PREFIX
-    size = 1 << (32 - max(prefix, 0))
-    result["subnet_size"] = size
-    result["growth_nodes_in_subnet"] = (
-        size - AWS_RESERVED_PER_SUBNET - plan.ips_total
-    ) // plan.ips_per_node
-    return result
-
-
-def _print_group(result: dict[str, object]) -> None:
-    table = Table(title=f"IP plan: {result['count']} x {result['instance_type']}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, str(value))
-    stdout.print(table)
-
-
-def _print_plan(source: Path, layout_dict: dict[str, Any]) -> None:
-    groups = Table(title=f"Cluster subnets for {source}")
-    for column in ("AZ", "CIDR", "usable", "required", "free", "groups", "room to grow"):
-        groups.add_column(
-            column, justify="right" if column in ("usable", "required", "free") else "left"
-        )
-    for az, subnet in layout_dict["cluster_subnets"].items():
-        growth = ", ".join(f"up to {n} more {g}" for g, n in subnet["growth_nodes"].items())
-        groups.add_row(
-            az,
-            subnet["cidr"],
-            str(subnet["usable"]),
-            str(subnet["required"]),
-            str(subnet["free"]),
-            ", ".join(subnet["groups"]) or "-",
-            growth or "-",
-        )
-    stdout.print(groups)
-    per_group = Table(title="Instance groups")
-    for column in (
-        "group",
-        "type",
-        "interface",
-        "nodes",
-        "headroom",
-        "IPs/node",
-        "IPs total",
-        "min subnet",
-    ):
-        per_group.add_column(column)
-    for group in layout_dict["groups"]:
-        per_group.add_row(
-            group["name"],
-            group["instance_type"],
-            str(group["interface"] or "-"),
-            str(group["count"]),
-            str(group["headroom_nodes"]),
-            str(group["ips_per_node"]),
-            str(group["ips_total"]),
-            f"/{group['subnet_prefix']}",
-        )
-    stdout.print(per_group)
-
-
-@app.command()
-def capacity(
-    ctx: typer.Context,
-    instance_type: Annotated[
-        str | None, typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")
-    ] = None,
-    count: Annotated[int | None, typer.Option("--count", min=1, help="Nodes in the group")] = None,
-    orchestrator: Annotated[
-        OrchestratorChoice, typer.Option("--orchestrator", case_sensitive=False)
-    ] = OrchestratorChoice.eks,
-    interface: Annotated[
-        InterfaceChoice | None,
-        typer.Option("--interface", help="efa (an address per card) or efa-only (none)"),
-    ] = None,
-    headroom: Annotated[
-        int,
-        typer.Option("--headroom", min=0, help="Spare nodes for replacements and rolling updates"),
-    ] = 0,
-    config: Annotated[
-        Path | None, typer.Option("--config", help="Plan a whole environment file instead")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
-) -> None:
-    """Addresses per node, per group and per subnet, with the smallest subnet that holds them."""
-    if config is not None:
-        if instance_type or count:
-            fail(
-                ctx,
-                "--config: use either --config or --instance-type/--count, not both",
-                code=ExitCode.USAGE,
-            )
-        try:
-            loaded = load_file(config)
-        except ConfigError as error:
-            fail(ctx, *error.located_lines(), code=ExitCode.FAILED)
-        layout = loaded.layout.as_dict()
-        groups = {g.name: g for s in loaded.layout.cluster.values() for g in s.groups}
-        layout["groups"] = [groups[name].as_dict() for name in sorted(groups)]
-        layout["environment"] = loaded.config.environment
-        if as_json:
-            stdout.print_json(json.dumps(layout))
-        else:
-            _print_plan(config, layout)
-        return
-    if instance_type is None or count is None:
-        fail(
-            ctx,
-            "--instance-type/--count: both are required (or pass --config FILE)",
-            code=ExitCode.USAGE,
-        )
-    try:
-        result = _single_group(ctx, instance_type, count, orchestrator, interface, headroom)
-    except CapacityError as error:
-        fail(ctx, str(error), code=ExitCode.USAGE)
-    if as_json:
-        print(json.dumps(result))
-    else:
-        _print_group(result)
-
-
-@app.command("instance-types")
-def instance_types(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list")] = False,
-) -> None:
-    """The instance types the planner and validation know, with their network figures."""
-    rows = [
-        {
-            "name": t.name,
-            "accelerator": t.accelerator,
-            "accelerators": t.accelerator_count,
-            "network_cards": t.network_cards,
-            "efa_interfaces": t.efa_interfaces,
-            "ipv4_per_eni": t.ipv4_per_eni,
-            "efa_only": t.supports_efa_only,
-        }
-        for t in (INSTANCE_TYPES[n] for n in known_instance_types())
-    ]
-    if as_json:
-        print(json.dumps(rows))
-        return
-    table = Table(title="Known instance types")
-    for column in rows[0]:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    stdout.print(table)
-
-
-app.command("teams", cls=OneLineUsageErrors)(teams)
-app.command("guard", cls=OneLineUsageErrors)(guard)
-app.command("preflight", cls=OneLineUsageErrors)(preflight)
-app.command("kubeconfig", cls=OneLineUsageErrors)(kubeconfig)
-app.command("zones", cls=OneLineUsageErrors)(zones)
-app.add_typer(job_app, name="job", help="Render HyperPodPyTorchJob manifests.")
-app.add_typer(plans_app, name="plans", help="Search and buy training plans (reserved capacity).")
-app.add_typer(
-    cluster_app, name="cluster", help="Cluster status, health, nodes, reboot and replace."
+# (group name or None for top-level commands, the module's app), in `hpctl --help` order.
+COMMAND_MODULES: tuple[tuple[str | None, typer.Typer], ...] = (
+    (None, validate_cmd.app),
+    (None, capacity_cmd.app),
+    (None, teams_cmd.app),
+    (None, guard_cmd.app),
+    (None, preflight_cmd.app),
+    (None, kubeconfig_cmd.app),
+    (None, zones_cmd.app),
+    ("job", job_cmd.app),
+    ("plans", plans_cmd.app),
+    ("cluster", cluster_cmd.app),
 )
+for group, commands in COMMAND_MODULES:
+    app.add_typer(commands, name=group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,8 @@ createOnlyProperties plus the few they omit), naming the property. A create-only
 that references, by Ref/Fn::GetAtt/Fn::Sub, a resource of the same stack that is replaced
 changes too (a subnet whose VPC is replaced is replaced). Exit 1 if any is found that
 `--allow` does not accept, else 0.
+
+This module compares and reads the assemblies; the command is `hpctl.guard_cmd`.
 """
 
 from __future__ import annotations
@@ -28,15 +30,11 @@ import tempfile
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-from botocore.exceptions import ClientError
-
-from config.errors import ConfigError
-from config.loader import LoadedEnvironment, load_environment
+from config.loader import LoadedEnvironment
+from config.names import STACK_UNITS
 from hpctl import aws
-from hpctl.errors import ExitCode, fail
 from hpctl.replacement import (
     UnknownResourceTypeError,
     changed_properties,
@@ -305,11 +303,8 @@ def _template_body(stack: str, body: object) -> Template:
     return dict(body)
 
 
-def _not_deployed(error: ClientError) -> bool:
-    details = error.response.get("Error", {})
-    return details.get("Code") == "ValidationError" and "does not exist" in str(
-        details.get("Message", "")
-    )
+def _not_deployed(failure: aws.AwsCallError) -> bool:
+    return failure.code == "ValidationError" and "does not exist" in failure.message
 
 
 def deployed_templates(client: Any, stack_names: list[str]) -> tuple[Assembly, list[str]]:
@@ -319,9 +314,9 @@ def deployed_templates(client: Any, stack_names: list[str]) -> tuple[Assembly, l
     missing: list[str] = []
     for name in stack_names:
         try:
-            response = client.get_template(StackName=name, TemplateStage="Original")
-        except ClientError as error:
-            if not _not_deployed(error):
+            response = aws.call(client, "get_template", StackName=name, TemplateStage="Original")
+        except aws.AwsCallError as failure:
+            if not _not_deployed(failure):
                 raise
             deployed[name] = {}
             missing.append(name)
@@ -351,124 +346,7 @@ def synthesized_templates(loaded: LoadedEnvironment) -> tuple[Assembly, list[str
         }
     built = {short: stack.stack_name for short, stack in platform.by_name().items()}
     every = [
-        built.get(f.name, names.stack(f.name.replace("_", "-")))
+        built.get(f.name, names.stack(STACK_UNITS[f.name]))
         for f in dataclasses.fields(PlatformStacks)
     ]
     return templates, every
-
-
-def _load(ctx: typer.Context, name: str) -> LoadedEnvironment:
-    try:
-        return load_environment(name)
-    except ConfigError as error:
-        # Problems in a file name the file; an unknown name has no file to name.
-        lines = error.located_lines() if error.source.endswith(".yaml") else error.lines
-        fail(ctx, "--env: " + "; ".join(lines), code=ExitCode.USAGE)
-
-
-def _from_environment(ctx: typer.Context, name: str) -> tuple[Assembly, Assembly, list[str]]:
-    import jsii.errors
-
-    loaded = _load(ctx, name)
-    try:
-        new, stack_names = synthesized_templates(loaded)
-    except jsii.errors.JSIIError as error:
-        fail(ctx, f"--env {name}: synthesis failed: {error}", code=ExitCode.FAILED)
-    with aws.reported_errors(ctx):
-        client = aws.client("cloudformation", region=loaded.config.region)
-        try:
-            old, missing = deployed_templates(client, stack_names)
-        except GuardInputError as error:
-            fail(ctx, str(error), code=ExitCode.FAILED)
-    return old, new, missing
-
-
-# --------------------------------------------------------------------------- command
-
-
-def guard(
-    ctx: typer.Context,
-    old: Annotated[
-        Path | None,
-        typer.Argument(
-            metavar="OLD",
-            help="Cloud assembly before the change: a directory of *.template.json "
-            "(cdk synth --output DIR).",
-            show_default=False,
-        ),
-    ] = None,
-    new: Annotated[
-        Path | None,
-        typer.Argument(metavar="NEW", help="Cloud assembly after the change.", show_default=False),
-    ] = None,
-    env: Annotated[
-        str | None,
-        typer.Option(
-            "--env",
-            metavar="NAME",
-            help="Instead of OLD NEW: synthesize config/<env>.yaml and compare it with the "
-            "templates deployed in its account and Region.",
-            show_default=False,
-        ),
-    ] = None,
-    allow: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow",
-            metavar="LOGICAL_ID",
-            help="Accept the deletion or replacement of this resource (LogicalId or "
-            "stack/LogicalId); repeatable. It is still listed.",
-            show_default=False,
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
-    """Refuse a change that deletes or replaces a stateful resource.
-
-    Compares OLD and NEW cloud assemblies, or (--env) the environment
-    synthesized now with the templates deployed in its account and Region.
-    One line per cluster, file system, bucket, key, subnet, VPC, EKS cluster,
-    log group, quota or scheduler config the change deletes or replaces,
-    naming the create-only property; exit 1 if any is not --allow'ed.
-    """
-    missing: list[str] = []
-    if env is not None:
-        if old is not None or new is not None:
-            fail(
-                ctx,
-                "--env: compares with the deployed templates; pass either --env NAME or "
-                "OLD NEW, not both",
-                code=ExitCode.USAGE,
-            )
-        before, after, missing = _from_environment(ctx, env)
-    else:
-        if old is None or new is None:
-            fail(
-                ctx,
-                "OLD NEW: pass two cloud assembly directories (before and after), or "
-                "--env NAME to compare with what is deployed",
-                code=ExitCode.USAGE,
-            )
-        try:
-            before, after = read_assembly("OLD", old), read_assembly("NEW", new)
-        except GuardInputError as error:
-            fail(ctx, str(error), code=ExitCode.USAGE)
-    report = compare(before, after, allow=allow or (), not_deployed=missing)
-    if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2))
-    else:
-        for finding in report.findings:
-            typer.echo(finding.line())
-        for unused in report.unused_allow:
-            typer.echo(f"--allow {unused}: matches no deleted or replaced resource")
-        if not report.blocking:
-            typer.echo(report.summary())
-    blocking = len(report.blocking)
-    if blocking:
-        fail(
-            ctx,
-            f"{blocking} stateful resource{'s' if blocking != 1 else ''} would be deleted or "
-            "replaced; keep their logical IDs and create-only properties, or pass --allow "
-            "LOGICAL_ID for each deliberate one",
-            code=ExitCode.FAILED,
-        )

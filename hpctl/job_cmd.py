@@ -20,15 +20,12 @@ from typing import Annotated, Any
 
 import typer
 
-from config.errors import ConfigError
 from config.kubernetes import PRIORITY_CLASS_SUFFIX, team_namespace
-from config.loader import CONFIG_DIR, load_environment
-from config.schema import EnvironmentConfig
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job import JobRequestError, render_job, spec_for_environment, to_yaml, utc_now
+from hpctl.job.environment import JobRequestError, spec_for_environment
+from hpctl.job.render import render_job, to_yaml
+from hpctl.options import EnvOption, load_environment_option, utc_now
 
-# Where --env NAME is looked up (config/NAME.yaml); tests point it elsewhere.
-config_dir: Path = CONFIG_DIR
 # The clock a default job name is stamped with; tests replace it.
 clock: Callable[[], datetime] = utc_now
 
@@ -45,23 +42,10 @@ def _job() -> None:
     """Render HyperPod training jobs (HyperPodPyTorchJob manifests)."""
 
 
-def load_environment_option(ctx: typer.Context, name: str) -> EnvironmentConfig:
-    """config/<name>.yaml, validated; an unknown name or an invalid file ends the command
-    with one `--env: ...` line and exit 2."""
-    try:
-        return load_environment(name, config_dir=config_dir).config
-    except ConfigError as error:
-        # Problems in a file name the file; an unknown name has no file to name.
-        lines = error.located_lines() if error.source.endswith(".yaml") else error.lines
-        fail(ctx, "--env: " + "; ".join(lines), code=ExitCode.USAGE)
-
-
 @app.command("render", cls=OneLineUsageErrors)
 def render(
     ctx: typer.Context,
-    env: Annotated[
-        str | None, typer.Option(help="Environment (config/<env>.yaml), e.g. dev or prod.")
-    ] = None,
+    env: EnvOption = None,
     team: Annotated[
         str | None,
         typer.Option(help=f"Task-governance team; namespace {team_namespace('<team>')}."),

@@ -9,142 +9,25 @@ Then the priority classes, highest weight first. Offline: it reads config/<env>.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
 
 import typer
 
-from config.kubernetes import local_queue, priority_class, team_namespace
-from config.schema import EnvironmentConfig
-from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
-from hpctl.errors import ExitCode, fail
-from hpctl.job import nodes_figure
-from hpctl.job_cmd import load_environment_option
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+from hpctl.options import EnvOption, JsonObjectOption, required_environment
+from hpctl.teams import format_report, teams_report
+
+app = typer.Typer()
 
 
-def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
-    """The environment's governance as plain data (the `--json` object), keys in a fixed
-    order. The environment must have a governance section."""
-    governance = config.governance
-    if governance is None:
-        raise ValueError(f"{config.environment} has no governance section")
-    teams = []
-    for team in governance.teams_by_name():
-        capacity = team_capacity(governance, team, config.hyperpod.instance_groups)
-        borrow_limit = (
-            team.borrow_limit_percent or SERVICE_DEFAULT_BORROW_LIMIT_PERCENT
-            if team.sharing == "LendAndBorrow"
-            else None
-        )
-        teams.append(
-            {
-                "name": team.name,
-                "namespace": team_namespace(team.name),
-                "local_queue": local_queue(team.name),
-                "sharing": team.sharing,
-                "borrow_limit_percent": borrow_limit,
-                "fair_share_weight": team.fair_share_weight,
-                "preempt_lower_priority": team.preempt_lower_priority,
-                "groups": [
-                    {
-                        "instance_group": c.instance_group,
-                        "instance_type": c.instance_type,
-                        "guaranteed_nodes": nodes_figure(c.guaranteed),
-                        "borrowable_nodes": nodes_figure(c.borrowable),
-                        "max_job_nodes": c.max_job_nodes,
-                    }
-                    for c in capacity
-                    if c.guaranteed > 0 or c.borrowable > 0
-                ],
-            }
-        )
-    classes = sorted(governance.priority_classes, key=lambda c: (-c.weight, c.name))
-    return {
-        "environment": config.environment,
-        "fair_share": governance.fair_share,
-        "idle_resource_sharing": governance.idle_resource_sharing,
-        "priority_classes": [
-            {"name": c.name, "weight": c.weight, "kueue_class": priority_class(c.name)}
-            for c in classes
-        ],
-        "teams": teams,
-    }
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Left-aligned columns two spaces apart, no trailing blanks."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-
-
-def _on_off(value: bool) -> str:
-    return "on" if value else "off"
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """`teams_report` as plain-text tables."""
-    lines = [
-        f"Environment {report['environment']}: fair share {_on_off(report['fair_share'])}, "
-        f"idle resource sharing {_on_off(report['idle_resource_sharing'])}",
-        "",
-        "Teams",
-    ]
-    teams = report["teams"]
-    lines += _table(
-        ["team", "namespace", "sharing", "borrow limit", "fair-share weight", "preempts lower"],
-        [
-            [
-                t["name"],
-                t["namespace"],
-                t["sharing"],
-                "-" if t["borrow_limit_percent"] is None else f"{t['borrow_limit_percent']}%",
-                str(t["fair_share_weight"]),
-                "yes" if t["preempt_lower_priority"] else "no",
-            ]
-            for t in teams
-        ],
-    )
-    lines += ["", "Capacity per team and instance group (nodes)"]
-    rows = [
-        [
-            t["name"],
-            g["instance_group"],
-            g["instance_type"],
-            str(g["guaranteed_nodes"]),
-            str(g["borrowable_nodes"]),
-            str(g["max_job_nodes"]),
-        ]
-        for t in teams
-        for g in t["groups"]
-    ]
-    rows += [[t["name"], "-", "-", "0", "0", "0"] for t in teams if not t["groups"]]
-    rows.sort(key=lambda row: (row[0], row[1]))
-    lines += _table(
-        ["team", "instance group", "instance type", "guaranteed", "borrowable", "max job nodes"],
-        rows,
-    )
-    lines += ["", "Priority classes (highest first)"]
-    lines += _table(
-        ["name", "weight", "kueue class"],
-        [[c["name"], str(c["weight"]), c["kueue_class"]] for c in report["priority_classes"]],
-    )
-    return "\n".join(lines) + "\n"
-
-
+@app.command("teams", cls=OneLineUsageErrors)
 def teams(
     ctx: typer.Context,
-    env: Annotated[
-        str | None, typer.Option(help="Environment (config/<env>.yaml), e.g. dev or prod.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    env: EnvOption = None,
+    as_json: JsonObjectOption = False,
 ) -> None:
     """Teams, quotas (guaranteed, borrowable, largest job) and priority classes of an
     environment."""
-    if env is None:
-        fail(ctx, "--env: missing; pass --env", code=ExitCode.USAGE)
-    config = load_environment_option(ctx, env)
+    config = required_environment(ctx, env)
     if config.governance is None:
         fail(
             ctx,

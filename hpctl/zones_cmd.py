@@ -3,7 +3,7 @@ in cdk.context.json, so the environment can name zones by ID and synth stays off
 
 Reads only the environment file's `account` and `region` (the rest may still name zones the
 file cannot resolve yet), checks that the credentials belong to that account
-(sts:GetCallerIdentity) and asks ec2:DescribeAvailabilityZones for the Region's zones of type
+(sts:GetCallerIdentity, `hpctl.aws.connect`) and asks ec2:DescribeAvailabilityZones for the Region's zones of type
 availability-zone. Prints the table (name, zone ID, state) and, with `--write`, records it;
 commit the file so every synth and reviewer sees the same mapping. Failures are one line
 (exit 1 for AWS, 2 for options and files).
@@ -22,15 +22,16 @@ from rich.table import Table
 from config.errors import ConfigError
 from config.loader import read_yaml
 from config.zones import CONTEXT_FILE, record_zones, recorded_zone_ids
-from hpctl import aws
-from hpctl.errors import ExitCode, fail
-from hpctl.job_cmd import config_dir
+from hpctl import aws, options
+from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+
+app = typer.Typer()
 
 
 def _account_and_region(ctx: typer.Context, env: str) -> tuple[str, str]:
-    path = config_dir / f"{env}.yaml"
+    path = options.config_dir / f"{env}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml")))
+        known = ", ".join(sorted(p.stem for p in options.config_dir.glob("*.yaml")))
         fail(ctx, f"--env: unknown environment {env!r}; use one of {known}", code=ExitCode.USAGE)
     try:
         data = read_yaml(path)
@@ -48,22 +49,20 @@ def _account_and_region(ctx: typer.Context, env: str) -> tuple[str, str]:
     return account, region
 
 
-def account_zones(region: str) -> tuple[str, dict[str, dict[str, Any]]]:
-    """(the caller's account, name -> zone) for the Region's Availability Zones (not Local
-    or Wavelength Zones)."""
-    caller = aws.client("sts", region=region).get_caller_identity()["Account"]
-    found = aws.client("ec2", region=region).describe_availability_zones()["AvailabilityZones"]
-    zones = {
+def account_zones(connection: aws.Connection) -> dict[str, dict[str, Any]]:
+    """name -> zone for the Region's Availability Zones (not Local or Wavelength Zones)."""
+    found = aws.call(connection.client("ec2"), "describe_availability_zones")
+    return {
         z["ZoneName"]: z
-        for z in found
+        for z in found["AvailabilityZones"]
         if z.get("ZoneType", "availability-zone") == "availability-zone"
     }
-    return str(caller), zones
 
 
+@app.command("zones", cls=OneLineUsageErrors)
 def zones(
     ctx: typer.Context,
-    env: Annotated[str, typer.Option(help="Environment (config/<env>.yaml), e.g. prod.")],
+    env: options.EnvOption = None,
     write: Annotated[
         bool, typer.Option("--write", help="Record the mapping in cdk.context.json.")
     ] = False,
@@ -74,20 +73,15 @@ def zones(
             help="With --write, also change names the file already maps to another zone ID.",
         ),
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_output: options.JsonOption = False,
     context_file: Annotated[Path, typer.Option(hidden=True)] = CONTEXT_FILE,
 ) -> None:
     """Show (and with --write record) the account's AZ names and zone IDs."""
+    env = options.required_env(ctx, env)
     account, region = _account_and_region(ctx, env)
+    connection = aws.connect(ctx, region, account=account, environment=env)
     with aws.reported_errors(ctx):
-        caller, found = account_zones(region)
-    if caller != account:
-        fail(
-            ctx,
-            f"--env: {env} deploys into account {account}, the credentials are of {caller}; "
-            "use credentials of that account (AWS_PROFILE)",
-            code=ExitCode.USAGE,
-        )
+        found = account_zones(connection)
     mapping = {name: str(zone["ZoneId"]) for name, zone in sorted(found.items())}
     try:
         recorded = recorded_zone_ids(account, region, context_file)
@@ -128,7 +122,7 @@ def zones(
     table = Table("name", "zone ID", "state", "recorded")
     for row in rows:
         table.add_row(row["name"], row["zone_id"], row["state"], row["recorded"])
-    aws.print_table(Console(), table)
+    options.print_table(Console(), table)
     if write:
         typer.echo(f"recorded {len(rows)} zones of {account}/{region}; commit cdk.context.json")
     elif differs:

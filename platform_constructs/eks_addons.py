@@ -1,10 +1,16 @@
 """EKS managed add-ons, each pinned to the version in config, and the IAM identities of the
-add-ons that call AWS APIs (EKS Pod Identity: no OIDC provider to manage)."""
+add-ons that call AWS APIs (EKS Pod Identity: no OIDC provider to manage).
+
+`place_addons` is the one way a stack creates add-ons: the rows config/addons.py assigns to
+it, each with its pod identity from `ADDON_IDENTITIES` where its row names a service account.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import aws_cdk as cdk
@@ -12,7 +18,15 @@ from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR, ServiceAccount
+from config.addons import (
+    FSX_CSI_DRIVER,
+    OBSERVABILITY,
+    TRAINING_OPERATOR,
+    AddonStack,
+    AddonVersions,
+    ServiceAccount,
+    placed_in,
+)
 
 
 class PinnedAddon(Construct):
@@ -143,78 +157,155 @@ class AddonWithPodIdentity(Construct):
         self.addon.node.add_dependency(self.identity)
 
 
-class FsxCsiDriver(AddonWithPodIdentity):
-    """The FSx for Lustre CSI driver add-on and its controller identity.
+@dataclass(frozen=True, kw_only=True)
+class IdentityContext:
+    """The resources add-on permissions name, as far as the placing stack has them: an
+    identity that needs one the stack did not give fails to build."""
 
-    Volumes are provisioned statically (the platform owns the file system), so the controller
-    never creates or deletes file systems: it may only describe the one it serves.
+    file_system_arn: str | None = None
+    hyperpod_cluster_arn: str | None = None
+    workspace_arn: str | None = None
+
+    def require(self, name: str) -> str:
+        value: str | None = getattr(self, name)
+        if value is None:
+            raise ValueError(f"this stack gives its add-on identities no {name}")
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddonIdentity:
+    """What an add-on's controller may do. `construct_id`: the add-on's construct, part of
+    the logical ID of everything in it, so it never changes once deployed."""
+
+    construct_id: str
+    description: str
+    statements: tuple[iam.PolicyStatement, ...]
+
+
+def _fsx_csi_driver(context: IdentityContext) -> AddonIdentity:
+    # Volumes are provisioned statically (the platform owns the file system), so the
+    # controller never creates or deletes file systems: it may only describe the one it serves.
+    return AddonIdentity(
+        construct_id="FsxCsiDriver",
+        description="FSx CSI controller: describe the platform's Lustre file system",
+        statements=(
+            iam.PolicyStatement(
+                actions=["fsx:DescribeFileSystems"],
+                resources=[context.require("file_system_arn")],
+            ),
+        ),
+    )
+
+
+def _training_operator(context: IdentityContext) -> AddonIdentity:
+    # The operator reads the HyperPod node records to map pods to nodes and their health. AWS
+    # documents one permission for it (the AmazonSageMakerHyperPodTrainingOperatorAccess
+    # managed policy grants sagemaker:DescribeClusterNode); granted on this platform's
+    # HyperPod cluster only.
+    return AddonIdentity(
+        construct_id="TrainingOperator",
+        description="HyperPod training operator: describe the HyperPod cluster's nodes",
+        statements=(
+            iam.PolicyStatement(
+                actions=["sagemaker:DescribeClusterNode"],
+                resources=[context.require("hyperpod_cluster_arn")],
+            ),
+        ),
+    )
+
+
+def _observability(context: IdentityContext) -> AddonIdentity:
+    # The collector remote-writes to the environment's workspace and nowhere else.
+    return AddonIdentity(
+        construct_id="ObservabilityAddon",
+        description="HyperPod observability collector: remote write to this workspace",
+        statements=(
+            iam.PolicyStatement(
+                actions=["aps:RemoteWrite"], resources=[context.require("workspace_arn")]
+            ),
+        ),
+    )
+
+
+# The one mapping of add-on -> pod identity: exactly the rows that name a service account.
+ADDON_IDENTITIES: Mapping[str, Callable[[IdentityContext], AddonIdentity]] = MappingProxyType(
+    {
+        FSX_CSI_DRIVER: _fsx_csi_driver,
+        TRAINING_OPERATOR: _training_operator,
+        OBSERVABILITY: _observability,
+    }
+)
+
+
+@dataclass(frozen=True)
+class PlacedAddons:
+    """What `place_addons` created: every add-on (name -> PinnedAddon) and, for those with a
+    controller identity, the whole construct (name -> AddonWithPodIdentity)."""
+
+    addons: dict[str, PinnedAddon] = field(default_factory=dict)
+    identities: dict[str, AddonWithPodIdentity] = field(default_factory=dict)
+
+
+def place_addons(
+    scope: Construct,
+    stack: AddonStack,
+    *,
+    versions: AddonVersions,
+    cluster_name: str,
+    removal_policy: cdk.RemovalPolicy,
+    context: IdentityContext | None = None,
+    configurations: Mapping[str, Mapping[str, Any]] | None = None,
+) -> PlacedAddons:
+    """Create in `scope` the add-ons config/addons.py assigns to `stack`, in table order.
+
+    An add-on whose row names a service account gets its identity from `ADDON_IDENTITIES`,
+    built from `context`. `configurations`: configuration values only known at synth time
+    (they name this stack's resources), in place of the row's. Each add-on follows the ones
+    its row lists in `after`.
     """
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cluster_name: str,
-        version: str,
-        file_system_arn: str,
-        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
-    ) -> None:
-        super().__init__(
+    context = context or IdentityContext()
+    configurations = configurations or {}
+    rows = placed_in(stack, versions)
+    unplaced = set(configurations) - {addon.name for addon in rows}
+    if unplaced:
+        raise ValueError(f"configurations for add-ons the {stack} stack does not place: {unplaced}")
+    placed = PlacedAddons()
+    for addon in rows:
+        configuration = configurations.get(addon.name, addon.configuration)
+        if addon.service_account is None:
+            placed.addons[addon.name] = PinnedAddon(
+                scope,
+                f"Addon-{addon.name}",
+                cluster_name=cluster_name,
+                addon_name=addon.name,
+                version=addon.version,
+                configuration=configuration,
+                removal_policy=removal_policy,
+            )
+            continue
+        build = ADDON_IDENTITIES.get(addon.name)
+        if build is None:
+            raise ValueError(
+                f"{addon.name} calls AWS APIs (its table row names a service account) but "
+                "has no identity; add one to ADDON_IDENTITIES"
+            )
+        identity = build(context)
+        with_identity = AddonWithPodIdentity(
             scope,
-            construct_id,
+            identity.construct_id,
             cluster_name=cluster_name,
-            addon_name=FSX_CSI_DRIVER,
-            version=version,
+            addon_name=addon.name,
+            version=addon.version,
+            service_account=addon.service_account,
+            description=identity.description,
+            statements=identity.statements,
+            configuration=configuration,
             removal_policy=removal_policy,
-            service_account=_service_account(FSX_CSI_DRIVER),
-            description="FSx CSI controller: describe the platform's Lustre file system",
-            statements=[
-                iam.PolicyStatement(
-                    actions=["fsx:DescribeFileSystems"], resources=[file_system_arn]
-                )
-            ],
         )
-
-
-class TrainingOperator(AddonWithPodIdentity):
-    """The SageMaker HyperPod training operator add-on and its controller identity.
-
-    The operator reads the HyperPod node records to map pods to nodes and their health.
-    AWS documents one permission for it (the AmazonSageMakerHyperPodTrainingOperatorAccess
-    managed policy grants sagemaker:DescribeClusterNode); it is granted here on this
-    platform's HyperPod cluster only.
-    """
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cluster_name: str,
-        version: str,
-        hyperpod_cluster_arn: str,
-        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.DESTROY,
-    ) -> None:
-        super().__init__(
-            scope,
-            construct_id,
-            cluster_name=cluster_name,
-            addon_name=TRAINING_OPERATOR,
-            version=version,
-            removal_policy=removal_policy,
-            service_account=_service_account(TRAINING_OPERATOR),
-            description="HyperPod training operator: describe the HyperPod cluster's nodes",
-            statements=[
-                iam.PolicyStatement(
-                    actions=["sagemaker:DescribeClusterNode"], resources=[hyperpod_cluster_arn]
-                )
-            ],
-        )
-
-
-def _service_account(addon_name: str) -> ServiceAccount:
-    service_account = ADDONS[addon_name].service_account
-    if service_account is None:
-        raise ValueError(f"the add-on table names no service account for {addon_name}")
-    return service_account
+        placed.identities[addon.name] = with_identity
+        placed.addons[addon.name] = with_identity.addon
+    for addon in rows:
+        for earlier in addon.after:
+            placed.addons[addon.name].node.add_dependency(placed.addons[earlier])
+    return placed

@@ -25,6 +25,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from config.kubernetes import Taint
 from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.hyperpod_role import LOG_GROUP_PREFIX
 from platform_constructs.lifecycle_scripts import LifecycleScripts
@@ -38,13 +39,6 @@ CLUSTER_LOGICAL_ID = "HyperPodCluster"
 
 # The construct ID of CDK's per-stack LogRetention handler (aws-logs LogRetention).
 LOG_RETENTION_HANDLER_ID = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Taint:
-    key: str
-    effect: str
-    value: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

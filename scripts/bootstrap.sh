@@ -64,9 +64,9 @@ done
 
 if [[ "$mode" == test ]]; then
   # The training image's torch cannot be installed here (a CUDA build); its sources are
-  # unpacked so the tests check the package's torch API against it (training/torch_source.py).
+  # unpacked so the tests check the package's torch API against it (tools/torch_source.py).
   echo "bootstrap: unpacking the training image's torch sources" >&2
-  "$VENV/bin/python" -m training.torch_source >/dev/null
+  "$VENV/bin/python" -m tools.torch_source >/dev/null
 fi
 
 echo "bootstrap: installing the pinned CDK CLI" >&2

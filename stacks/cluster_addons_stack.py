@@ -11,20 +11,19 @@ and the FSx volume and claim stay bound."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR
+from config.addons import FSX_CSI_DRIVER
 from config.schema import EksConfig
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
-    FsxCsiDriver,
+    IdentityContext,
     PinnedAddon,
-    TrainingOperator,
+    place_addons,
 )
 from platform_constructs.eks_cluster import retain_with_cluster
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
@@ -46,53 +45,18 @@ class ClusterAddonsStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        # Add-ons whose controller calls AWS APIs: their construct grants exactly that.
-        with_identity: dict[str, Callable[[str], AddonWithPodIdentity]] = {
-            FSX_CSI_DRIVER: lambda version: FsxCsiDriver(
-                self,
-                "FsxCsiDriver",
-                cluster_name=cluster_name,
-                version=version,
-                file_system_arn=file_system.arn,
-                removal_policy=removal_policy,
+        placed = place_addons(
+            self,
+            "cluster-addons",
+            versions=eks,
+            cluster_name=cluster_name,
+            removal_policy=removal_policy,
+            context=IdentityContext(
+                file_system_arn=file_system.arn, hyperpod_cluster_arn=hyperpod_cluster_arn
             ),
-            TRAINING_OPERATOR: lambda version: TrainingOperator(
-                self,
-                "TrainingOperator",
-                cluster_name=cluster_name,
-                version=version,
-                hyperpod_cluster_arn=hyperpod_cluster_arn,
-                removal_policy=removal_policy,
-            ),
-        }
-        self.addons: dict[str, PinnedAddon] = {}
-        self.identities: dict[str, AddonWithPodIdentity] = {}
-        for addon in ADDONS.values():
-            if addon.stack != "cluster-addons":
-                continue
-            version = eks.addon_version(addon.name)
-            build = with_identity.get(addon.name)
-            if build is None and addon.service_account is not None:
-                raise ValueError(
-                    f"{addon.name} calls AWS APIs (its table row names a service account) but "
-                    "has no construct granting its permissions; add one to `with_identity`"
-                )
-            if build is None:
-                self.addons[addon.name] = PinnedAddon(
-                    self,
-                    f"Addon-{addon.name}",
-                    cluster_name=cluster_name,
-                    addon_name=addon.name,
-                    version=version,
-                    configuration=addon.configuration,
-                    removal_policy=removal_policy,
-                )
-            else:
-                self.identities[addon.name] = build(version)
-                self.addons[addon.name] = self.identities[addon.name].addon
-        for name, resource in self.addons.items():
-            for earlier in ADDONS[name].after:
-                resource.node.add_dependency(self.addons[earlier])
+        )
+        self.addons: dict[str, PinnedAddon] = placed.addons
+        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
 
         self.fsx_volume = FsxStaticVolume(
             self,

@@ -17,10 +17,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.addons import ADDONS
 from config.schema import EksConfig, InstanceGroupConfig
 from platform_constructs.admin_host import AdminHost
-from platform_constructs.eks_addons import PinnedAddon
+from platform_constructs.eks_addons import AddonWithPodIdentity, PinnedAddon, place_addons
 from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
 from platform_constructs.hyperpod_dependencies import HyperPodDependencies, NodeGroup
@@ -101,22 +100,15 @@ class EksStack(cdk.Stack):
         # Created before any node exists, as AWS's HyperPod EKS template does. The DaemonSets
         # are ACTIVE with zero nodes; coredns is DEGRADED until nodes come, which
         # CloudFormation accepts as created (config/addons.py), so none holds the stack up.
-        self.addons: dict[str, PinnedAddon] = {
-            addon.name: PinnedAddon(
-                self,
-                f"Addon-{addon.name}",
-                cluster_name=self.cluster.resource.ref,
-                addon_name=addon.name,
-                version=eks.addon_version(addon.name),
-                configuration=addon.configuration,
-                removal_policy=removal_policy,
-            )
-            for addon in ADDONS.values()
-            if addon.stack == "eks"
-        }
-        for name, resource in self.addons.items():
-            for earlier in ADDONS[name].after:
-                resource.node.add_dependency(self.addons[earlier])
+        placed = place_addons(
+            self,
+            "eks",
+            versions=eks,
+            cluster_name=self.cluster.resource.ref,
+            removal_policy=removal_policy,
+        )
+        self.addons: dict[str, PinnedAddon] = placed.addons
+        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
 
         self.hyperpod_dependencies = HyperPodDependencies(
             self,

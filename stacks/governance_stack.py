@@ -14,7 +14,6 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config.addons import ADDONS
 from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
@@ -27,7 +26,12 @@ from config.teams import (
     checkpoint_prefix,
     managed_tier_prefix,
 )
-from platform_constructs.eks_addons import PinnedAddon
+from platform_constructs.eks_addons import (
+    AddonWithPodIdentity,
+    IdentityContext,
+    PinnedAddon,
+    place_addons,
+)
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from platform_constructs.task_governance import (
     ComputeQuota,
@@ -97,19 +101,18 @@ class GovernanceStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.addons = {
-            addon.name: PinnedAddon(
-                self,
-                f"Addon-{addon.name}",
-                cluster_name=eks_cluster_name,
-                addon_name=addon.name,
-                version=eks.addon_version(addon.name),
-                configuration=addon.configuration,
-                removal_policy=removal_policy,
-            )
-            for addon in ADDONS.values()
-            if addon.stack == "governance"
-        }
+        placed = place_addons(
+            self,
+            "governance",
+            versions=eks,
+            cluster_name=eks_cluster_name,
+            removal_policy=removal_policy,
+            context=IdentityContext(
+                file_system_arn=file_system.arn, hyperpod_cluster_arn=hyperpod_cluster_arn
+            ),
+        )
+        self.addons: dict[str, PinnedAddon] = placed.addons
+        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
         self.scheduler_config = SchedulerConfig(
             self,
             "SchedulerConfig",

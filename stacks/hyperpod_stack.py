@@ -19,7 +19,6 @@ from platform_constructs.hyperpod_cluster import (
     HyperPodClusterProps,
     InstanceGroupProps,
     ScheduledUpdate,
-    Taint,
     TrainingPlan,
 )
 from platform_constructs.hyperpod_role import HyperPodAutoscalingRole, HyperPodExecutionRole
@@ -60,7 +59,7 @@ def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
         ebs_volume_gib=group.ebs_volume_gib,
         deep_health_checks=tuple(group.deep_health_checks),
         labels=dict(group.labels),
-        taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value) for t in group.taints),
+        taints=tuple(group.taints),
         interface=group.interface,
         training_plan=TrainingPlan(arn=plan.arn, availability_zone=plan.availability_zone)
         if plan is not None

@@ -15,15 +15,19 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from config.addons import ADDONS, OBSERVABILITY
+from config.addons import OBSERVABILITY
 from config.schema import EksConfig
 from config.schema.observability import ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
-from platform_constructs.eks_addons import AddonWithPodIdentity
+from platform_constructs.eks_addons import (
+    AddonWithPodIdentity,
+    IdentityContext,
+    PinnedAddon,
+    place_addons,
+)
 from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.metrics_scraper import TrainingMetricsScraper
 from platform_constructs.monitoring import (
@@ -65,8 +69,8 @@ def addon_configuration(
 
 
 class ObservabilityStack(cdk.Stack):
-    """Exposes `topic`, `workspace`, `addon`, `scraper`, `alarms` and `grafana` (None unless
-    asked).
+    """Exposes `topic`, `workspace`, `addons` and `identities` (name -> PinnedAddon /
+    AddonWithPodIdentity), `scraper`, `alarms` and `grafana` (None unless asked).
 
     The trainer's collector needs the cluster (`eks_cluster_arn`), the subnets its ENIs go in
     (`scraper_subnets`: the control plane's, two AZs at least), the group of the nodes its
@@ -107,27 +111,23 @@ class ObservabilityStack(cdk.Stack):
             log_retention=WORKSPACE_LOG_RETENTION,
             removal_policy=removal_policy,
         )
-        addon = ADDONS[OBSERVABILITY]
-        if addon.service_account is None:
-            raise ValueError(f"{OBSERVABILITY}: its table row must name the collector's account")
-        self.addon = AddonWithPodIdentity(
+        placed = place_addons(
             self,
-            "ObservabilityAddon",
+            "observability",
+            versions=eks,
             cluster_name=eks_cluster_name,
-            addon_name=addon.name,
-            version=eks.addon_version(addon.name),
-            service_account=addon.service_account,
-            description="HyperPod observability collector: remote write to this workspace",
-            statements=[
-                iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.arn])
-            ],
             removal_policy=removal_policy,
-            configuration=addon_configuration(
-                observability,
-                workspace_arn=self.workspace.arn,
-                remote_write_base=self.workspace.remote_write_base,
-            ),
+            context=IdentityContext(workspace_arn=self.workspace.arn),
+            configurations={
+                OBSERVABILITY: addon_configuration(
+                    observability,
+                    workspace_arn=self.workspace.arn,
+                    remote_write_base=self.workspace.remote_write_base,
+                )
+            },
         )
+        self.addons: dict[str, PinnedAddon] = placed.addons
+        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
         self.scraper = TrainingMetricsScraper(
             self,
             "TrainerScraper",

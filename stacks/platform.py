@@ -17,7 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from config.loader import LoadedEnvironment
-from platform_constructs.eks_fsx_volume import LustreFileSystem
+from config.names import STACK_UNITS, StackUnit
 from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.retention import stateful_removal_policy
 from stacks.cluster_addons_stack import ClusterAddonsStack
@@ -42,16 +42,9 @@ class PlatformStacks:
     observability: ObservabilityStack | None
 
     def by_name(self) -> dict[str, cdk.Stack]:
-        """Short name ("network", "cluster_addons", ...) -> stack, for the stacks built."""
-        stacks: dict[str, cdk.Stack | None] = {
-            "network": self.network,
-            "storage": self.storage,
-            "eks": self.eks,
-            "hyperpod": self.hyperpod,
-            "cluster_addons": self.cluster_addons,
-            "governance": self.governance,
-            "observability": self.observability,
-        }
+        """Short name ("network", "cluster_addons", ...: config/names.py `STACK_UNITS`) ->
+        stack, for the stacks built, in deploy order."""
+        stacks: dict[str, cdk.Stack | None] = {short: getattr(self, short) for short in STACK_UNITS}
         return {name: stack for name, stack in stacks.items() if stack is not None}
 
 
@@ -81,6 +74,12 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     env = cdk.Environment(account=config.account, region=config.region)
     # The one mapping of `retain_stateful`: every stateful resource takes this policy.
     removal_policy = stateful_removal_policy(config.retain_stateful)
+
+    def stack_props(unit: StackUnit) -> dict[str, Any]:
+        """A stack's construct ID and name (the same) and its account and Region."""
+        name = names.stack(unit)
+        return {"construct_id": name, "stack_name": name, "env": env}
+
     # Every Lambda function (all CDK's deploy-time handlers) logs to a group of its own
     # template. Their logs expire with the environment's flow logs, the retention the
     # prefix-list lookup's handler already had: short in dev, a year in prod.
@@ -93,9 +92,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
 
     network = NetworkStack(
         scope,
-        names.stack("network"),
-        stack_name=names.stack("network"),
-        env=env,
+        **stack_props("network"),
         network=config.network,
         layout=loaded.layout,
         cluster_name=names.eks_cluster,
@@ -103,9 +100,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     )
     storage = StorageStack(
         scope,
-        names.stack("storage"),
-        stack_name=names.stack("storage"),
-        env=env,
+        **stack_props("storage"),
         storage=config.storage,
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
@@ -113,9 +108,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     )
     eks = EksStack(
         scope,
-        names.stack("eks"),
-        stack_name=names.stack("eks"),
-        env=env,
+        **stack_props("eks"),
         eks=config.eks,
         cluster_name=names.eks_cluster,
         instance_groups=config.hyperpod.groups_by_name(),
@@ -129,9 +122,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     )
     hyperpod = HyperPodStack(
         scope,
-        names.stack("hyperpod"),
-        stack_name=names.stack("hyperpod"),
-        env=env,
+        **stack_props("hyperpod"),
         hyperpod=config.hyperpod,
         cluster_name=names.hyperpod_cluster,
         fsx_efa_enabled=config.storage.fsx.efa_enabled,
@@ -142,25 +133,16 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         artifact_bucket=storage.artifact_bucket,
         removal_policy=removal_policy,
     )
-    file_system = LustreFileSystem(
-        file_system_id=storage.file_system_id,
-        arn=storage.file_system_arn,
-        dns_name=storage.dns_name,
-        mount_name=storage.mount_name,
-        capacity_gib=config.storage.fsx.storage_capacity_gib,
-    )
     # The table's `cluster-addons` rows deploy after the HyperPod cluster (AWS documents the
     # training operator on a created cluster); what nodes boot with is in the EKS stack.
     cluster_addons = ClusterAddonsStack(
         scope,
-        names.stack("cluster-addons"),
-        stack_name=names.stack("cluster-addons"),
-        env=env,
+        **stack_props("cluster-addons"),
         eks=config.eks,
         cluster_name=eks.cluster_name,
         kubernetes=eks.kubernetes,
         hyperpod_cluster_arn=hyperpod.cluster_arn,
-        file_system=file_system,
+        file_system=storage.file_system,
         removal_policy=removal_policy,
     )
     cluster_addons.add_stack_dependency(
@@ -170,9 +152,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     if config.governance is not None:
         governance = GovernanceStack(
             scope,
-            names.stack("governance"),
-            stack_name=names.stack("governance"),
-            env=env,
+            **stack_props("governance"),
             governance=config.governance,
             eks=config.eks,
             instance_groups=config.hyperpod.instance_groups,
@@ -180,7 +160,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             eks_cluster_name=eks.cluster_name,
             kubernetes=eks.kubernetes,
             hyperpod_cluster_arn=hyperpod.cluster_arn,
-            file_system=file_system,
+            file_system=storage.file_system,
             checkpoint_bucket=storage.checkpoint_bucket,
             data_bucket=storage.data_bucket,
             removal_policy=removal_policy,
@@ -194,9 +174,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     if config.observability is not None:
         observability = ObservabilityStack(
             scope,
-            names.stack("observability"),
-            stack_name=names.stack("observability"),
-            env=env,
+            **stack_props("observability"),
             observability=config.observability,
             eks=config.eks,
             eks_cluster_name=eks.cluster_name,
@@ -206,7 +184,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             scraper_subnets=eks.control_plane_subnets,
             pod_security_group=network.efa_security_group,
             api_security_group=eks.cluster.control_plane_security_group,
-            file_system=file_system,
+            file_system=storage.file_system,
             nat_gateway_ids=network.nat_gateway_ids,
             removal_policy=removal_policy,
         )

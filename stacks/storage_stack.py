@@ -12,6 +12,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.schema import StorageConfig
+from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.storage import (
     AccessLogBucket,
     DataRepositoryProps,
@@ -43,8 +44,9 @@ def fsx_props(storage: StorageConfig) -> FsxProps:
 
 
 class StorageStack(cdk.Stack):
-    """Exports `file_system_id`, `dns_name`, `mount_name`, `kms_key`, `data_bucket`,
-    `checkpoint_bucket`, `artifact_bucket` and `access_log_bucket`."""
+    """Exports `file_system` (what mounts, volumes, grants and alarms need of the Lustre
+    file system), `lustre` (its construct), `kms_key`, `data_bucket`, `checkpoint_bucket`,
+    `artifact_bucket` and `access_log_bucket`."""
 
     def __init__(
         self,
@@ -99,7 +101,7 @@ class StorageStack(cdk.Stack):
             versioned=True,
         )
 
-        self.file_system = FsxLustre(
+        self.lustre = FsxLustre(
             self,
             "Fsx",
             props=fsx_props(storage),
@@ -109,16 +111,19 @@ class StorageStack(cdk.Stack):
             data_bucket=self.data_bucket,
             removal_policy=removal_policy,
         )
-        self.file_system_id: str = self.file_system.file_system_id
-        self.dns_name: str = self.file_system.dns_name
-        self.mount_name: str = self.file_system.mount_name
-        self.file_system_arn: str = self.format_arn(
-            service="fsx", resource="file-system", resource_name=self.file_system_id
+        self.file_system = LustreFileSystem(
+            file_system_id=self.lustre.file_system_id,
+            arn=self.format_arn(
+                service="fsx", resource="file-system", resource_name=self.lustre.file_system_id
+            ),
+            dns_name=self.lustre.dns_name,
+            mount_name=self.lustre.mount_name,
+            capacity_gib=storage.fsx.storage_capacity_gib,
         )
 
-        cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id)
-        cdk.CfnOutput(self, "FileSystemDnsName", value=self.dns_name)
-        cdk.CfnOutput(self, "FileSystemMountName", value=self.mount_name)
+        cdk.CfnOutput(self, "FileSystemId", value=self.file_system.file_system_id)
+        cdk.CfnOutput(self, "FileSystemDnsName", value=self.file_system.dns_name)
+        cdk.CfnOutput(self, "FileSystemMountName", value=self.file_system.mount_name)
         cdk.CfnOutput(self, "DataBucketName", value=self.data_bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucketName", value=self.checkpoint_bucket.bucket_name)
         cdk.CfnOutput(self, "ArtifactBucketName", value=self.artifact_bucket.bucket_name)

@@ -11,7 +11,6 @@ from config.schema.environment import EnvironmentConfig
 from config.schema.hyperpod import (
     HyperPodConfig,
     InstanceGroupConfig,
-    TaintConfig,
     TieredStorageConfig,
     TrainingPlanConfig,
 )
@@ -35,7 +34,6 @@ __all__ = [
     "InstanceGroupConfig",
     "NetworkConfig",
     "StorageConfig",
-    "TaintConfig",
     "TieredStorageConfig",
     "TrainingPlanConfig",
 ]

@@ -1,5 +1,5 @@
-"""What every section of the schema shares: the strict base model, field types and the
-small rules several sections apply."""
+"""What every section of the schema shares: field types and the small rules several sections
+apply (the strict base model is `config.model.Strict`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from typing import Annotated
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     StringConstraints,
     ValidationInfo,
 )
@@ -34,13 +32,6 @@ Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,
 
 # Private ranges a VPC's primary CIDR must come from.
 RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-
-
-class Strict(BaseModel):
-    """Base for every config model: unknown keys are errors (typos must not pass)."""
-
-    # strict: no silent coercion ("16" or true for a count, 24000.0 for a size).
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, strict=True)
 
 
 def _parse_cidr(value: object) -> ipaddress.IPv4Network:

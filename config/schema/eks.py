@@ -12,7 +12,8 @@ from config.addons import ADDONS, KUBE_PROXY, VERSION_FORMAT, parse_version
 from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS
 from config.errors import FieldError
 from config.images import COMPONENTS
-from config.schema.base import PARTITION, Cidr, Strict, log_retention, unique
+from config.model import Strict
+from config.schema.base import PARTITION, Cidr, log_retention, unique
 
 # The versions and their EKS support dates: config/eks_versions.py.
 __all__ = ["SUPPORTED_KUBERNETES_VERSIONS", "EksConfig"]

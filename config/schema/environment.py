@@ -11,9 +11,10 @@ from config.capacity import MAX_AZ_LETTER
 from config.errors import FieldError
 from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES
+from config.model import Strict
 from config.names import PlatformNames
 from config.regions import EKS_UNSUPPORTED_ZONE_IDS, availability_zones
-from config.schema.base import REGION_PATTERN, ZONE_IDS_CONTEXT, AccountId, Name, Strict
+from config.schema.base import REGION_PATTERN, ZONE_IDS_CONTEXT, AccountId, Name
 from config.schema.eks import EksConfig
 from config.schema.governance import (
     GOVERNANCE_REGIONS,

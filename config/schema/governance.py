@@ -24,7 +24,8 @@ from config.kubernetes import (
     local_queue,
     priority_class,
 )
-from config.schema.base import Strict, unique
+from config.model import Strict
+from config.schema.base import unique
 from config.schema.hyperpod import InstanceGroupConfig
 
 # TeamName and PriorityClass.Name patterns of the two CloudFormation schemas.

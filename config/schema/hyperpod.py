@@ -5,17 +5,28 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from config.errors import FieldError
 from config.instance_types import INSTANCE_TYPES, InterfaceType, unknown_instance_type
 from config.kubernetes import (
     INSTANCE_GROUP_NAME_PATTERN,
-    LABEL_KEY,
-    LABEL_VALUE,
+    LABEL_KEY_RULE,
+    LABEL_VALUE_RULE,
+    Taint,
+    is_label_key,
+    is_label_value,
     reserved_label_domain,
 )
-from config.schema.base import PARTITION, Strict, Zone, log_retention, unique
+from config.model import Strict
+from config.schema.base import PARTITION, Zone, log_retention, unique
 
 _TRAINING_PLAN_ARN = re.compile(
     rf"^arn:{PARTITION}:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{{12}}):"
@@ -47,13 +58,15 @@ _MAX_ALARM_NAME = 255
 _PERCENT = re.compile(r"([0-9]+)%")
 
 
-def _reserved_key(key: str, example: str) -> None:
+def _reserved_key(key: str, example: str) -> str | None:
+    """Why `key` is not ours to set, if it is not."""
     domain = reserved_label_domain(key)
-    if domain is not None:
-        raise ValueError(
-            f"{key!r} uses the reserved prefix {domain}/ (set by HyperPod or "
-            f"Kubernetes itself); use a key under your own domain, e.g. {example}"
-        )
+    if domain is None:
+        return None
+    return (
+        f"{key!r} uses the reserved prefix {domain}/ (set by HyperPod or Kubernetes itself); "
+        f"use a key under your own domain, e.g. {example}"
+    )
 
 
 class TrainingPlanConfig(Strict):
@@ -85,27 +98,15 @@ class TrainingPlanConfig(Strict):
         return match[name]
 
 
-class TaintConfig(Strict):
-    key: str
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+def _own_taint(taint: Taint) -> Taint:
+    problem = _reserved_key(taint.key, "example.com/dedicated")
+    if problem is not None:
+        raise FieldError("key", problem)
+    return taint
 
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        if not LABEL_KEY.match(value):
-            raise ValueError(f"{value!r} is not a valid Kubernetes taint key")
-        _reserved_key(value, "example.com/dedicated")
-        return value
 
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str | None) -> str | None:
-        if value == "":
-            raise ValueError("an empty taint value is not allowed; leave value out instead")
-        if value is not None and not LABEL_VALUE.match(value):
-            raise ValueError(f"{value!r} is not a valid Kubernetes taint value")
-        return value
+# A group's taint: a Kubernetes taint under a key HyperPod and Kubernetes leave to us.
+GroupTaint = Annotated[Taint, AfterValidator(_own_taint)]
 
 
 def _batch_size(value: object) -> object:
@@ -273,7 +274,7 @@ class InstanceGroupConfig(Strict):
         default_factory=list
     )
     labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[TaintConfig] = Field(default_factory=list)
+    taints: list[GroupTaint] = Field(default_factory=list)
     training_plan: TrainingPlanConfig | None = None
     network_interface: InterfaceType | None = Field(
         default=None, description="efa or efa-only; default efa where the type has EFA."
@@ -302,11 +303,19 @@ class InstanceGroupConfig(Strict):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         for key, label in value.items():
-            if not LABEL_KEY.match(key):
-                raise ValueError(f"{key!r} is not a valid Kubernetes label key")
-            if not LABEL_VALUE.match(label):
-                raise ValueError(f"{key}: {label!r} is not a valid Kubernetes label value")
-            _reserved_key(key, "example.com/team")
+            if not is_label_key(key):
+                raise ValueError(f"{key!r} is not a valid Kubernetes label key; {LABEL_KEY_RULE}")
+            if not is_label_value(label):
+                raise ValueError(
+                    f"{key}: {label!r} is not a valid Kubernetes label value; {LABEL_VALUE_RULE}"
+                )
+            if not label:
+                # Kubernetes allows an empty label value; HyperPod's API does not
+                # (ClusterKubernetesLabelValue has a minimum length of 1).
+                raise ValueError(f"{key}: HyperPod needs a non-empty node label value; set one")
+            problem = _reserved_key(key, "example.com/team")
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("taints", mode="before")
@@ -320,7 +329,7 @@ class InstanceGroupConfig(Strict):
 
     @field_validator("taints")
     @classmethod
-    def _unique_taints(cls, value: list[TaintConfig]) -> list[TaintConfig]:
+    def _unique_taints(cls, value: list[Taint]) -> list[Taint]:
         # Kubernetes rejects a node whose taints repeat a key with the same effect.
         seen: set[tuple[str, str]] = set()
         for taint in value:

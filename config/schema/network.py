@@ -12,8 +12,9 @@ from pydantic import Field, field_validator, model_validator
 
 from config.capacity import MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX
 from config.errors import FieldError
+from config.model import Strict
 from config.regions import INTERFACE_ENDPOINT_SERVICES
-from config.schema.base import RFC1918, Cidr, Strict, Zone, log_retention, unique
+from config.schema.base import RFC1918, Cidr, Zone, log_retention, unique
 
 # Interface endpoints nodes and the kubectl handler cannot work without (no internet egress).
 REQUIRED_ENDPOINTS: tuple[str, ...] = (

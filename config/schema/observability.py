@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from config.schema.base import Email, Strict
+from config.model import Strict
+from config.schema.base import Email
 
 BasicOrAdvanced = Literal["BASIC", "ADVANCED"]
 DisabledOrAdvanced = Literal["DISABLED", "ADVANCED"]

@@ -7,7 +7,8 @@ from typing import Annotated
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from config.errors import FieldError
-from config.schema.base import PARTITION, REGION_PATTERN, AccountId, Email, Strict, unique
+from config.model import Strict
+from config.schema.base import PARTITION, REGION_PATTERN, AccountId, Email, unique
 
 ConnectionArn = Annotated[
     str,

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from config.schema.base import Strict, Zone, unique
+from config.model import Strict
+from config.schema.base import Zone, unique
 
 RepositoryEvent = Literal["NEW", "CHANGED", "DELETED"]
 _ALL_EVENTS: tuple[RepositoryEvent, ...] = ("NEW", "CHANGED", "DELETED")

@@ -1,8 +1,8 @@
 """Shared helpers for the `hpctl` tests (this directory's and tests/job's): one way to run a
 command in process and one check of the failure contract (exit code, a single
 `hpctl <command>: ...` line on stderr, no traceback). Shared fixtures for the boto3-backed
-commands: fake credentials, no network, and a botocore Stubber on one real SageMaker client
-per module."""
+commands: fake credentials, no network, and botocore Stubbers on real clients (one SageMaker
+client per module for the SageMaker commands), with STS answering whose the credentials are."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from botocore.stub import Stubber
 from typer.testing import CliRunner, Result
 
+from config.loader import CONFIG_DIR
 from hpctl import aws, cli
 from hpctl.errors import ExitCode
 
@@ -82,14 +84,30 @@ def fake_aws_env(monkeypatch: pytest.MonkeyPatch, scratch: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(scratch / "no-credentials"))
 
 
+def environment_account(name: str) -> str:
+    """The account config/<name>.yaml deploys into."""
+    data = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    return str(data["account"])
+
+
+def caller_identity(account: str) -> dict[str, str]:
+    """A GetCallerIdentity response for credentials of `account`."""
+    return {
+        "UserId": "AROAEXAMPLE:me",
+        "Account": account,
+        "Arn": f"arn:aws:sts::{account}:assumed-role/Ops/me",
+    }
+
+
 def offline_clients(
     tmp_path_factory: pytest.TempPathFactory, region: str, services: tuple[str, ...]
 ) -> dict[str, Any]:
-    """One client per service from the real factory (fake credentials, no network), for a
-    module-scoped fixture: parsing a service model takes a while."""
+    """One client per service, and STS (every command that calls AWS asks it first), from
+    the real factory (fake credentials, no network), for a module-scoped fixture: parsing a
+    service model takes a while."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return {service: aws.client(service, region=region) for service in services}
+        return {service: aws.client(service, region=region) for service in {"sts", *services}}
 
 
 @pytest.fixture(autouse=True)
@@ -104,41 +122,20 @@ def offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_client(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One client from the real factory for the module: building a client parses the whole
-    SageMaker API model, a quarter second each time."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return aws.client("sagemaker")
-
-
-@dataclass
-class Stubbed:
-    stubber: Stubber
-    # (service, region) for every client a command asked for.
-    clients: list[tuple[str, str | None]] = field(default_factory=list)
-
-
-@pytest.fixture
-def sagemaker(monkeypatch: pytest.MonkeyPatch, shared_client: Any) -> Iterator[Stubbed]:
-    """Commands get the stubbed client; every queued response must be consumed."""
-    stubbed = Stubbed(Stubber(shared_client))
-
-    def factory(service: str, region: str | None = None) -> Any:
-        stubbed.clients.append((service, region))
-        return shared_client
-
-    monkeypatch.setattr(aws, "client", factory)
-    with stubbed.stubber:
-        yield stubbed
-    stubbed.stubber.assert_no_pending_responses()
+def sagemaker_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """SageMaker and STS clients from the real factory for the module: building a client
+    parses the whole SageMaker API model, a quarter second each time."""
+    return offline_clients(tmp_path_factory, "us-east-1", ("sagemaker",))
 
 
 @dataclass
 class Stubs:
-    """One Stubber per service, and (service, region) of every client a command asked for."""
+    """One Stubber per service, and (service, region) of every client a command asked for.
+    STS answers each GetCallerIdentity with credentials of `caller`'s account (None: the
+    test queues STS itself)."""
 
     stubbers: dict[str, Stubber]
+    caller: str | None
     clients: list[tuple[str, str | None]] = field(default_factory=list)
 
     def __getitem__(self, service: str) -> Stubber:
@@ -147,14 +144,18 @@ class Stubs:
 
 @contextlib.contextmanager
 def stubbed_clients(
-    monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any], caller: str | None
 ) -> Iterator[Stubs]:
     """Commands get the stubbed `real_clients` (from `offline_clients`); any call nobody
     queued fails the test, and every queued response must be consumed."""
-    stubbed = Stubs({service: Stubber(client) for service, client in real_clients.items()})
+    stubbed = Stubs({service: Stubber(client) for service, client in real_clients.items()}, caller)
 
-    def factory(service: str, region: str | None = None) -> Any:
+    def factory(service: str, region: str | None = None, source: object = None) -> Any:
         stubbed.clients.append((service, region))
+        if service == "sts" and stubbed.caller is not None:
+            stubbed["sts"].add_response(
+                "get_caller_identity", caller_identity(stubbed.caller), expected_params={}
+            )
         return real_clients[service]
 
     monkeypatch.setattr(aws, "client", factory)
@@ -164,3 +165,26 @@ def stubbed_clients(
         yield stubbed
     for stubber in stubbed.stubbers.values():
         stubber.assert_no_pending_responses()
+
+
+@dataclass
+class Stubbed:
+    """The SageMaker commands' stubs: `stubber` for SageMaker, STS answering for prod."""
+
+    stubs: Stubs
+
+    @property
+    def stubber(self) -> Stubber:
+        return self.stubs["sagemaker"]
+
+    @property
+    def clients(self) -> list[tuple[str, str | None]]:
+        return self.stubs.clients
+
+
+@pytest.fixture
+def sagemaker(
+    monkeypatch: pytest.MonkeyPatch, sagemaker_clients: dict[str, Any]
+) -> Iterator[Stubbed]:
+    with stubbed_clients(monkeypatch, sagemaker_clients, environment_account("prod")) as stubs:
+        yield Stubbed(stubs)

@@ -34,4 +34,7 @@ def test_unknown_profile_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         "cluster", "status", "--name", "hyperpod-prod",
         code=ExitCode.FAILED, starts_with="hpctl cluster status: ProfileNotFound",
     )  # fmt: skip
-    assert "nope" in result.stderr
+    assert result.stderr == (
+        "hpctl cluster status: ProfileNotFound: The config profile (nope) could not be found; "
+        "set AWS_PROFILE to one of `aws configure list-profiles`\n"
+    )

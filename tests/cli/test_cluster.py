@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
+from botocore.stub import Stubber
 from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from hpctl import aws
 from hpctl.errors import ExitCode
-from tests.cli.conftest import Stubbed, error_line, expect_failure, hpctl
+from tests.cli.conftest import Stubbed, caller_identity, error_line, expect_failure, hpctl
 
 NAME = "hyperpod-prod"
 CLUSTER_ARN = f"arn:aws:sagemaker:us-east-1:{DEFAULT_ACCOUNT_ID}:cluster/abcdef012345"
@@ -197,7 +198,7 @@ def test_status_follows_every_page_of_nodes(sagemaker: Stubbed):
             "private_dns": None,
         }
     ]
-    assert sagemaker.clients == [("sagemaker", "us-east-1")]
+    assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
 
 
 def test_nodes_passes_the_group_filter_to_the_api(sagemaker: Stubbed):
@@ -397,12 +398,18 @@ def test_cluster_arn_is_accepted_as_name(sagemaker: Stubbed):
 
 
 def real_client_with(monkeypatch: pytest.MonkeyPatch, event: str, handler: Any) -> None:
-    """Commands get a real client (real parameter validation, real retry and send path)
-    with `handler` on `event`."""
+    """Commands get real clients (real parameter validation, real retry and send path)
+    with `handler` on `event`; STS answers from a Stubber."""
     build = aws.client
 
-    def factory(service: str, region: str | None = None) -> Any:
-        made = build(service, region)
+    def factory(service: str, region: str | None = None, source: Any = None) -> Any:
+        made = build(service, region, source)
+        if service == "sts":
+            identity = Stubber(made)
+            identity.add_response(
+                "get_caller_identity", caller_identity(DEFAULT_ACCOUNT_ID), expected_params={}
+            )
+            identity.activate()
         made.meta.events.register(event, handler)
         return made
 
@@ -440,14 +447,13 @@ def test_missing_credentials_are_one_line(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.delenv(name)
     result = hpctl("cluster", "reboot", "--name", NAME, "--node-id", NODE_A, "--yes")
     assert error_line(result, ExitCode.FAILED) == (
-        "hpctl cluster reboot: NoCredentialsError: Unable to locate credentials"
+        "hpctl cluster reboot: no AWS credentials found; set AWS_PROFILE or run `aws sso login`"
     )
 
 
 def test_missing_region_is_one_line(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     result = hpctl("cluster", "nodes", "--name", NAME)
-    assert (
-        error_line(result, ExitCode.FAILED)
-        == "hpctl cluster nodes: NoRegionError: You must specify a region."
+    assert error_line(result, ExitCode.FAILED) == (
+        "hpctl cluster nodes: no AWS Region; pass --region or set AWS_REGION"
     )

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hpctl import cluster
+from hpctl import cluster_cmd
 from hpctl.errors import ExitCode
 from tests.cli.conftest import Stubbed, error_line, expect_failure, hpctl
 from tests.support import environment
@@ -32,7 +32,7 @@ PREFIX = "hpctl cluster health: "
 
 @pytest.fixture(autouse=True)
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cluster, "clock", lambda: NOW)
+    monkeypatch.setattr(cluster_cmd, "clock", lambda: NOW)
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -211,7 +211,7 @@ def test_healthy_cluster_is_one_screen_and_exit_0(sagemaker: Stubbed):
     result = hpctl("cluster", "health", "--env", "prod")
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
-    assert sagemaker.clients == [("sagemaker", REGION)]
+    assert sagemaker.clients == [("sts", REGION), ("sagemaker", REGION)]
     lines = result.stdout.splitlines()
     assert lines[0] == f"Cluster {NAME}: InService"
     assert "All 19 nodes Running." in lines
@@ -525,7 +525,7 @@ def test_environment_without_governance_lists_quotas_without_comparing(
     # prod as loaded, less its governance section (other sections may depend on it, so the
     # validated config is copied rather than a file without it written).
     config = environment("prod").config.model_copy(update={"governance": None})
-    monkeypatch.setattr(cluster, "load_environment_option", lambda _ctx, _name: config)
+    monkeypatch.setattr(cluster_cmd, "required_environment", lambda _ctx, _name: config)
     queue(sagemaker, events=[], quotas=[QUOTAS["foundation"]])
     result = hpctl("cluster", "health", "--env", "prod", "--json")
     assert result.exit_code == 0, result.output
@@ -545,7 +545,7 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     """Progress goes to a console that believes it is a terminal (rich draws nothing on a
     pipe); what it draws lands in the returned buffer."""
     buffer = io.StringIO()
-    monkeypatch.setattr(cluster, "stderr", Console(file=buffer, force_terminal=True, width=100))
+    monkeypatch.setattr(cluster_cmd, "stderr", Console(file=buffer, force_terminal=True, width=100))
     return buffer
 
 

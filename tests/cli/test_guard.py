@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.stub import Stubber
 
-from hpctl import aws, guard
+from hpctl import guard, guard_cmd
 from hpctl.errors import ExitCode
 from hpctl.replacement import (
     EXTRA_REPLACEMENT_PATHS,
@@ -29,7 +28,15 @@ from hpctl.replacement import (
     replacement_paths,
 )
 from platform_constructs.hyperpod_cluster import CLUSTER_LOGICAL_ID
-from tests.cli.conftest import error_line, expect_failure, fake_aws_env, hpctl
+from tests.cli.conftest import (
+    Stubs,
+    environment_account,
+    error_line,
+    expect_failure,
+    hpctl,
+    offline_clients,
+    stubbed_clients,
+)
 from tests.support import VARIANTS_GROUP, SynthResult, environment, synthesize, variant_of
 
 BLOCKED = "hpctl guard: {n} would be deleted or replaced; keep their logical IDs and create-only properties, or pass --allow LOGICAL_ID for each deliberate one"
@@ -496,18 +503,17 @@ def test_bad_arguments_are_one_line(args: list[str], expected: str):
 
 
 @pytest.fixture(scope="module")
-def cfn_client(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fake_aws_env(monkeypatch, tmp_path_factory.mktemp("aws"))
-        return aws.client("cloudformation", region="us-east-1")
+def cfn_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return offline_clients(tmp_path_factory, "us-east-1", ("cloudformation",))
 
 
 class Deployed:
-    """The stubbed CloudFormation client commands get, and the services/Regions asked for."""
+    """The stubbed CloudFormation client commands get (STS answers for prod's account), and
+    the services/Regions asked for."""
 
-    def __init__(self, stubber: Stubber) -> None:
-        self.stubber = stubber
-        self.clients: list[tuple[str, str | None]] = []
+    def __init__(self, stubs: Stubs) -> None:
+        self.stubber = stubs["cloudformation"]
+        self.clients = stubs.clients
 
     def template(self, stack: str, template: dict[str, Any]) -> None:
         self.stubber.add_response(
@@ -527,17 +533,9 @@ class Deployed:
 
 
 @pytest.fixture
-def deployed(monkeypatch: pytest.MonkeyPatch, cfn_client: Any) -> Iterator[Deployed]:
-    stubbed = Deployed(Stubber(cfn_client))
-
-    def factory(service: str, region: str | None = None) -> Any:
-        stubbed.clients.append((service, region))
-        return cfn_client
-
-    monkeypatch.setattr(aws, "client", factory)
-    with stubbed.stubber:
-        yield stubbed
-    stubbed.stubber.assert_no_pending_responses()
+def deployed(monkeypatch: pytest.MonkeyPatch, cfn_clients: dict[str, Any]) -> Iterator[Deployed]:
+    with stubbed_clients(monkeypatch, cfn_clients, environment_account("prod")) as stubs:
+        yield Deployed(stubs)
 
 
 @pytest.fixture
@@ -551,7 +549,7 @@ def synthesized(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
         assert loaded.config.environment == "prod"
         return copy.deepcopy(templates), names
 
-    monkeypatch.setattr(guard, "synthesized_templates", fake)
+    monkeypatch.setattr(guard_cmd, "synthesized_templates", fake)
     return templates
 
 
@@ -573,7 +571,7 @@ def test_env_compares_with_the_deployed_templates(deployed: Deployed, synthesize
         "hyperpod-prod-storage/OldBucket (AWS::S3::Bucket): deleted",
         "hyperpod-prod-governance/Logs (AWS::Logs::LogGroup): deleted",
     ]
-    assert deployed.clients == [("cloudformation", "us-east-1")]
+    assert deployed.clients == [("sts", "us-east-1"), ("cloudformation", "us-east-1")]
 
 
 def test_env_counts_a_stack_not_deployed_as_empty(deployed: Deployed, synthesized: dict):
@@ -823,7 +821,7 @@ def test_moving_fsx_to_another_subnet_replaces_it(
     stack = prod_baseline.stacks["storage"].stack_name
     found = {(f["stack"], f["type"], f["detail"]) for f in report["findings"]}
     file_system = prod_baseline.logical_id(
-        "storage", prod_baseline.stacks["storage"].file_system.resource
+        "storage", prod_baseline.stacks["storage"].lustre.resource
     )
     assert found == {
         (stack, "AWS::FSx::FileSystem", "replaced: SubnetIds changed"),

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hpctl import job_cmd
+from hpctl import options
 from hpctl.errors import ExitCode
 from tests.cli.conftest import (
     Stubs,
+    environment_account,
     error_line,
     expect_failure,
     hpctl,
@@ -44,7 +45,7 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+    with stubbed_clients(monkeypatch, real_clients, environment_account("dev")) as stubbed:
         yield stubbed
 
 
@@ -130,7 +131,7 @@ def test_writes_the_clusters_kubeconfig_with_get_token_auth(stubs: Stubs, tmp_pa
     }
     # Private to the user, like ~/.kube/config.
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stubs.clients == [("eks", REGION), ("cloudformation", REGION)]
+    assert stubs.clients == [("sts", REGION), ("eks", REGION), ("cloudformation", REGION)]
     assert f"  export KUBECONFIG={path}" in result.stdout
     # The endpoint is private: the tunnel variant and a shell on the admin host.
     assert "The API endpoint is private" in result.stdout
@@ -185,6 +186,9 @@ def test_default_output_is_a_file_of_its_own_under_kube(
 def test_the_callers_profile_is_kept_for_get_token(
     stubs: Stubs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    config = tmp_path / "aws-config"
+    config.write_text("[profile platform-admin]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_PROFILE", "platform-admin")
     queue_cluster(stubs)
     queue_stack(stubs)
@@ -234,11 +238,11 @@ def test_a_disabled_admin_host_is_not_looked_up(
     data = environment_data("dev")
     data["network"]["admin_host"] = {"enabled": False}
     (tmp_path / "dev.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+    monkeypatch.setattr(options, "config_dir", tmp_path)
     queue_cluster(stubs)
     result = hpctl("kubeconfig", "--env", "dev", "--output", str(tmp_path / "k.yaml"))
     assert result.exit_code == 0, result.output
-    assert stubs.clients == [("eks", REGION)]
+    assert stubs.clients == [("sts", REGION), ("eks", REGION)]
     assert "Admin host: network.admin_host is disabled in this environment." in result.stdout
     assert "start-session" not in result.stdout
 
@@ -310,7 +314,7 @@ def test_a_relay_only_admin_host_says_its_shell_has_no_kubernetes_access(
     data = environment_data("dev")
     data["network"]["admin_host"]["kubernetes_access"] = "none"
     (tmp_path / "dev.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+    monkeypatch.setattr(options, "config_dir", tmp_path)
     queue_cluster(stubs)
     queue_stack(stubs)
     result = hpctl("kubeconfig", "--env", "dev", "--output", str(tmp_path / "k.yaml"))

@@ -35,8 +35,10 @@ def search_args(**overrides: str) -> list[str]:
         "--count": "16",
         "--start": in_days(10),
         "--duration-days": "14",
+        "--env": "prod",
         **overrides,
     }
+    options = {option: value for option, value in options.items() if value}
     return ["plans", "search", *(item for pair in options.items() for item in pair)]
 
 
@@ -103,10 +105,14 @@ def test_search_sends_the_request_the_api_model_expects_and_prints_a_table(sagem
         "plans buy --offering-id",
     ):
         assert text in result.stdout
-    assert sagemaker.clients == [("sagemaker", None)]
+    assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
 
 
-def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagemaker: Stubbed):
+def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(
+    sagemaker: Stubbed, monkeypatch: pytest.MonkeyPatch
+):
+    # Another configured Region: the environment's (us-east-1) is the one searched.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     start = midnight(in_days(30))
     sagemaker.stubber.add_response(
         "search_training_plan_offerings",
@@ -128,9 +134,7 @@ def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagem
         },
     )
     result = hpctl(
-        *search_args(
-            **{"--start": in_days(30), "--target": "training-job", "--region": "us-west-2"}
-        ),
+        *search_args(**{"--start": in_days(30), "--target": "training-job"}),
         "--json",
     )
     assert result.exit_code == 0, result.output
@@ -148,8 +152,8 @@ def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(sagem
         "currency": "USD",
         "target_resources": ["hyperpod-cluster"],
     }
-    # --region reaches the client factory.
-    assert sagemaker.clients == [("sagemaker", "us-west-2")]
+    # The environment's Region reaches the client factory.
+    assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
 
 
 def test_client_factory_uses_the_given_region_else_the_configured_one():
@@ -211,6 +215,9 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
             {"--start": in_days(-1)},
             f"--start: {in_days(-1)} is in the past; use {in_days(0)} or later",
         ),
+        ({"--env": ""}, "--env: missing; pass --env"),
+        ({"--env": "nope"}, "--env: unknown environment 'nope'"),
+        ({"--region": "us-west-2"}, "No such option: --region"),
     ],
     ids=[
         "unknown-type",
@@ -223,6 +230,9 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
         "start-format",
         "start-no-such-day",
         "start-in-past",
+        "env-missing",
+        "env-unknown",
+        "region-is-the-environments",
     ],
 )
 def test_search_rejects_bad_input_before_any_call(
@@ -255,7 +265,7 @@ def test_search_without_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv(name)
     result = hpctl(*search_args())
     assert error_line(result, ExitCode.FAILED) == (
-        "hpctl plans search: NoCredentialsError: Unable to locate credentials"
+        "hpctl plans search: no AWS credentials found; set AWS_PROFILE or run `aws sso login`"
     )
 
 

@@ -15,8 +15,9 @@ import pytest
 import yaml
 from botocore.exceptions import NoCredentialsError
 
-from hpctl import job_cmd, preflight
+from hpctl import options
 from hpctl.errors import ExitCode
+from hpctl.preflight import context
 from tests.cli.conftest import (
     Stubs,
     error_line,
@@ -51,14 +52,14 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
-    monkeypatch.setattr(preflight, "clock", lambda: NOW)
-    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+    monkeypatch.setattr(context, "clock", lambda: NOW)
+    with stubbed_clients(monkeypatch, real_clients, ACCOUNT) as stubbed:
         yield stubbed
 
 
 @pytest.fixture
 def config_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+    monkeypatch.setattr(options, "config_dir", tmp_path)
     return tmp_path
 
 
@@ -387,8 +388,8 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert details[("image", "nvidia-device-plugin")] == f"{IMAGE} exists (sha256:abababababab)"
     assert details[("kubernetes-version", "1.35")] == "standard support until 2027-03-27"
     assert all(r["fix"] == "" for r in report["checks"])
-    # Every client is built once, for the environment's Region.
-    assert sorted(stubs.clients) == sorted((service, REGION) for service in SERVICES)
+    # Every client is built once, for the environment's Region, STS first.
+    assert sorted(stubs.clients) == sorted((service, REGION) for service in ("sts", *SERVICES))
 
 
 def test_prod_all_ok_table(stubs: Stubs):
@@ -415,6 +416,7 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
     """dev: no training plan (a skipped row, no SageMaker call), both groups on-demand, no
     cluster_cidr (no CIDR-block quota), a closed network (no NAT), 1200 GiB of FSx."""
     dev_account = "111111111111"
+    stubs.caller = dev_account
     stubs["service-quotas"].add_response(
         "list_service_quotas",
         {"Quotas": SAGEMAKER_QUOTAS},

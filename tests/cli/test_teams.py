@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from hpctl import job_cmd
+from hpctl import options
 from hpctl.errors import ExitCode
-from hpctl.teams_cmd import teams_report
+from hpctl.teams import teams_report
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.support import environment_data, loaded_from
 
@@ -115,7 +115,7 @@ def _rows(text: str, heading: str) -> list[list[str]]:
 
 @pytest.fixture
 def config_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+    monkeypatch.setattr(options, "config_dir", tmp_path)
     return tmp_path
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.stub import Stubber
 
 from config.zones import record_zones, recorded_zone_ids
 from hpctl.errors import ExitCode
@@ -22,12 +21,12 @@ PROD_ACCOUNT = "333333333333"
 
 @pytest.fixture(scope="module")
 def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return offline_clients(tmp_path_factory, REGION, ("sts", "ec2"))
+    return offline_clients(tmp_path_factory, REGION, ("ec2",))
 
 
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
-    with stubbed_clients(monkeypatch, real_clients) as stubbed:
+    with stubbed_clients(monkeypatch, real_clients, PROD_ACCOUNT) as stubbed:
         yield stubbed
 
 
@@ -41,16 +40,7 @@ def _zone(name: str, zone_id: str, zone_type: str = "availability-zone") -> dict
     }
 
 
-def queue(stubs: dict[str, Stubber], account: str, zones: list[dict[str, Any]]) -> None:
-    stubs["sts"].add_response(
-        "get_caller_identity",
-        {
-            "UserId": "AROAEXAMPLE:me",
-            "Account": account,
-            "Arn": f"arn:aws:sts::{account}:assumed-role/Ops/me",
-        },
-        expected_params={},
-    )
+def queue(stubs: Stubs, zones: list[dict[str, Any]]) -> None:
     stubs["ec2"].add_response(
         "describe_availability_zones", {"AvailabilityZones": zones}, expected_params={}
     )
@@ -67,7 +57,7 @@ ZONES = [
 def test_write_records_the_account_zones_and_keeps_other_entries(stubs, tmp_path: Path):
     context = tmp_path / "cdk.context.json"
     context.write_text(json.dumps({"other": "kept"}))
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     result = hpctl("zones", "--env", "prod", "--write", "--context-file", str(context))
     assert result.exit_code == 0, result.output
     assert recorded_zone_ids(PROD_ACCOUNT, REGION, context) == {
@@ -88,7 +78,7 @@ def test_write_records_the_account_zones_and_keeps_other_entries(stubs, tmp_path
 
 def test_without_write_it_only_shows_what_differs(stubs, tmp_path: Path):
     context = tmp_path / "cdk.context.json"
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     result = hpctl("zones", "--env", "prod", "--json", "--context-file", str(context))
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -100,7 +90,7 @@ def test_without_write_it_only_shows_what_differs(stubs, tmp_path: Path):
     assert report["differs"] == ["us-east-1a", "us-east-1b", "us-east-1c"]
     assert report["written"] is False
     assert not context.exists()
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     table = hpctl("zones", "--env", "prod", "--context-file", str(context))
     assert "use1-az6" in table.stdout
     assert "run with --write and commit it" in table.stdout
@@ -108,7 +98,8 @@ def test_without_write_it_only_shows_what_differs(stubs, tmp_path: Path):
 
 def test_credentials_of_another_account_record_nothing(stubs, tmp_path: Path):
     context = tmp_path / "cdk.context.json"
-    queue(stubs, "111111111111", ZONES)
+    # STS answers for another account: no zone is even asked for.
+    stubs.caller = "111111111111"
     expect_failure(
         "zones", "--env", "prod", "--write", "--context-file", str(context),
         code=ExitCode.USAGE,
@@ -118,6 +109,7 @@ def test_credentials_of_another_account_record_nothing(stubs, tmp_path: Path):
 
 
 def test_aws_failure_is_one_line(stubs):
+    stubs.caller = None
     stubs["sts"].add_client_error(
         "get_caller_identity", service_error_code="ExpiredToken", service_message="token expired"
     )
@@ -146,14 +138,14 @@ def test_write_refuses_to_move_a_recorded_zone_without_force(stubs, tmp_path: Pa
     context = tmp_path / "cdk.context.json"
     record_zones(PROD_ACCOUNT, REGION, {"us-east-1b": "use1-az2"}, ["us-east-1b"], context)
     before = context.read_text()
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     expect_failure(
         "zones", "--env", "prod", "--write", "--context-file", str(context),
         code=ExitCode.USAGE,
         starts_with="hpctl zones: --write: cdk.context.json maps us-east-1b use1-az2 -> use1-az6 differently",
     )  # fmt: skip
     assert context.read_text() == before
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     forced = hpctl("zones", "--env", "prod", "--write", "--force", "--context-file", str(context))
     assert forced.exit_code == 0, forced.output
     assert recorded_zone_ids(PROD_ACCOUNT, REGION, context)["us-east-1b"] == "use1-az6"
@@ -162,7 +154,7 @@ def test_write_refuses_to_move_a_recorded_zone_without_force(stubs, tmp_path: Pa
 def test_a_damaged_context_file_is_one_line(stubs, tmp_path: Path):
     context = tmp_path / "cdk.context.json"
     context.write_text("{not json")
-    queue(stubs, PROD_ACCOUNT, ZONES)
+    queue(stubs, ZONES)
     expect_failure(
         "zones", "--env", "prod", "--context-file", str(context),
         code=ExitCode.USAGE,

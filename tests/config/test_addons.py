@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import get_args
+
 import pytest
 
 from config import eks_versions
@@ -15,9 +18,12 @@ from config.addons import (
     TASK_GOVERNANCE,
     TRAINING_OPERATOR,
     VERSION_FORMAT,
+    AddonStack,
     parse_version,
+    placed_in,
 )
 from config.eks_versions import DEFAULT_KUBERNETES_VERSION
+from config.names import STACK_UNITS
 from config.schema import SUPPORTED_KUBERNETES_VERSIONS
 from tests.support import ENVIRONMENTS, eks_config, environment, one_error_on
 
@@ -51,16 +57,6 @@ def test_kube_proxy_pin_is_built_for_the_default_kubernetes_version():
     assert ADDONS[KUBE_PROXY].minimum == (*map(int, SUPPORTED_KUBERNETES_VERSIONS[0].split(".")), 0)
 
 
-def test_pins_for_the_default_version_are_the_ones_aws_lists_for_it():
-    # The EKS User Guide's latest builds for Kubernetes 1.35 (kube-proxy, CoreDNS and VPC CNI
-    # tables); coredns v1.13.2-eksbuild.4 is listed for 1.33, 1.34 and 1.35 alike.
-    assert DEFAULT_KUBERNETES_VERSION == "1.35"
-    assert ADDONS[KUBE_PROXY].version == "v1.35.3-eksbuild.2"
-    assert ADDONS[COREDNS].version == "v1.13.2-eksbuild.4"
-    assert ADDONS["vpc-cni"].version == "v1.21.1-eksbuild.7"
-    assert ADDONS[TRAINING_OPERATOR].version == "v1.2.1-eksbuild.1"
-
-
 def test_ordering_only_names_add_ons_placed_with_it():
     # `after` is applied among the add-ons of one stack.
     for addon in ADDONS.values():
@@ -87,8 +83,8 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():
 
 
 def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():
-    def placed(stack: str) -> set[str]:
-        return {name for name, a in ADDONS.items() if a.stack == stack}
+    def placed(stack: AddonStack) -> set[str]:
+        return {addon.name for addon in placed_in(stack, eks_config())}
 
     # As AWS's HyperPod EKS template creates them with the cluster: cluster DNS is there
     # before any node boots (the HyperPod stack depends on the EKS stack).
@@ -96,6 +92,43 @@ def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():
     assert placed("cluster-addons") == {"cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR}
     assert placed("governance") == {TASK_GOVERNANCE}
     assert placed("observability") == {OBSERVABILITY}
+
+
+def test_add_ons_are_placed_in_stacks_of_the_environment():
+    assert set(get_args(AddonStack)) <= set(STACK_UNITS.values())
+
+
+def test_every_row_is_placed_in_exactly_one_stack_that_places_add_ons():
+    placed = [a.name for stack in get_args(AddonStack) for a in placed_in(stack, eks_config())]
+    assert sorted(placed) == sorted(ADDONS)
+
+
+def test_placement_gives_a_stack_its_rows_in_table_order_at_the_environment_versions():
+    eks = eks_config(addons={COREDNS: "v1.11.4-eksbuild.20"})
+    rows = placed_in("eks", eks)
+    assert [a.name for a in rows] == [n for n, a in ADDONS.items() if a.stack == "eks"]
+    versions = {a.name: a.version for a in rows}
+    assert versions[COREDNS] == "v1.11.4-eksbuild.20"
+    assert versions[KUBE_PROXY] == ADDONS[KUBE_PROXY].version
+    assert {a.name: a.configuration for a in rows} == {
+        a.name: a.configuration for a in ADDONS.values() if a.stack == "eks"
+    }
+
+
+def test_a_row_is_placed_in_the_stack_it_names_whatever_that_is():
+    # A row for the observability stack is created there, not only the one it used to read.
+    planted = dataclasses.replace(ADDONS[COREDNS], name="planted", stack="observability")
+    table = {**ADDONS, "planted": planted}
+
+    class Pins:
+        def addon_version(self, name: str) -> str:
+            return table[name].version
+
+    assert [a.name for a in placed_in("observability", Pins(), table=table)] == [
+        OBSERVABILITY,
+        "planted",
+    ]
+    assert "planted" not in {a.name for a in placed_in("eks", Pins(), table=table)}
 
 
 # --------------------------------------------------------------------------- overrides

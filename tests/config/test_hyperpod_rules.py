@@ -157,6 +157,44 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "no accelerators to check",
     ),
     (
+        "taint-key-format",
+        lambda d: system(d).update(taints=[{"key": "example.com/", "effect": "NoSchedule"}]),
+        f"{SYSTEM}.taints[0].key",
+        "not a valid Kubernetes taint key",
+    ),
+    (
+        "taint-value-format",
+        lambda d: system(d).update(
+            taints=[{"key": "example.com/pool", "value": "a b", "effect": "NoSchedule"}]
+        ),
+        f"{SYSTEM}.taints[0].value",
+        "not a valid Kubernetes taint value",
+    ),
+    (
+        "taint-effect",
+        lambda d: system(d).update(taints=[{"key": "example.com/pool", "effect": "NoWay"}]),
+        f"{SYSTEM}.taints[0].effect",
+        "'NoSchedule', 'PreferNoSchedule' or 'NoExecute'",
+    ),
+    (
+        "label-key-format",
+        lambda d: system(d).update(labels={"example.com/a/b": "x"}),
+        f"{SYSTEM}.labels",
+        "not a valid Kubernetes label key",
+    ),
+    (
+        "label-value-format",
+        lambda d: system(d).update(labels={"example.com/pool": "-x"}),
+        f"{SYSTEM}.labels",
+        "not a valid Kubernetes label value",
+    ),
+    (
+        "label-value-non-empty",
+        lambda d: system(d).update(labels={"example.com/pool": ""}),
+        f"{SYSTEM}.labels",
+        "HyperPod needs a non-empty node label value",
+    ),
+    (
         "taint-key-not-reserved",
         lambda d: system(d).update(
             taints=[{"key": "sagemaker.amazonaws.com/node-health-status", "effect": "NoSchedule"}]
@@ -381,6 +419,19 @@ def test_own_domain_keys_are_accepted() -> None:
         taints=[{"key": "example.com/dedicated", "value": "system", "effect": "NoSchedule"}],
     )
     parse_config(data, "x")
+
+
+def test_an_empty_taint_value_is_read_as_no_value() -> None:
+    # Kubernetes makes no difference between the two; HyperPod's API refuses an empty value,
+    # so the group's nodes are tainted without one.
+    data = environment_data("prod")
+    system(data).update(
+        taints=[{"key": "example.com/dedicated", "value": "", "effect": "NoSchedule"}]
+    )
+    (taint,) = next(
+        g for g in parse_config(data, "x").hyperpod.instance_groups if g.name == "system"
+    ).taints
+    assert taint.value is None
 
 
 def test_tiered_storage_bounds_are_accepted() -> None:

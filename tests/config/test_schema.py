@@ -266,14 +266,6 @@ RULES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ),
     ("tag-reserved-prefix", set_path("tags", {"aws:owner": "x"}), "tags", "reserved for AWS"),
     (
-        "taint-value-non-empty",
-        lambda d: d["hyperpod"]["instance_groups"][1].update(
-            taints=[{"key": "dedicated", "value": "", "effect": "NoSchedule"}]
-        ),
-        "hyperpod.instance_groups[1].taints[0].value",
-        "empty taint value",
-    ),
-    (
         "no-type-coercion",
         lambda d: gpu(d).update(count="16"),
         "hyperpod.instance_groups[0].count",

@@ -1,4 +1,5 @@
-"""Pinned add-ons and add-ons with a pod identity, on a bare stack."""
+"""Pinned add-ons, add-ons with a pod identity, and placing a stack's rows of the add-on
+table, on a bare stack."""
 
 from __future__ import annotations
 
@@ -7,12 +8,62 @@ import json
 import aws_cdk as cdk
 import pytest
 
-from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR
-from platform_constructs.eks_addons import FsxCsiDriver, PinnedAddon, TrainingOperator
-from tests.support import bare_stack, resources_of, template_of
+from config.addons import (
+    ADDONS,
+    COREDNS,
+    FSX_CSI_DRIVER,
+    OBSERVABILITY,
+    TRAINING_OPERATOR,
+    placed_in,
+)
+from platform_constructs import eks_addons
+from platform_constructs.eks_addons import (
+    ADDON_IDENTITIES,
+    AddonWithPodIdentity,
+    IdentityContext,
+    PinnedAddon,
+    place_addons,
+)
+from tests.support import bare_stack, eks_config, resources_of, template_of
 
 FILE_SYSTEM_ARN = "arn:aws:fsx:us-west-2:111111111111:file-system/fs-0123456789abcdef0"
 CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111111111111:cluster/abcdef012345"
+WORKSPACE_ARN = "arn:aws:aps:us-west-2:111111111111:workspace/ws-01234567-89ab-cdef-0123"
+CONTEXT = IdentityContext(
+    file_system_arn=FILE_SYSTEM_ARN, hyperpod_cluster_arn=CLUSTER_ARN, workspace_arn=WORKSPACE_ARN
+)
+# What each identity may do, on which resource (AWS documents one permission per controller).
+PERMISSIONS = {
+    FSX_CSI_DRIVER: ("fsx:DescribeFileSystems", FILE_SYSTEM_ARN),
+    TRAINING_OPERATOR: ("sagemaker:DescribeClusterNode", CLUSTER_ARN),
+    OBSERVABILITY: ("aps:RemoteWrite", WORKSPACE_ARN),
+}
+
+
+def _addon_with_identity(stack: cdk.Stack, name: str, **kwargs) -> AddonWithPodIdentity:
+    identity = ADDON_IDENTITIES[name](CONTEXT)
+    return AddonWithPodIdentity(
+        stack,
+        identity.construct_id,
+        cluster_name="c",
+        addon_name=name,
+        version=ADDONS[name].version,
+        service_account=ADDONS[name].service_account,
+        description=identity.description,
+        statements=identity.statements,
+        **kwargs,
+    )
+
+
+def _place(stack: cdk.Stack, unit: str, **kwargs):
+    return place_addons(
+        stack,
+        unit,
+        versions=eks_config(),
+        cluster_name="c",
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+        **kwargs,
+    )
 
 
 def test_pinned_addon_sets_the_exact_version_and_sorted_configuration():
@@ -22,25 +73,24 @@ def test_pinned_addon_sets_the_exact_version_and_sorted_configuration():
         "Addon",
         cluster_name="c",
         addon_name="vpc-cni",
-        version="v1.20.4-eksbuild.1",
+        version=ADDONS["vpc-cni"].version,
         configuration={"env": {"B": "2", "A": "1"}},
     )
-    PinnedAddon(
-        stack, "Plain", cluster_name="c", addon_name="coredns", version="v1.11.4-eksbuild.14"
-    )
+    PinnedAddon(stack, "Plain", cluster_name="c", addon_name=COREDNS, version="v1.11.4-eksbuild.14")
     addons = {
         a["Properties"]["AddonName"]: a["Properties"]
         for a in resources_of(template_of(stack), "AWS::EKS::Addon").values()
     }
     assert addons["vpc-cni"] == {
         "AddonName": "vpc-cni",
-        "AddonVersion": "v1.20.4-eksbuild.1",
+        "AddonVersion": ADDONS["vpc-cni"].version,
         "ClusterName": "c",
         "ResolveConflicts": "OVERWRITE",
         "ConfigurationValues": json.dumps({"env": {"A": "1", "B": "2"}}),
         "PreserveOnDelete": False,
     }
-    assert "ConfigurationValues" not in addons["coredns"]
+    assert addons[COREDNS]["AddonVersion"] == "v1.11.4-eksbuild.14"
+    assert "ConfigurationValues" not in addons[COREDNS]
 
 
 @pytest.mark.parametrize(
@@ -53,18 +103,11 @@ def test_a_retained_cluster_keeps_its_add_ons_and_their_identities(policy, prese
         stack,
         "Dns",
         cluster_name="c",
-        addon_name="coredns",
-        version="v1.13.2-eksbuild.4",
+        addon_name=COREDNS,
+        version=ADDONS[COREDNS].version,
         removal_policy=policy,
     )
-    FsxCsiDriver(
-        stack,
-        "Fsx",
-        cluster_name="c",
-        version="v1.6.0-eksbuild.1",
-        file_system_arn=FILE_SYSTEM_ARN,
-        removal_policy=policy,
-    )
+    _addon_with_identity(stack, FSX_CSI_DRIVER, removal_policy=policy)
     resources = template_of(stack).to_json()["Resources"]
     addons = [r for r in resources.values() if r["Type"] == "AWS::EKS::Addon"]
     assert len(addons) == 2
@@ -81,36 +124,84 @@ def test_a_retained_cluster_keeps_its_add_ons_and_their_identities(policy, prese
         assert identity.get("DeletionPolicy", "Delete") == expected, type_
 
 
-def test_identity_add_ons_grant_exactly_their_documented_permission():
+def test_identities_are_exactly_the_rows_with_a_service_account():
+    assert set(ADDON_IDENTITIES) == {n for n, a in ADDONS.items() if a.service_account}
+    assert set(PERMISSIONS) == set(ADDON_IDENTITIES)
+
+
+@pytest.mark.parametrize("name", sorted(ADDON_IDENTITIES))
+def test_identity_add_ons_grant_exactly_their_documented_permission(name):
     stack = bare_stack()
-    fsx = FsxCsiDriver(
-        stack, "Fsx", cluster_name="c", version="v1.6.0-eksbuild.1", file_system_arn=FILE_SYSTEM_ARN
-    )
-    operator = TrainingOperator(
-        stack,
-        "Operator",
-        cluster_name="c",
-        version="v1.1.0-eksbuild.1",
-        hyperpod_cluster_arn=CLUSTER_ARN,
-    )
+    construct = _addon_with_identity(stack, name)
     template = template_of(stack).to_json()
-    for construct, name, action, resource in (
-        (fsx, FSX_CSI_DRIVER, "fsx:DescribeFileSystems", FILE_SYSTEM_ARN),
-        (operator, TRAINING_OPERATOR, "sagemaker:DescribeClusterNode", CLUSTER_ARN),
-    ):
-        role_id = stack.get_logical_id(construct.identity.role.node.default_child)
-        (policy,) = template["Resources"][role_id]["Properties"]["Policies"]
-        assert policy["PolicyDocument"]["Statement"] == [
-            {"Action": action, "Effect": "Allow", "Resource": resource}
-        ]
-        association_id = stack.get_logical_id(construct.identity.association)
-        association = template["Resources"][association_id]["Properties"]
-        account = ADDONS[name].service_account
-        assert (association["Namespace"], association["ServiceAccount"]) == (
-            account.namespace,
-            account.name,
-        )
-        addon_id = stack.get_logical_id(construct.addon.resource)
-        # The controller has credentials on first start.
-        assert association_id in template["Resources"][addon_id]["DependsOn"]
-        assert role_id in template["Resources"][addon_id]["DependsOn"]
+    action, resource = PERMISSIONS[name]
+    role_id = stack.get_logical_id(construct.identity.role.node.default_child)
+    (policy,) = template["Resources"][role_id]["Properties"]["Policies"]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {"Action": action, "Effect": "Allow", "Resource": resource}
+    ]
+    association_id = stack.get_logical_id(construct.identity.association)
+    association = template["Resources"][association_id]["Properties"]
+    account = ADDONS[name].service_account
+    assert (association["Namespace"], association["ServiceAccount"]) == (
+        account.namespace,
+        account.name,
+    )
+    addon_id = stack.get_logical_id(construct.addon.resource)
+    # The controller has credentials on first start.
+    assert association_id in template["Resources"][addon_id]["DependsOn"]
+    assert role_id in template["Resources"][addon_id]["DependsOn"]
+
+
+def test_an_identity_fails_without_the_resource_it_names():
+    with pytest.raises(ValueError, match="hyperpod_cluster_arn"):
+        ADDON_IDENTITIES[TRAINING_OPERATOR](IdentityContext(file_system_arn=FILE_SYSTEM_ARN))
+
+
+# --------------------------------------------------------------------------- placement
+
+
+@pytest.mark.parametrize("unit", ["eks", "cluster-addons", "governance", "observability"])
+def test_placing_creates_the_rows_of_the_stack_with_their_identities(unit):
+    stack = bare_stack()
+    placed = _place(stack, unit, context=CONTEXT)
+    rows = placed_in(unit, eks_config())
+    assert list(placed.addons) == [a.name for a in rows]
+    assert set(placed.identities) == {a.name for a in rows if a.service_account}
+    template = template_of(stack).to_json()
+    created = {
+        r["Properties"]["AddonName"]: r["Properties"]["AddonVersion"]
+        for r in resources_of(template, "AWS::EKS::Addon").values()
+    }
+    assert created == {a.name: a.version for a in rows}
+    associations = {
+        (r["Properties"]["Namespace"], r["Properties"]["ServiceAccount"])
+        for r in resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
+    }
+    assert associations == {
+        (a.service_account.namespace, a.service_account.name) for a in rows if a.service_account
+    }
+    for addon in rows:
+        for earlier in addon.after:
+            addon_id = stack.get_logical_id(placed.addons[addon.name].resource)
+            earlier_id = stack.get_logical_id(placed.addons[earlier].resource)
+            assert earlier_id in template["Resources"][addon_id]["DependsOn"]
+
+
+def test_a_row_with_a_service_account_and_no_identity_is_refused(monkeypatch):
+    monkeypatch.setattr(
+        eks_addons,
+        "ADDON_IDENTITIES",
+        {n: f for n, f in ADDON_IDENTITIES.items() if n != FSX_CSI_DRIVER},
+    )
+    with pytest.raises(ValueError, match=FSX_CSI_DRIVER):
+        _place(bare_stack(), "cluster-addons", context=CONTEXT)
+
+
+def test_synth_time_configuration_replaces_the_rows_and_only_for_placed_add_ons():
+    stack = bare_stack()
+    _place(stack, "observability", context=CONTEXT, configurations={OBSERVABILITY: {"logging": 1}})
+    (addon,) = resources_of(template_of(stack), "AWS::EKS::Addon").values()
+    assert json.loads(addon["Properties"]["ConfigurationValues"]) == {"logging": 1}
+    with pytest.raises(ValueError, match=OBSERVABILITY):
+        _place(bare_stack(), "eks", configurations={OBSERVABILITY: {"logging": 1}})

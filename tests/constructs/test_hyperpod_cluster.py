@@ -8,6 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
+from config.kubernetes import Taint
 from config.schema.base import LOG_RETENTION_DAYS
 from platform_constructs.hyperpod_cluster import (
     CLUSTER_LOGICAL_ID,
@@ -16,7 +17,6 @@ from platform_constructs.hyperpod_cluster import (
     HyperPodClusterProps,
     InstanceGroupProps,
     ScheduledUpdate,
-    Taint,
     TrainingPlan,
 )
 from platform_constructs.hyperpod_role import HyperPodAutoscalingRole

@@ -14,7 +14,8 @@ import yaml
 
 from config.schema import EnvironmentConfig
 from hpctl import job_cmd
-from hpctl.job import JobSpec, spec_for_environment
+from hpctl.job.environment import spec_for_environment
+from hpctl.job.spec import JobSpec
 from tests.support import environment
 
 REQUIRED: dict[str, Any] = {
@@ -71,7 +72,7 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> datetime:
 def config_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str, Any], None]:
     """`hpctl job render --env NAME` reads tmp_path/NAME.yaml; returns a writer
     `write(name, data)` (data: a dict dumped as YAML, or the file's text)."""
-    monkeypatch.setattr(job_cmd, "config_dir", tmp_path)
+    monkeypatch.setattr("hpctl.options.config_dir", tmp_path)
 
     def write(name: str, data: Any) -> None:
         text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from hpctl.errors import ExitCode
-from hpctl.job import render_job
+from hpctl.job.render import render_job
 from hpctl.job_cmd import app
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.job.conftest import IMAGE, env_spec

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +19,12 @@ from pathlib import Path
 import pytest
 
 from config.kubernetes import METRICS_PORT
-from hpctl.job import AGENT_PORT
-from training import torch_source
+from hpctl.job.render import AGENT_PORT, TRAINER_MODULE
+from tools import REPO, TRAINING_DIR, torch_source
 
-TRAINING = Path(__file__).resolve().parents[2] / "training"
-DOCKERFILE = TRAINING / "Dockerfile"
-REQUIREMENTS = TRAINING / "requirements-container.txt"
-DOCKERIGNORE = TRAINING / ".dockerignore"
+DOCKERFILE = TRAINING_DIR / "Dockerfile"
+REQUIREMENTS = TRAINING_DIR / "requirements-container.txt"
+DOCKERIGNORE = TRAINING_DIR / ".dockerignore"
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -146,13 +146,61 @@ def test_pip_pin_is_inside_the_elastic_agents_range(dockerfile, agent_metadata: 
     assert pip in allowed, (pip, str(allowed))
 
 
-def test_image_build_checks_the_torch_api_before_dropping_root(dockerfile) -> None:
-    # training/torch_api.py: every torch name the package uses must exist in the image's torch.
-    keys = [(key, rest) for key, rest in dockerfile]
-    check = keys.index(("RUN", "python3 -m training.torch_api --import"))
-    copy = keys.index(("COPY", ". training/"))
-    user = max(i for i, (key, _) in enumerate(keys) if key == "USER")
+def _import_check(parsed: list[tuple[str, str]]) -> tuple[int, str]:
+    """The index and the command of the RUN that imports every module of the package."""
+    (found,) = [
+        (i, rest) for i, (key, rest) in enumerate(parsed) if key == "RUN" and "walk_packages" in rest
+    ]
+    return found
+
+
+def _run_import_check(command: str, root: Path) -> subprocess.CompletedProcess[str]:
+    # As in the image: the package under the working directory, which is on PYTHONPATH, and
+    # python3 the interpreter with torch (here the tests' own).
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(root)}
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_image_build_imports_every_module_before_dropping_root(dockerfile) -> None:
+    check, command = _import_check(dockerfile)
+    copy = dockerfile.index(("COPY", ". training/"))
+    user = max(i for i, (key, _) in enumerate(dockerfile) if key == "USER")
     assert copy < check < user
+    # Against the tests' torch: every module of the package imports, and the log names each.
+    ok = _run_import_check(command, TRAINING_DIR.parent)
+    assert ok.returncode == 0, ok.stderr
+    modules = {
+        ".".join(path.relative_to(TRAINING_DIR.parent).with_suffix("").parts).removesuffix(
+            ".__init__"
+        )
+        for path in TRAINING_DIR.rglob("*.py")
+    } - {"training"}
+    assert "training.checkpoint.manager" in modules  # subpackages count
+    assert set(ok.stdout.split()) == modules
+
+
+def test_image_build_import_check_fails_for_a_module_that_does_not_import(
+    dockerfile, tmp_path: Path
+) -> None:
+    package = tmp_path / "training"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "fine.py").write_text("import torch\n")
+    # In a subpackage: the check walks into packages.
+    (package / "sub").mkdir()
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "newer.py").write_text("import torch.no_such_module\n")
+    result = _run_import_check(_import_check(dockerfile)[1], tmp_path)
+    assert result.returncode != 0
+    assert "No module named 'torch.no_such_module'" in result.stderr
 
 
 def test_runs_as_numeric_non_root_user(dockerfile) -> None:
@@ -295,13 +343,148 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
     assert "requirements-container.txt" not in patterns
 
 
+# What the image runs: the job's module (`hpctl job render`) and the local launcher, the
+# package's two entry points (training/cli.py).
+ENTRY_POINTS = (TRAINER_MODULE, "training.launch")
+
+
+def _dockerignore_patterns(context: Path) -> list[str]:
+    patterns = [
+        line.strip()
+        for line in (context / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    # The matcher below knows no exceptions; one would make it pass files Docker keeps out.
+    assert not [p for p in patterns if p.startswith("!")], patterns
+    return patterns
+
+
+def _pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern (Go's filepath.Match plus `**`) as a regular expression."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        elif pattern[i] == "[":
+            end = pattern.index("]", i)
+            out, i = out + pattern[i : end + 1].replace("[!", "[^"), end + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def _ignored(relative: str, patterns: list[str]) -> bool:
+    """Whether Docker leaves `relative` out of the build context: it, or a directory above
+    it, matches a pattern."""
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    return any(_pattern(p.strip("/")).fullmatch(prefix) for p in patterns for prefix in prefixes)
+
+
+def image_modules(parsed: list[tuple[str, str]], context: Path) -> dict[str, Path]:
+    """Module name -> context file, for every .py file the Dockerfile's COPY instructions put
+    in the image (destinations relative to the working directory, which is on PYTHONPATH)."""
+    patterns = _dockerignore_patterns(context)
+    modules: dict[str, Path] = {}
+    for arguments in _args(parsed, "COPY"):
+        *sources, destination = [a for a in arguments.split() if not a.startswith("--")]
+        for source in sources:
+            root = (context / source).resolve()
+            files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+            for path in files:
+                relative = path.relative_to(context.resolve()).as_posix()
+                if path.suffix != ".py" or _ignored(relative, patterns):
+                    continue
+                assert not destination.startswith("/"), f"{relative} is copied to {destination}"
+                inside = path.relative_to(root) if root.is_dir() else Path(path.name)
+                parts = [*Path(destination).parts, *inside.with_suffix("").parts]
+                modules[".".join(parts).removesuffix(".__init__")] = path
+    return modules
+
+
+def _imported(path: Path, module: str) -> set[str]:
+    """The modules a file imports (`from a import b` counts `a` and `a.b`)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:  # relative: level 1 is the package itself, 2 its parent
+                parts = package.split(".")[: package.count(".") + 2 - node.level]
+                source = ".".join([*parts, node.module] if node.module else parts)
+            found |= {source, *(f"{source}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def unreachable_modules(modules: dict[str, Path]) -> list[str]:
+    """The copied modules no entry point imports, directly or through other modules."""
+    reached: set[str] = set()
+    pending = list(ENTRY_POINTS)
+    while pending:
+        module = pending.pop()
+        if module in reached or module not in modules:
+            continue
+        reached.add(module)
+        parents = [module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)]
+        pending += [*parents, *_imported(modules[module], module)]
+    return sorted(set(modules) - reached)
+
+
+@pytest.mark.parametrize(
+    ("relative", "ignored"),
+    [
+        ("__pycache__/train.cpython-312.pyc", True),
+        ("sub/__pycache__/x.py", True),
+        ("model.pyc", True),
+        (".mypy_cache/3.12/training/model.data.json", True),
+        ("Dockerfile", True),
+        ("model.py", False),
+        ("requirements-container.txt", False),
+    ],
+)
+def test_the_build_context_leaves_out_what_dockerignore_names(relative: str, ignored: bool) -> None:
+    assert _ignored(relative, _dockerignore_patterns(TRAINING_DIR)) is ignored
+
+
+def test_the_image_holds_only_modules_its_entry_points_run(dockerfile) -> None:
+    # Development tools and test helpers stay out of the image: every module it copies is
+    # imported by what a job or the launcher runs.
+    modules = image_modules(dockerfile, TRAINING_DIR)
+    assert set(ENTRY_POINTS) <= set(modules)
+    assert unreachable_modules(modules) == []
+
+
+def test_a_tool_put_back_into_the_package_is_found(dockerfile, tmp_path: Path) -> None:
+    context = tmp_path / "training"
+    shutil.copytree(TRAINING_DIR, context, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "tools" / "torch_api.py", context / "torch_api.py")
+    assert unreachable_modules(image_modules(dockerfile, context)) == ["training.torch_api"]
+
+
 def test_the_image_package_imports_nothing_from_the_infrastructure_code() -> None:
-    # The build context is training/ alone: an import of config, hpctl, stacks or
-    # platform_constructs would fail inside the image. (hpctl's job renderer imports training,
-    # never the other way round.)
-    outside = {"config", "hpctl", "stacks", "platform_constructs", "app", "lifecycle"}
+    # The build context is training/ alone: an import of config, hpctl, stacks,
+    # platform_constructs, the development tools or the tests would fail inside the image.
+    # (hpctl's job renderer imports training, never the other way round.)
+    outside = {
+        "config",
+        "hpctl",
+        "stacks",
+        "platform_constructs",
+        "app",
+        "lifecycle",
+        "tools",
+        "tests",
+    }
     found = []
-    for path in sorted(TRAINING.rglob("*.py")):
+    for path in sorted(TRAINING_DIR.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -310,7 +493,7 @@ def test_the_image_package_imports_nothing_from_the_infrastructure_code() -> Non
             else:
                 continue
             found += [
-                f"{path.relative_to(TRAINING)}:{node.lineno}: {name}"
+                f"{path.relative_to(TRAINING_DIR)}:{node.lineno}: {name}"
                 for name in names
                 if name.split(".")[0] in outside
             ]

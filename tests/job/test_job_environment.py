@@ -8,19 +8,16 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from config.errors import ConfigError
+from config.kubernetes import Taint
 from config.schema import EnvironmentConfig
 from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP, TRAINING_SERVICE_ACCOUNT
-from hpctl.job import (
-    MANAGED_S3_PATH_ENV,
-    JobRequestError,
-    JobSpec,
-    Taint,
-    default_job_name,
-    default_priority,
-    render_job,
-)
-from tests.job.conftest import FIXED_NOW, IMAGE, env_spec
+from hpctl.job.environment import JobRequestError, default_job_name, default_priority
+from hpctl.job.render import MANAGED_S3_PATH_ENV, render_job
+from hpctl.job.spec import JobSpec
+from tests.job.conftest import FIXED_NOW, IMAGE, env_spec, make_spec
 from tests.support import environment, environment_data, loaded_from
 
 BOTH_2 = "at most 2 nodes and spares together"
@@ -192,6 +189,40 @@ def test_every_taint_of_the_group_becomes_a_toleration() -> None:
         },
         {"key": "example.com/gpu", "operator": "Exists", "effect": "NoExecute"},
     ]
+
+
+# Taints as an environment file may give them, valid or not: the schema and JobSpec check
+# them with the same rules, so a group's taints always make a job's tolerations.
+TAINTS: list[dict[str, Any]] = [
+    {"key": "example.com/gpu", "effect": "NoSchedule"},
+    {"key": "example.com/gpu", "value": "", "effect": "NoSchedule"},
+    {"key": "example.com/gpu", "value": "a.b_c-1", "effect": "PreferNoSchedule"},
+    {"key": "example.com/", "effect": "NoSchedule"},
+    {"key": "Example.com/gpu", "effect": "NoSchedule"},
+    {"key": "example.com/gpu", "value": "a b", "effect": "NoSchedule"},
+    {"key": "example.com/gpu", "value": "a" * 64, "effect": "NoSchedule"},
+    {"key": "example.com/gpu", "effect": "NoWay"},
+]
+
+
+@pytest.mark.parametrize("taint", TAINTS, ids=[str(t)[:60] for t in TAINTS])
+def test_the_schema_and_the_job_take_the_same_taints(taint: dict[str, Any]) -> None:
+    def with_taint(data: dict[str, Any]) -> None:
+        group = _group(data, "gpu-p5")
+        del group["deep_health_checks"]
+        group["taints"] = [taint]
+
+    try:
+        config: EnvironmentConfig | None = _variant("prod", with_taint)
+    except ConfigError:
+        config = None
+    try:
+        spec: JobSpec | None = make_spec(taints=[taint])
+    except ValidationError:
+        spec = None
+    assert (config is None) == (spec is None)
+    if config is not None and spec is not None:
+        assert env_spec(config).taints == spec.taints
 
 
 def test_user_choices_pass_through() -> None:

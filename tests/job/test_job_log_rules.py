@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hpctl.job import log_rules
+from hpctl.job.log_rules import log_rules
 from training.metrics import CKPT_FMT, START_FMT, STEP_FMT, WATCHDOG_FMT
 
 # --- the trainer's line formats (the trainer's own format strings) -------------------------

@@ -13,7 +13,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from hpctl.job import JobSpec, render_job
+from hpctl.job.render import render_job
+from hpctl.job.spec import JobSpec
 from tests.job.conftest import env_spec
 from tests.support import environment_data, loaded_from
 

@@ -9,7 +9,7 @@ import yaml
 
 from config.instance_types import lookup
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
-from hpctl.job import render_job, to_yaml
+from hpctl.job.render import render_job, to_yaml
 from training.train import parse_args
 
 
@@ -259,6 +259,13 @@ def test_tolerations_match_the_given_taints(spec_factory) -> None:
     assert _pod(render_job(spec_factory(taints=taints)))["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute"},
+    ]
+
+
+def test_a_taint_with_an_empty_value_is_tolerated_as_one_without(spec_factory) -> None:
+    taints = [{"key": "dedicated", "value": "", "effect": "NoSchedule"}]
+    assert _pod(render_job(spec_factory(taints=taints)))["tolerations"] == [
+        {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
     ]
 
 

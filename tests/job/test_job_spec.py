@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hpctl.job import JobSpec
+from hpctl.job.spec import JobSpec
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -16,15 +16,13 @@ import jsonschema
 import pytest
 
 from config.observability_metrics import CLOUDWATCH_METRICS, FSX_NAMESPACE
-from platform_constructs.observability import (
-    DASHBOARDS_DIR,
+from platform_constructs.observability import DASHBOARDS_DIR, dashboard_files, rule_files
+from tools.observability_check import (
     check_dashboard_files,
     check_dashboards,
-    dashboard_files,
     load_dashboard,
     load_rules,
     recorded_series,
-    rule_files,
 )
 
 EXPECTED = {

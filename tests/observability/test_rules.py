@@ -19,16 +19,14 @@ from config.observability_metrics import (
     Kind,
     series_labels,
 )
-from platform_constructs.observability import (
-    RULES_DIR,
+from platform_constructs.observability import RULES_DIR, dashboard_files, rule_files
+from tools.observability_check import (
     check_promql,
     check_rule_documents,
     check_rule_files,
-    dashboard_files,
     load_dashboard,
     load_rules,
     recorded_names,
-    rule_files,
     rule_namespace_name,
     rule_namespaces,
 )

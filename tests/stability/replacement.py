@@ -28,7 +28,7 @@ def fsx_replacement_values(result: SynthResult) -> dict[str, object]:
     """The FSx replacement-only values, references resolved to what they name."""
     storage = result.stacks["storage"]
     file_system = result.templates["storage"]["Resources"][
-        result.logical_id("storage", storage.file_system.resource)
+        result.logical_id("storage", storage.lustre.resource)
     ]
     props = file_system["Properties"]
     network = result.stacks["network"]

@@ -109,8 +109,8 @@ def test_storage_logical_ids_are_pinned(env: SynthResult):
     stack = env.stacks["storage"]
     actual = {
         "kms_key": env.logical_id("storage", stack.kms_key),
-        "file_system": env.logical_id("storage", stack.file_system.resource),
-        "data_repository": env.logical_id("storage", stack.file_system.data_repository),
+        "file_system": env.logical_id("storage", stack.lustre.resource),
+        "data_repository": env.logical_id("storage", stack.lustre.data_repository),
     } | {name: env.logical_id("storage", getattr(stack, name)) for name in BUCKETS}
     assert actual == STORAGE_LOGICAL_IDS
     stateful = {k for t in STORAGE_STATEFUL_TYPES for k in env.resources("storage", t)}

@@ -22,7 +22,7 @@ from tests.support import (
 OVERRIDES = {
     "coredns": "v1.11.4-eksbuild.20",
     "vpc-cni": "v1.19.0-eksbuild.1",
-    "cert-manager": "v1.18.2-eksbuild.2",
+    "cert-manager": "v1.17.2-eksbuild.1",
 }
 EKS = eks_config(addons=OVERRIDES)
 ENV = cdk.Environment(account=ACCOUNT, region=REGION)
@@ -41,6 +41,12 @@ def expected(stack: str) -> dict[str, str]:
         for name, addon in ADDONS.items()
         if addon.stack == stack
     }
+
+
+def test_the_overrides_differ_from_the_pins():
+    # An override equal to its pin would prove nothing below.
+    for name, version in OVERRIDES.items():
+        assert ADDONS[name].version != version, name
 
 
 def test_overrides_reach_the_cluster_addons_stack():
@@ -63,7 +69,7 @@ def test_overrides_reach_the_cluster_addons_stack():
         ),
     )
     assert addon_versions(stack) == expected("cluster-addons")
-    assert addon_versions(stack)["cert-manager"] == "v1.18.2-eksbuild.2"
+    assert addon_versions(stack)["cert-manager"] == OVERRIDES["cert-manager"]
 
 
 def test_overrides_reach_the_eks_stack():
@@ -92,5 +98,5 @@ def test_overrides_reach_the_eks_stack():
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )
     assert addon_versions(stack) == expected("eks")
-    assert addon_versions(stack)["vpc-cni"] == "v1.19.0-eksbuild.1"
-    assert addon_versions(stack)["coredns"] == "v1.11.4-eksbuild.20"
+    assert addon_versions(stack)["vpc-cni"] == OVERRIDES["vpc-cni"]
+    assert addon_versions(stack)["coredns"] == OVERRIDES["coredns"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from config.names import STACK_UNITS, PlatformNames
 from tests.support import REPO, environment_data
 
 pytestmark = pytest.mark.slow
@@ -90,17 +91,7 @@ def test_prod_synthesizes_offline_on_a_supported_node(tmp_path, home):
     result = cdk_synth("-c", "env=prod", outdir=outdir, home=home)
     assert result.returncode == 0, result.stderr[-3000:]
     names = sorted(p.name for p in outdir.glob("*.template.json"))
-    assert names == [
-        f"hyperpod-prod-{s}.template.json"
-        for s in (
-            "cluster-addons",
-            "eks",
-            "governance",
-            "hyperpod",
-            "network",
-            "observability",
-            "storage",
-        )
-    ]
+    stack = PlatformNames("prod").stack
+    assert names == sorted(f"{stack(unit)}.template.json" for unit in STACK_UNITS.values())
     assert "end-of-life" not in result.stderr + result.stdout
     assert os.path.exists(outdir / "manifest.json")

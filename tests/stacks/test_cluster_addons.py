@@ -94,7 +94,8 @@ def test_a_retained_cluster_keeps_its_addons_identities_and_volume(env):
 def test_fsx_csi_controller_identity_is_scoped_to_the_file_system(env):
     template = env.template("cluster_addons")
     stack = env.stacks["cluster_addons"]
-    file_system_id = stack.resolve(env.stacks["storage"].file_system_id)
+    file_system = env.stacks["storage"].file_system
+    file_system_id = stack.resolve(file_system.file_system_id)
     role_id = env.logical_id("cluster_addons", stack.identities[FSX_CSI_DRIVER].identity.role)
     template.has_resource_properties(
         "AWS::EKS::PodIdentityAssociation",
@@ -114,7 +115,7 @@ def test_fsx_csi_controller_identity_is_scoped_to_the_file_system(env):
     parts = statement["Resource"]["Fn::Join"][1]
     assert parts[-1] == file_system_id
     assert parts[-2].endswith(f":fsx:{env.config.region}:{env.config.account}:file-system/")
-    assert statement["Resource"] == stack.resolve(env.stacks["storage"].file_system_arn)
+    assert statement["Resource"] == stack.resolve(file_system.arn)
 
 
 def test_training_operator_identity_per_aws_docs(env):
@@ -195,14 +196,16 @@ def _fsx_objects(result: SynthResult) -> tuple[list[dict], dict[str, object]]:
 
 def test_static_persistent_volume_points_at_the_file_system(env):
     objects, tokens = _fsx_objects(env)
-    storage = env.stacks["storage"]
+    file_system = env.stacks["storage"].file_system
     stack = env.stacks["cluster_addons"]
     (volume,) = [o for o in objects if o["kind"] == "PersistentVolume"]
     spec = volume["spec"]
     assert spec["csi"]["driver"] == "fsx.csi.aws.com"
-    assert tokens[spec["csi"]["volumeHandle"]] == stack.resolve(storage.file_system_id)
+    assert tokens[spec["csi"]["volumeHandle"]] == stack.resolve(file_system.file_system_id)
     # dnsname is an attribute of the file system (it may render as several parts).
-    assert tokens[spec["csi"]["volumeAttributes"]["mountname"]] == stack.resolve(storage.mount_name)
+    assert tokens[spec["csi"]["volumeAttributes"]["mountname"]] == stack.resolve(
+        file_system.mount_name
+    )
     assert spec["csi"]["volumeAttributes"]["dnsname"]
     capacity = f"{env.config.storage.fsx.storage_capacity_gib}Gi"
     assert spec["capacity"] == {"storage": capacity}
@@ -217,7 +220,7 @@ def test_dns_name_comes_from_the_file_system(env):
     objects, tokens = _fsx_objects(env)
     (volume,) = [o for o in objects if o["kind"] == "PersistentVolume"]
     dnsname = volume["spec"]["csi"]["volumeAttributes"]["dnsname"]
-    resolved = env.stacks["cluster_addons"].resolve(env.stacks["storage"].dns_name)
+    resolved = env.stacks["cluster_addons"].resolve(env.stacks["storage"].file_system.dns_name)
     used = [tokens[t] for t in tokens if t in dnsname]
     assert used and all(json.dumps(u) in json.dumps(resolved) for u in used)
 

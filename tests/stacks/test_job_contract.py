@@ -52,7 +52,8 @@ from config.kubernetes import (
     team_namespace,
 )
 from config.teams import team_capacity
-from hpctl.job import render_job, spec_for_environment
+from hpctl.job.environment import spec_for_environment
+from hpctl.job.render import render_job
 from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
 from tests.support import (
     SYNTH_GROUP,

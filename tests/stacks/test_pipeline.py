@@ -17,6 +17,7 @@ from constructs import Construct
 
 from config.delivery import LoadedPipeline, load_pipeline
 from config.loader import LoadedEnvironment
+from config.names import STACK_UNITS
 from platform_constructs.l1 import default_resource
 from stacks import pipeline_stack
 from stacks.pipeline_stack import (
@@ -105,9 +106,7 @@ def test_stage_stacks_keep_the_names_cdk_deploy_uses(pipeline: PipelineSynth):
         }
         platform = pipeline.stack.stages[config.environment].platform
         assert set(stacks) == {s.stack_name for s in platform.by_name().values()}
-        assert set(stacks) == {
-            config.names.stack(s.node.id.split("-", 2)[2]) for s in platform.by_name().values()
-        }
+        assert set(stacks) == {config.names.stack(STACK_UNITS[s]) for s in platform.by_name()}
         assert set(stacks.values()) == {f"aws://{config.account}/{config.region}"}
 
 

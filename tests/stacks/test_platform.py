@@ -3,34 +3,32 @@ deploy order, tags, and an offline synth (no context lookups)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from config.names import STACK_UNITS
+from stacks.platform import PlatformStacks
 from tests.support import SYNTH_GROUP
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
-UNITS = {
-    "network": "network",
-    "storage": "storage",
-    "eks": "eks",
-    "hyperpod": "hyperpod",
-    "cluster_addons": "cluster-addons",
-    "governance": "governance",
-    "observability": "observability",
-}
 # Stacks only environments with that section get.
 OPTIONAL_UNITS = {"governance": "governance", "observability": "observability"}
+
+
+def test_every_stack_has_a_unit_in_deploy_order():
+    assert list(STACK_UNITS) == [f.name for f in dataclasses.fields(PlatformStacks)]
 
 
 def test_stacks_are_named_after_the_environment_and_deployed_into_its_account(env):
     names = env.config.names
     present = {s for s, section in OPTIONAL_UNITS.items() if getattr(env.config, section)}
-    assert set(env.stacks) == {s for s in UNITS if s not in OPTIONAL_UNITS or s in present}
+    assert set(env.stacks) == {s for s in STACK_UNITS if s not in OPTIONAL_UNITS or s in present}
     for short, stack in env.stacks.items():
-        unit = UNITS[short]
-        assert stack.stack_name == names.stack(unit) == f"hyperpod-{env.env_name}-{unit}"
+        # The construct ID too: it names the template file and the pipeline's artifacts.
+        assert stack.stack_name == stack.node.id == names.stack(STACK_UNITS[short])
         assert (stack.account, stack.region) == (env.config.account, env.config.region)
         assert env.template_path(short).is_file()
 

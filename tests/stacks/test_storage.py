@@ -55,8 +55,8 @@ def storage_ids(result: SynthResult) -> dict[str, str]:
     stack = result.stacks["storage"]
     return {
         "kms_key": result.logical_id("storage", stack.kms_key),
-        "file_system": result.logical_id("storage", stack.file_system.resource),
-        "data_repository": result.logical_id("storage", stack.file_system.data_repository),
+        "file_system": result.logical_id("storage", stack.lustre.resource),
+        "data_repository": result.logical_id("storage", stack.lustre.data_repository),
     } | {name: result.logical_id("storage", getattr(stack, name)) for name in BUCKETS}
 
 
@@ -138,18 +138,17 @@ def test_data_repository_association_links_the_data_bucket(env):
     assert dra["Properties"]["DataRepositoryPath"] == {"Fn::Join": ["", parts]}
 
 
-def test_stack_exposes_file_system_attributes_for_mounts(env):
+def test_stack_exports_the_file_system_it_built(env):
     stack = env.stacks["storage"]
     resolve = stack.resolve
     file_system_id = storage_ids(env)["file_system"]
-    assert resolve(stack.file_system_id) == {"Ref": file_system_id}
-    assert resolve(stack.dns_name) == {"Fn::GetAtt": [file_system_id, "DNSName"]}
-    assert resolve(stack.mount_name) == {"Fn::GetAtt": [file_system_id, "LustreMountName"]}
-    assert stack.file_system.file_system_id == stack.file_system_id
-    assert stack.file_system.dns_name == stack.dns_name
-    assert stack.file_system.mount_name == stack.mount_name
+    file_system = stack.file_system
+    assert resolve(file_system.file_system_id) == {"Ref": file_system_id}
+    assert resolve(file_system.dns_name) == {"Fn::GetAtt": [file_system_id, "DNSName"]}
+    assert resolve(file_system.mount_name) == {"Fn::GetAtt": [file_system_id, "LustreMountName"]}
     config = env.config
-    assert resolve(stack.file_system_arn) == {
+    assert file_system.capacity_gib == config.storage.fsx.storage_capacity_gib
+    assert resolve(file_system.arn) == {
         "Fn::Join": [
             "",
             [f"arn:aws:fsx:{config.region}:{config.account}:file-system/", {"Ref": file_system_id}],

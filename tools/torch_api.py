@@ -1,8 +1,7 @@
-"""The torch API this package uses, checked against the torch that is installed.
+"""The torch API the training package uses, checked against the installed torch.
 
-    python -m training.torch_api                   # exit 1, one line per problem
-    python -m training.torch_api --import          # and import every module of the package
-    python -m training.torch_api --release image   # against the image's torch, read from source
+    python -m tools.torch_api                   # exit 1, one line per problem
+    python -m tools.torch_api --release image   # against the image's torch, read from source
 
 The package's source is read, not run: every torch name it uses is collected (``import
 torch.x``, ``from torch.x import y``, attribute chains from torch or an alias of it, such as
@@ -11,10 +10,10 @@ passed to it, and each is resolved in the installed torch: a name that does not 
 keyword a function does not take, or a private name (a part starting with ``_``) is reported.
 
 Names used only inside functions (``torch.cuda.cudart``, a keyword of ``distribute_tensor``)
-fail here, at image build time, instead of in the middle of a job. The image build runs it
-against the container's torch; the CPU tests run it against theirs and, with ``--release``,
-against the image's torch read from its wheel's source (torch_source.py), which a CPU machine
-cannot install (training/README.md, "Torch versions").
+fail here, before an image is built, instead of in the middle of a job. The tests run it
+against their torch and, with ``--release``, against the image's torch read from its wheel's
+source (torch_source.py), which a CPU machine cannot install (training/README.md, "Torch
+versions").
 """
 
 from __future__ import annotations
@@ -24,16 +23,16 @@ import ast
 import functools
 import importlib
 import inspect
-import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training import torch_source
+import torch
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+from tools import TRAINING_DIR, torch_source
+
 ROOT = "torch"
 
 
@@ -120,7 +119,7 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def collect(package_dir: Path = PACKAGE_DIR) -> dict[str, Use]:
+def collect(package_dir: Path = TRAINING_DIR) -> dict[str, Use]:
     """Every torch name the modules in `package_dir` use, with where and with which keywords."""
     uses: dict[str, Use] = {}
     for path in sorted(package_dir.rglob("*.py")):
@@ -207,16 +206,13 @@ def problems(uses: dict[str, Use], release: torch_source.SourceTree | None = Non
 
 def installed_source() -> torch_source.SourceTree:
     """The installed torch's own sources, read the way a release's are."""
-    import torch
-
     return torch_source.SourceTree(Path(torch.__file__).resolve().parents[1])
 
 
 def unreadable(uses: dict[str, Use], release: torch_source.SourceTree) -> list[str]:
     """Names the installed torch has that neither its source nor `release`'s shows (bound
     while torch runs, e.g. the legacy torch.cuda.FloatTensor classes): reading can say
-    nothing about them, so they are listed, not failed; the image build's check covers
-    them."""
+    nothing about them, so they are listed, not failed."""
     here = installed_source()
     return [
         name
@@ -227,46 +223,24 @@ def unreadable(uses: dict[str, Use], release: torch_source.SourceTree) -> list[s
     ]
 
 
-def import_all(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """Imports every module of the package; one line per module that fails."""
-    failures: list[str] = []
-    package = package_dir.name
-    # A package that fails to import is reported by the loop below, not by the walk.
-    walk = pkgutil.walk_packages([str(package_dir)], f"{package}.", onerror=lambda name: None)
-    for module in walk:
-        try:
-            importlib.import_module(module.name)
-        except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the check
-            path = module.name.replace(".", "/") + ("/__init__.py" if module.ispkg else ".py")
-            failures.append(f"{path}: import failed: {type(e).__name__}: {e}")
-    return failures
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--package-dir", type=Path, default=PACKAGE_DIR)
-    target = ap.add_mutually_exclusive_group()  # imports run against the installed torch only
-    target.add_argument("--import", dest="import_all", action="store_true")
-    target.add_argument(
+    ap.add_argument("--package-dir", type=Path, default=TRAINING_DIR)
+    ap.add_argument(
         "--release",
         metavar="VERSION",
         help="check against this torch release's source instead of the installed torch "
         "('image': the version the training image pins); fetched from PyPI once",
     )
-    ap.add_argument("--sources-dir", type=Path, default=torch_source.IMAGE_SOURCES_DIR)
     args = ap.parse_args(argv)
-    import torch
-
     uses = collect(args.package_dir)
     release: torch_source.SourceTree | None = None
     version = str(torch.__version__)
     if args.release:
         version = torch_source.image_version() if args.release == "image" else args.release
-        release = torch_source.SourceTree(torch_source.fetch(version, args.sources_dir))
+        release = torch_source.SourceTree(torch_source.fetch(version))
         version += " (source)"
     found = problems(uses, release)
-    if args.import_all:
-        found += import_all(args.package_dir)
     for name in unreadable(uses, release) if release is not None else []:
         print(f"torch {version}: {name} is bound at run time, not checked from source")
     for line in found:

@@ -6,7 +6,7 @@ same in every wheel of a release. ``fetch`` unpacks them from the smallest wheel
 macOS one: CPU only) and ``SourceTree`` answers, from the syntax tree alone, whether a dotted
 name exists in that release and which keywords a function takes:
 
-    python -m training.torch_api --release 2.11.0
+    python -m tools.torch_api --release 2.11.0
 
 Names bound in ways only running code can see (torch/__init__.py binds the C functions in a
 loop over ``dir()``) are found through the imports the release makes for type checkers
@@ -26,13 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from packaging.requirements import Requirement
+
+from tools import REPO, TRAINING_DIR
+
 # The platform whose wheel is smallest: no CUDA libraries, same Python sources.
 WHEEL_PLATFORM = "macosx_11_0_arm64"
-PACKAGE_DIR = Path(__file__).resolve().parent
 # Where set-up unpacks releases (scripts/bootstrap.sh): inside the ignored virtualenv, so a
 # fresh environment starts clean.
-IMAGE_SOURCES_DIR = PACKAGE_DIR.parent / ".venv" / "image-sources"
-IMAGE_REQUIREMENTS = PACKAGE_DIR / "requirements-container.txt"
+IMAGE_SOURCES_DIR = REPO / ".venv" / "image-sources"
+IMAGE_REQUIREMENTS = TRAINING_DIR / "requirements-container.txt"
 
 # What the import system sets on every module.
 _MODULE_ATTRIBUTES = frozenset(
@@ -551,8 +554,6 @@ def fetch_metadata(package: str, version: str, into: Path = IMAGE_SOURCES_DIR) -
 
 def requires_dist(metadata: Path, package: str) -> str:
     """The version specifier a distribution's metadata puts on `package` (its Requires-Dist)."""
-    from packaging.requirements import Requirement  # a test-time need: not in the image
-
     for line in metadata.read_text().splitlines():
         key, _, value = line.partition(": ")
         if key == "Requires-Dist":

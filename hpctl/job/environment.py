@@ -1,0 +1,265 @@
+"""`spec_for_environment`: a JobSpec from an environment's config and a user's options.
+
+The team, its priority classes and its quota (`config.teams`), the instance group's type and
+taints, and whether the cluster has managed tiered checkpointing all come from the config, so
+a job can only ask for what the platform deployed. Every option that does not fit is one
+`--option: problem; fix` line (`JobRequestError`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any, Final
+
+from pydantic import TypeAdapter, ValidationError
+
+from config.errors import Location, problem_lines
+from config.instance_types import lookup
+from config.kubernetes import (
+    DNS_LABEL_MAX,
+    FSX_CLAIM_NAME,
+    PRIORITY_CLASS_SUFFIX,
+    TEAM_NAMESPACE_PREFIX,
+)
+from config.schema import EnvironmentConfig
+from config.teams import TRAINING_SERVICE_ACCOUNT, GroupCapacity, team_capacity
+from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
+from hpctl.options import utc_now
+
+# JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
+DERIVED_FIELDS: Final = frozenset(
+    {"instance_type", "taints", "fsx_claim", "service_account", "managed_fast_tier"}
+)
+# JobSpec fields whose problems a user fixes through another option (or not at all: the
+# environment's config); the rest map to --field-name.
+_OPTION_FOR_FIELD: Final = {
+    "instance_type": "--instance-group",
+    "taints": "--instance-group",
+    "fsx_claim": "--env",
+    "service_account": "--env",
+    "managed_fast_tier": "--env",
+}
+
+
+class JobRequestError(ValueError):
+    """Options that do not make a job in the environment: one `--option: problem; fix` line
+    per problem (`problems`); `str()` joins them with "; "."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def option_for(loc: Location) -> str:
+    """The CLI option a JobSpec error location stands for: `--nodes`, `--instance-group`."""
+    if not loc:
+        return ""
+    return _OPTION_FOR_FIELD.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
+
+
+def nodes_figure(value: Fraction) -> int | float:
+    """A node count for people: whole numbers as they are, fractions to 2 decimals."""
+    return int(value) if value.denominator == 1 else round(float(value), 2)
+
+
+def default_priority(config: EnvironmentConfig) -> str:
+    """The environment's lowest-weight priority class (ties: the first by name)."""
+    if config.governance is None:
+        raise JobRequestError([_no_governance(config)])
+    return min(config.governance.priority_classes, key=lambda c: (c.weight, c.name)).name
+
+
+def default_job_name(team: str, preset: str, now: datetime) -> str:
+    """`<team>-<preset>-<UTC YYYYmmdd-HHMMSS>`, the team cut short to fit 63 characters.
+    A naive `now` is taken as UTC."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    stamp = now.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
+    # The preset is validated on its own; only its shape matters here.
+    tag = re.sub(r"[^a-z0-9]+", "-", preset.lower()).strip("-")[:16].strip("-") or "job"
+    suffix = f"-{tag}-{stamp}"
+    stem = team if team[:1].isalpha() else f"job-{team}"  # job names start with a letter
+    return stem[: DNS_LABEL_MAX - len(suffix)].rstrip("-") + suffix
+
+
+def _no_governance(config: EnvironmentConfig) -> str:
+    env = config.environment
+    return (
+        f"--env: {env} has no governance section, so it has no teams, queues or priority "
+        f"classes for jobs; add one to config/{env}.yaml or use an environment with task "
+        "governance"
+    )
+
+
+def _unknown(option: str, what: str, value: str, known: list[str], env: str, hint: str) -> str:
+    fix = f"use {hint!r}" if hint in known else f"use one of {', '.join(known)}"
+    return f"{option}: unknown {what} {value!r} in {env}; {fix}"
+
+
+def _accelerated(instance_type: str) -> bool:
+    return lookup(instance_type).has_accelerators
+
+
+def _quota_problem(
+    team: str, capacity: GroupCapacity, usable: list[str], nodes: int, spares: int
+) -> str | None:
+    """Why `nodes` + `spares` on the group do not fit `team`'s capacity there, if they don't."""
+    asked, limit = nodes + spares, capacity.max_job_nodes
+    if asked <= limit:
+        return None
+    group = capacity.instance_group
+    elsewhere = (
+        f"use a group where it has one ({', '.join(usable)})"
+        if usable
+        else "ask the platform team for a quota"
+    )
+    if capacity.guaranteed == 0 and capacity.borrowable == 0:
+        return (
+            f"--instance-group: team {team} has no quota on {group} ({capacity.instance_type}); "
+            f"{elsewhere}"
+        )
+    total = capacity.guaranteed + capacity.borrowable
+    figures = (
+        f"{nodes_figure(capacity.guaranteed)} guaranteed + "
+        f"{nodes_figure(capacity.borrowable)} borrowable = {nodes_figure(total)}"
+    )
+    if capacity.group_nodes < total:
+        figures += f", and the group has {capacity.group_nodes} nodes"
+    if limit == 0:
+        return (
+            f"--instance-group: team {team} may use less than one node on {group}: {figures}; "
+            f"{elsewhere}"
+        )
+    fix = f"ask for at most {limit}" + (" nodes and spares together" if spares else "")
+    return (
+        f"--nodes: {nodes} nodes (+{spares} spares) exceed what team {team} may use on "
+        f"{group}: {figures}; {fix}"
+    )
+
+
+_NODES = TypeAdapter(PositiveInt)
+_SPARES = TypeAdapter(NonNegativeInt)
+
+
+def _counts(nodes: object, spares: object) -> tuple[int, int] | None:
+    """Nodes and spares as JobSpec reads them, or None where JobSpec will reject them."""
+    try:
+        return _NODES.validate_python(nodes), _SPARES.validate_python(spares)
+    except ValidationError:
+        return None
+
+
+def _lines(error: ValidationError) -> list[str]:
+    return problem_lines(error, where=option_for, missing="missing; pass {where}")
+
+
+def spec_for_environment(
+    config: EnvironmentConfig,
+    *,
+    team: str,
+    instance_group: str,
+    nodes: int | str,
+    image: str,
+    priority: str | None = None,
+    name: str | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    **choices: Any,
+) -> JobSpec:
+    """The JobSpec for a job of `team` on `instance_group` of the environment `config`.
+
+    From the config: the group's instance type and taints (tolerations), the team's queue and
+    priority classes, the training service account, the FSx claim, and the managed fast tier
+    exactly when the cluster has tiered storage. `priority` defaults to the lowest-weight
+    class, `name` to `<team>-<preset>-<UTC time from clock>`. `choices` are the other JobSpec
+    fields a user picks (preset, steps, spares, min_tokens_per_s, ...), as values or text.
+
+    Raises JobRequestError (one `--option: problem; fix` line per problem) for an environment
+    without governance, an unknown team, group or priority class, a group without
+    accelerators, an invalid choice, or more nodes (spares included) than the team may use on
+    the group; TypeError when `choices` name a field the config decides.
+    """
+    derived = sorted(DERIVED_FIELDS & choices.keys())
+    if derived:
+        raise TypeError(f"{', '.join(derived)}: decided by the environment's config, not a choice")
+    governance, env = config.governance, config.environment
+    if governance is None:
+        raise JobRequestError([_no_governance(config)])
+    problems: list[str] = []
+    teams = {t.name: t for t in governance.teams}
+    chosen_team = teams.get(team)
+    if chosen_team is None:
+        hint = team.removeprefix(TEAM_NAMESPACE_PREFIX)
+        problems.append(_unknown("--team", "team", team, sorted(teams), env, hint))
+    groups = {g.name: g for g in config.hyperpod.instance_groups}
+    group = groups.get(instance_group)
+    if group is None:
+        problems.append(
+            _unknown("--instance-group", "instance group", instance_group, sorted(groups), env, "")
+        )
+    elif not _accelerated(group.instance_type):
+        accelerated = sorted(n for n, g in groups.items() if _accelerated(g.instance_type))
+        fix = (
+            f"use a GPU or Trainium group ({', '.join(accelerated)})"
+            if accelerated
+            else f"add a GPU or Trainium group to config/{env}.yaml"
+        )
+        problems.append(
+            f"--instance-group: group {group.name} is {group.instance_type}, and "
+            f"{group.instance_type} has no accelerators; {fix}"
+        )
+    if priority is None:
+        priority = default_priority(config)
+    else:
+        classes = sorted(governance.priority_classes, key=lambda c: (-c.weight, c.name))
+        known = [c.name for c in classes]
+        if priority not in known:
+            hint = priority.removesuffix(PRIORITY_CLASS_SUFFIX)
+            problems.append(_unknown("--priority", "priority class", priority, known, env, hint))
+    if problems or chosen_team is None or group is None:
+        raise JobRequestError(problems)
+    preset = choices.get("preset", JobSpec.model_fields["preset"].default)
+    fields: dict[str, Any] = {
+        **choices,
+        "name": name if name is not None else default_job_name(team, str(preset), clock()),
+        "team": team,
+        "priority": priority,
+        "image": image,
+        "instance_type": group.instance_type,
+        "instance_group": group.name,
+        "nodes": nodes,
+        "taints": tuple(group.taints),
+        "fsx_claim": FSX_CLAIM_NAME,
+        "service_account": TRAINING_SERVICE_ACCOUNT,
+        "managed_fast_tier": config.hyperpod.tiered_storage.enabled,
+    }
+    # The quota first: a job the team may not run at all needs another size before anything
+    # else about it matters (a size the preset cannot split is a --nodes problem as well).
+    quota: list[str] = []
+    counts = _counts(nodes, choices.get("spares", JobSpec.model_fields["spares"].default))
+    if counts is not None:
+        capacity = team_capacity(governance, chosen_team, config.hyperpod.instance_groups)
+        usable = [
+            c.instance_group
+            for c in capacity
+            if c.max_job_nodes > 0 and _accelerated(c.instance_type)
+        ]
+        (on_group,) = (c for c in capacity if c.instance_group == group.name)
+        problem = _quota_problem(team, on_group, usable, *counts)
+        quota = [] if problem is None else [problem]
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as error:
+        if quota:  # the quota's line stands for every other problem of --nodes
+            error_lines = [
+                line
+                for item, line in zip(error.errors(), _lines(error), strict=True)
+                if item["loc"][:1] not in (("nodes",), ("spares",))
+            ]
+            raise JobRequestError(quota + error_lines) from None
+        raise JobRequestError(_lines(error)) from None
+    if quota:
+        raise JobRequestError(quota)
+    return spec

@@ -1,0 +1,254 @@
+"""`render_job`: the HyperPodPyTorchJob manifest (HyperPod training operator,
+`sagemaker.amazonaws.com/v1`) for a JobSpec.
+
+Pure: the same spec always gives the same manifest, so it can be diffed, reviewed and tested
+without a cluster. Kubernetes and task-governance names (labels, namespace, queue, priority
+class, service account, the team ConfigMap) come from `config.kubernetes` and `config.teams`,
+the names the stacks create.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from config.instance_types import InstanceType
+from config.kubernetes import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    INSTANCE_GROUP_LABEL,
+    INSTANCE_TYPE_LABEL,
+    METRICS_LABEL,
+    METRICS_LABEL_VALUE,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+    NEURON_RESOURCE,
+    NODE_HEALTH_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    TRAINING_JOB_LABEL,
+    local_queue,
+    priority_class,
+)
+from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP
+from hpctl.job.log_rules import log_rules
+from hpctl.job.spec import FSX_MOUNT, SHM_MOUNT, JobSpec
+
+API_VERSION = "sagemaker.amazonaws.com/v1"
+KIND = "HyperPodPyTorchJob"
+
+AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
+# The elastic agent only monitors logs that torchrun writes to files, so workers must tee.
+AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads it
+TRAINER_MODULE = "training.train"
+CONTAINER_NAME = "trainer"
+REPLICA_NAME = "worker"
+# The S3 tier of managed tiered checkpointing, from the team's ConfigMap (the bucket is named
+# at deploy time) into this variable, which Kubernetes expands into the trainer's
+# `--set checkpoint.managed_s3_path=$(HPTRAIN_MANAGED_S3_PATH)` argument.
+MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
+
+# Share of a node's vCPUs and memory the trainer requests: the rest stays for the kubelet's
+# reservation and HyperPod's daemon sets (health agent, device plugins, CNI, FSx CSI).
+NODE_SHARE = 0.9
+
+# Families whose EFA supports GPUDirect RDMA (p4d and newer, Trainium). g5/g6e EFA has no RDMA
+# read, so FI_EFA_USE_DEVICE_RDMA=1 would make libfabric fail there.
+RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
+
+
+def _env(spec: JobSpec) -> list[dict[str, Any]]:
+    instance = spec.instance
+    env = {
+        # Workers write to files the agent tails; unbuffered output keeps the hang clock honest.
+        "PYTHONUNBUFFERED": "1",
+        # WARN prints NCCL's own warnings (including timeouts) to stdout, where rules see them.
+        "NCCL_DEBUG": "WARN",
+        # Bootstrap over the pod's interface, never loopback or a bridge.
+        "NCCL_SOCKET_IFNAME": "^lo,docker",
+    }
+    if instance.supports_efa:
+        env["FI_PROVIDER"] = "efa"
+        # Data loader workers fork after EFA memory is registered.
+        env["FI_EFA_FORK_SAFE"] = "1"
+        if instance.family in RDMA_FAMILIES:
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
+    if spec.managed_fast_tier:
+        # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
+        # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.
+        items.append(
+            {
+                "name": MANAGED_S3_PATH_ENV,
+                "valueFrom": {
+                    "configMapKeyRef": {"name": TEAM_CONFIG_MAP, "key": MANAGED_TIER_PATH_KEY}
+                },
+            }
+        )
+    return items
+
+
+def _resources(instance: InstanceType) -> dict[str, dict[str, int | str]]:
+    accelerator = GPU_RESOURCE if instance.accelerator == "nvidia" else NEURON_RESOURCE
+    devices: dict[str, int | str] = {accelerator: instance.accelerator_count}
+    if instance.supports_efa:
+        devices[EFA_RESOURCE] = instance.efa_interfaces
+    memory = f"{int(instance.memory_gib * NODE_SHARE)}Gi"
+    return {
+        "requests": {**devices, "cpu": str(int(instance.vcpus * NODE_SHARE)), "memory": memory},
+        # A memory limit keeps a runaway trainer from starving the node's health agents; no CPU
+        # limit, so data loading is never throttled.
+        "limits": {**devices, "memory": memory},
+    }
+
+
+def _command(spec: JobSpec) -> list[str]:
+    return [
+        "hyperpodrun",
+        f"--nnodes={spec.nodes}",
+        f"--nproc-per-node={spec.instance.accelerator_count}",
+        "--tee=3",
+        f"--log-dir={AGENT_LOG_DIR}",
+        f"--server-port={AGENT_PORT}",
+        # Restarts keep the agent's default SIGKILL (a save needing dead peers would only
+        # hang); pod deletion forwards SIGTERM, and this is how long the save may take.
+        f"--shutdown-timeout={spec.shutdown_timeout_s}",
+        "-m",
+        TRAINER_MODULE,
+    ]
+
+
+def trainer_args(spec: JobSpec) -> list[str]:
+    """Arguments for `python -m training.train`, every value resolved so the job is explicit."""
+    overrides = {
+        "training.steps": spec.total_steps,
+        "checkpoint.fast_dir": spec.fast_checkpoint_dir,
+        "checkpoint.durable_dir": spec.durable_dir,
+        "checkpoint.fast_interval": spec.fast_every,
+        "checkpoint.durable_interval": spec.durable_every,
+        # Explicit: the image always has the managed library, but only clusters with tiered
+        # storage can serve it ("auto" would pick it everywhere).
+        "checkpoint.fast_backend": "managed" if spec.managed_fast_tier else "local",
+        # The endpoint the platform's Prometheus collector scrapes (the named port below).
+        "metrics.port": METRICS_PORT,
+    }
+    if spec.managed_fast_tier:
+        # The library's namespace: the same on every restart, unique per job.
+        overrides["checkpoint.managed_namespace"] = spec.name
+        # Kubernetes expands $(VAR) in args from the container's env (the ConfigMap value).
+        overrides["checkpoint.managed_s3_path"] = f"$({MANAGED_S3_PATH_ENV})"
+    args = ["--preset", spec.preset, "--out", spec.out_dir]
+    for key, value in overrides.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def _pod_template(spec: JobSpec) -> dict[str, Any]:
+    instance = spec.instance
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        # The image is pinned, so a cached copy is the right one; avoids re-pulling many GiB.
+        "imagePullPolicy": "IfNotPresent",
+        "command": _command(spec),
+        "args": trainer_args(spec),
+        "ports": [
+            {"containerPort": AGENT_PORT, "protocol": "TCP"},
+            # Scraped by name: the collector keeps only this port of the labelled pods.
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "env": _env(spec),
+        "resources": _resources(instance),
+        "volumeMounts": [
+            {"name": "fsx", "mountPath": FSX_MOUNT},
+            {"name": "shm", "mountPath": SHM_MOUNT},
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": spec.service_account,
+        "nodeSelector": {
+            INSTANCE_GROUP_LABEL: spec.instance_group,
+            INSTANCE_TYPE_LABEL: spec.instance_type,
+        },
+        # Only nodes that passed HyperPod's health checks; others are being checked or replaced.
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": NODE_HEALTH_LABEL,
+                                    "operator": "In",
+                                    "values": ["Schedulable"],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        # The image runs as a numeric non-root user; refuse images that would run as root.
+        "securityContext": {"runAsNonRoot": True},
+        # Room for the agent to SIGTERM the workers, wait, then SIGKILL them.
+        "terminationGracePeriodSeconds": spec.shutdown_timeout_s + 30,
+        "containers": [container],
+        "volumes": [
+            {"name": "fsx", "persistentVolumeClaim": {"claimName": spec.fsx_claim}},
+            # NCCL and data loaders need far more shared memory than the runtime's 64 MiB.
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+    if spec.taints:
+        pod_spec["tolerations"] = [taint.toleration() for taint in spec.taints]
+    return {"metadata": {"labels": pod_labels(spec)}, "spec": pod_spec}
+
+
+def pod_labels(spec: JobSpec) -> dict[str, str]:
+    """Labels of every worker pod: the platform's Prometheus collector scrapes pods with the
+    metrics label and names their series after the job label (`training_job`)."""
+    return {METRICS_LABEL: METRICS_LABEL_VALUE, TRAINING_JOB_LABEL: spec.name}
+
+
+def render_job(spec: JobSpec) -> dict[str, Any]:
+    """The HyperPodPyTorchJob manifest for `spec` as a plain dict."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": {
+                QUEUE_LABEL: local_queue(spec.team),
+                PRIORITY_LABEL: priority_class(spec.priority),
+            },
+        },
+        "spec": {
+            "nprocPerNode": str(spec.instance.accelerator_count),
+            "replicaSpecs": [
+                {
+                    "name": REPLICA_NAME,
+                    "replicas": spec.nodes,
+                    "spares": spec.spares,
+                    "template": _pod_template(spec),
+                }
+            ],
+            "runPolicy": {
+                "jobMaxRetryCount": spec.max_retries,
+                "restartPolicy": {
+                    "numRestartBeforeFullJobRestart": spec.restarts_before_full_restart,
+                    "evalPeriodSeconds": spec.restart_eval_period_s,
+                    "maxFullJobRestarts": spec.max_full_restarts,
+                },
+                "cleanPodPolicy": spec.clean_pod_policy,
+                "logMonitoringConfiguration": log_rules(spec),
+            },
+        },
+    }
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """YAML for `manifest`, keys in the order they were built (readable, stable diffs)."""
+    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100)

@@ -1,0 +1,341 @@
+"""`JobSpec`: a validated training job, what a user chooses plus what the cluster dictates.
+
+Every field is checked on its own and against the trainer preset it runs (`training.config`):
+a job that validates here is one the trainer accepts. Everything the hardware dictates
+(accelerators, EFA interfaces, CPU and memory) comes from `config.instance_types`; Kubernetes
+names follow the rules of `config.kubernetes`.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from config.instance_types import InstanceType, lookup
+from config.kubernetes import (
+    FSX_CLAIM_NAME,
+    INSTANCE_GROUP_NAME,
+    MAX_PRIORITY_LENGTH,
+    MAX_TEAM_LENGTH,
+    PRIORITY_CLASS_SUFFIX,
+    TEAM_NAMESPACE_PREFIX,
+    Taint,
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    team_namespace,
+)
+from config.teams import TRAINING_SERVICE_ACCOUNT
+from training.config import PRESETS, ConfigError, JobConfig, build_config
+
+FSX_MOUNT = "/fsx"
+SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
+
+# OCI distribution reference: [host[:port]/]path[:tag][@sha256:hex]
+_IMAGE = re.compile(
+    r"^(?P<name>(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+
+
+@functools.cache
+def preset_config(preset: str) -> JobConfig:
+    """The trainer's own configuration for `preset` (shared: do not mutate)."""
+    return build_config(preset)
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class JobSpec(BaseModel):
+    """What a user chooses for one training job. Unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    team: str
+    priority: str
+    image: str
+    instance_type: str
+    instance_group: str
+    # A trainer preset (training.config.PRESETS); checks below read its batch size, watchdog
+    # and SIGTERM grace, so it is validated before the fields that depend on it.
+    preset: str = "8b"
+    steps: PositiveInt | None = None  # None: the preset's own step count
+    nodes: PositiveInt = 1
+    spares: NonNegativeInt = 0
+    fsx_claim: str = FSX_CLAIM_NAME
+    # The team's Kubernetes service account (its IAM role through EKS Pod Identity).
+    service_account: str = TRAINING_SERVICE_ACCOUNT
+    # The trainer's run directory (summary, attempt ledger, final export); default
+    # /fsx/runs/<name>. It must be shared so every attempt and node sees the same ledger.
+    run_dir: str | None = None
+    # Fast tier: pod memory (counts toward the memory limit), survives the agent's in-place
+    # worker restarts; or HyperPod managed tiered checkpointing when the cluster has tiered
+    # storage. Durable tier: FSx, survives pod and node replacement.
+    fast_checkpoint_dir: str = f"{SHM_MOUNT}/hptrain-ckpt"
+    durable_checkpoint_dir: str | None = None  # default: /fsx/checkpoints/<name>
+    fast_checkpoint_every: NonNegativeInt | None = None  # 0 disables; None: preset
+    durable_checkpoint_every: PositiveInt | None = None  # None: the preset's interval
+    managed_fast_tier: bool = False
+    # Log-monitoring thresholds.
+    start_deadline_s: Annotated[int, Field(ge=30)] = 900
+    hang_timeout_s: Annotated[int, Field(ge=60)] = 1200
+    # None leaves the throughput rule out: a floor only makes sense for a known model/hardware.
+    min_tokens_per_s: PositiveInt | None = None
+    slow_data_points: PositiveInt = 10
+    # Run policy (operator restart budget).
+    max_retries: NonNegativeInt = 10
+    restarts_before_full_restart: NonNegativeInt = 3
+    restart_eval_period_s: Annotated[int, Field(ge=60)] = 21600
+    max_full_restarts: NonNegativeInt = 1
+    clean_pod_policy: Literal["All", "OnlyComplete", "None"] = "All"
+    # When the pod is deleted (preemption, drain) the agent passes SIGTERM to the workers and
+    # waits this long before SIGKILL; the trainer needs it to save its durable checkpoint.
+    shutdown_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 180
+    # The instance group's taints; the pods tolerate each.
+    taints: tuple[Taint, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        # The operator derives Service and pod names from the job name, and Service names
+        # must be DNS-1035 labels.
+        if not is_dns1035_label(value):
+            raise ValueError(
+                f"{value!r} is not a valid job name; use 1-63 lowercase letters, digits and '-', "
+                "starting with a letter and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str) -> str:
+        if value.startswith(TEAM_NAMESPACE_PREFIX):
+            raise ValueError(
+                f"{value!r} is a namespace; give the team name alone "
+                f"(e.g. {value.removeprefix(TEAM_NAMESPACE_PREFIX)!r})"
+            )
+        if len(value) > MAX_TEAM_LENGTH or not is_dns1123_label(value):
+            raise ValueError(
+                f"{value!r} is not a valid team; use the task-governance team name (1-"
+                f"{MAX_TEAM_LENGTH} lowercase letters, digits and '-'), without the "
+                f"'{TEAM_NAMESPACE_PREFIX}' prefix"
+            )
+        return value
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, value: str) -> str:
+        if value.endswith(PRIORITY_CLASS_SUFFIX):
+            raise ValueError(
+                f"{value!r} already ends in '{PRIORITY_CLASS_SUFFIX}'; give the class name alone "
+                f"(e.g. {value.removesuffix(PRIORITY_CLASS_SUFFIX)!r})"
+            )
+        if len(value) > MAX_PRIORITY_LENGTH or not is_dns1123_label(value):
+            raise ValueError(
+                f"{value!r} is not a valid priority class; use a task-governance priority class "
+                f"name (1-{MAX_PRIORITY_LENGTH} lowercase letters, digits and '-')"
+            )
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        match = _IMAGE.fullmatch(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a valid image reference; use REPOSITORY:TAG")
+        if match["digest"] is None and match["tag"] in (None, "latest"):
+            raise ValueError(
+                f"{value!r} is not pinned; use an explicit version tag (REPOSITORY:1.2.3) or a "
+                "digest (REPOSITORY@sha256:...) so every node and restart runs the same image"
+            )
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        try:
+            instance = lookup(value)
+        except KeyError as error:
+            raise ValueError(error.args[0]) from None
+        if not instance.has_accelerators:
+            raise ValueError(
+                f"{value} has no accelerators; pick a GPU (ml.p*, ml.g*) or Trainium (ml.trn*) type"
+            )
+        return value
+
+    @field_validator("instance_group")
+    @classmethod
+    def _instance_group(cls, value: str) -> str:
+        if not INSTANCE_GROUP_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid instance group name; use the HyperPod instance group "
+                "name (1-63 letters, digits and '-', not starting or ending with '-')"
+            )
+        return value
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, value: str) -> str:
+        if value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; use one of {', '.join(PRESETS)}")
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: int, info: ValidationInfo) -> int:
+        # The trainer refuses a world that does not divide its batch or its sharding; catch
+        # that here rather than after the nodes were scheduled.
+        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
+        if preset is None or instance_type is None:
+            return value
+        ranks = lookup(instance_type).accelerator_count
+        try:
+            preset_config(preset).check_world(value * ranks)
+        except ConfigError as error:
+            raise ValueError(
+                f"{value} node(s) x {ranks} ranks do not fit preset {preset!r} ({error}); "
+                "pick a node count that divides it"
+            ) from None
+        return value
+
+    @field_validator("fsx_claim")
+    @classmethod
+    def _fsx_claim(cls, value: str) -> str:
+        if not is_dns1123_subdomain(value):
+            raise ValueError(
+                f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
+                "digits, '-' and '.' (e.g. fsx-claim)"
+            )
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str) -> str:
+        if not is_dns1123_subdomain(value):
+            raise ValueError(
+                f"{value!r} is not a valid service account name; use lowercase letters, "
+                f"digits, '-' and '.' (e.g. {TRAINING_SERVICE_ACCOUNT})"
+            )
+        return value
+
+    @field_validator("run_dir")
+    @classmethod
+    def _run_dir(cls, value: str | None) -> str | None:
+        if value is None or _under(value, FSX_MOUNT):
+            return value
+        raise ValueError(
+            f"{value!r} is not shared by every node; use a normalised absolute path under {FSX_MOUNT}/"
+        )
+
+    @field_validator("fast_checkpoint_dir")
+    @classmethod
+    def _fast_dir(cls, value: str) -> str:
+        if not _under(value, SHM_MOUNT) and not _under(value, FSX_MOUNT):
+            raise ValueError(
+                f"{value!r} is not on a mounted volume; use a normalised absolute path under "
+                f"{SHM_MOUNT}/ or {FSX_MOUNT}/"
+            )
+        return value
+
+    @field_validator("durable_checkpoint_dir")
+    @classmethod
+    def _durable_dir(cls, value: str | None) -> str | None:
+        if value is None or _under(value, FSX_MOUNT):
+            return value
+        raise ValueError(
+            f"{value!r} does not survive node replacement; use a normalised absolute path under "
+            f"{FSX_MOUNT}/"
+        )
+
+    @field_validator("durable_checkpoint_every")
+    @classmethod
+    def _durable_every(cls, value: int | None, info: ValidationInfo) -> int | None:
+        preset = info.data.get("preset")
+        if preset is None or "fast_checkpoint_every" not in info.data:
+            return value
+        fast = info.data["fast_checkpoint_every"]
+        if fast is None:
+            fast = preset_config(preset).checkpoint.fast_interval
+        durable = value if value is not None else preset_config(preset).checkpoint.durable_interval
+        if durable < fast:  # a disabled fast tier (0) never conflicts
+            raise ValueError(
+                f"{durable} is more frequent than the fast tier (every {fast} steps); durable "
+                f"saves cost more, so use a value >= {fast}"
+            )
+        return value
+
+    @field_validator("hang_timeout_s")
+    @classmethod
+    def _hang_timeout(cls, value: int, info: ValidationInfo) -> int:
+        # The trainer's own watchdog names the stuck step and exits; the log rule is the
+        # backstop for a trainer too stuck to do that, so it must fire later.
+        preset = info.data.get("preset")
+        watchdog = preset_config(preset).fault.watchdog_s if preset else 0
+        if watchdog and value <= watchdog:
+            raise ValueError(
+                f"{value} s does not outlast preset {preset!r}'s own watchdog ({watchdog:.0f} s); "
+                f"use more than {watchdog:.0f}"
+            )
+        return value
+
+    @field_validator("shutdown_timeout_s")
+    @classmethod
+    def _shutdown_timeout(cls, value: int, info: ValidationInfo) -> int:
+        preset = info.data.get("preset")
+        grace = preset_config(preset).fault.sigterm_grace_s if preset else 0
+        if value <= grace:
+            raise ValueError(
+                f"{value} s is shorter than preset {preset!r}'s SIGTERM save grace ({grace:.0f} s); "
+                f"use more than {grace:.0f} so the final checkpoint is not cut off"
+            )
+        return value
+
+    @property
+    def instance(self) -> InstanceType:
+        return lookup(self.instance_type)
+
+    @property
+    def namespace(self) -> str:
+        return team_namespace(self.team)
+
+    @property
+    def trainer_config(self) -> JobConfig:
+        return preset_config(self.preset)
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps if self.steps is not None else self.trainer_config.training.steps
+
+    @property
+    def out_dir(self) -> str:
+        return self.run_dir or f"{FSX_MOUNT}/runs/{self.name}"
+
+    @property
+    def durable_dir(self) -> str:
+        return self.durable_checkpoint_dir or f"{FSX_MOUNT}/checkpoints/{self.name}"
+
+    @property
+    def fast_every(self) -> int:
+        if self.fast_checkpoint_every is not None:
+            return self.fast_checkpoint_every
+        return self.trainer_config.checkpoint.fast_interval
+
+    @property
+    def durable_every(self) -> int:
+        if self.durable_checkpoint_every is not None:
+            return self.durable_checkpoint_every
+        return self.trainer_config.checkpoint.durable_interval
+
+
+def _under(path: str, mount: str) -> bool:
+    """True when `path` is an absolute, normalised path strictly inside `mount`."""
+    return path.startswith(mount + "/") and posixpath.normpath(path) == path

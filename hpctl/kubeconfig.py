@@ -1,0 +1,111 @@
+"""A kubeconfig for an environment's EKS cluster, as `aws eks update-kubeconfig` writes it
+(server and CA from DescribeCluster, `aws eks get-token` exec authentication), optionally
+for a Session Manager tunnel to the private endpoint, and the commands that reach the
+endpoint through the admin host. The command is in `hpctl.kubeconfig_cmd`."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from config.schema import EnvironmentConfig
+
+# What `aws eks update-kubeconfig` writes and `aws eks get-token` answers.
+EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
+
+
+# The Session Manager document that forwards a local port to a host the instance can reach.
+PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
+
+
+SUGGESTED_LOCAL_PORT = 8443
+
+
+def endpoint_host(endpoint: str) -> str:
+    """The API endpoint's host name as EKS gives it (its certificate's name)."""
+    return urlparse(endpoint).netloc.rsplit(":", 1)[0]
+
+
+def kubeconfig_document(
+    cluster: dict[str, Any], *, region: str, local_port: int | None, profile: str | None
+) -> dict[str, Any]:
+    """The kubeconfig for DescribeCluster's `cluster`: one cluster, user and context, named
+    by the cluster ARN (with the local port for a tunnel)."""
+    name = cluster["arn"] if local_port is None else f"{cluster['arn']}/127.0.0.1:{local_port}"
+    endpoint: str = cluster["endpoint"]
+    entry: dict[str, Any] = {"certificate-authority-data": cluster["certificateAuthority"]["data"]}
+    if local_port is None:
+        entry["server"] = endpoint
+    else:
+        # The tunnel ends on 127.0.0.1; the API server's certificate names the endpoint.
+        entry["server"] = f"https://127.0.0.1:{local_port}"
+        entry["tls-server-name"] = endpoint_host(endpoint)
+    credentials: dict[str, Any] = {
+        "apiVersion": EXEC_API_VERSION,
+        "command": "aws",
+        "args": ["--region", region, "eks", "get-token", "--cluster-name", cluster["name"]],
+    }
+    if profile:
+        credentials["env"] = [{"name": "AWS_PROFILE", "value": profile}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": entry}],
+        "users": [{"name": name, "user": {"exec": credentials}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def guidance(
+    config: EnvironmentConfig,
+    cluster: dict[str, Any],
+    *,
+    local_port: int | None,
+    instance: str | None,
+    missing: str,
+) -> list[str]:
+    """How to reach the endpoint this kubeconfig names: the tunnel or a shell on the admin
+    host, as commands to paste."""
+    region = config.region
+    host = endpoint_host(cluster["endpoint"])
+    vpc = cluster.get("resourcesVpcConfig", {})
+    target = instance or "<admin host instance ID>"
+    tunnel = (
+        f"aws ssm start-session --region {region} --target {target} "
+        f"--document-name {PORT_FORWARD_DOCUMENT} --parameters "
+        f"host={host},portNumber=443,localPortNumber={local_port or SUGGESTED_LOCAL_PORT}"
+    )
+    shell = f"aws ssm start-session --region {region} --target {target}"
+    lines: list[str] = []
+    if local_port is not None:
+        lines += [
+            f"It points at 127.0.0.1:{local_port}; keep this tunnel through the admin host "
+            "open while you use it:",
+            f"  {tunnel}",
+        ]
+    elif vpc.get("endpointPublicAccess"):
+        cidrs = ", ".join(vpc.get("publicAccessCidrs", [])) or "no CIDR"
+        lines.append(
+            f"The API endpoint is public for {cidrs} and private inside the VPC; from "
+            f"anywhere else use --local-port {SUGGESTED_LOCAL_PORT} and the tunnel it prints."
+        )
+    else:
+        lines += [
+            "The API endpoint is private: this kubeconfig works inside the VPC (the admin "
+            "host) or from a connected network. From this machine, write one for a tunnel:",
+            f"  hpctl kubeconfig --env {config.environment} --local-port {SUGGESTED_LOCAL_PORT}",
+        ]
+    if instance is None:
+        lines.append(f"Admin host: {missing}.")
+        if not config.network.admin_host.enabled:
+            return lines
+    access = config.network.admin_host.kubernetes_access
+    role = (
+        "its role has no Kubernetes access (kubernetes_access: none); use the tunnel"
+        if access == "none"
+        else f"kubectl installed; it acts as the host's role, kubernetes_access: {access}"
+    )
+    lines += [f"A shell on the admin host ({role}):", f"  {shell}"]
+    return lines

@@ -1,0 +1,92 @@
+"""What every `hpctl` command module shares: the options spelled the same in every command
+(`--env`, `--json`, `--region`), loading the environment an `--env` names, the clock, and
+printing tables and timestamps.
+
+An environment's config decides the account and Region a command works in, so commands take
+`--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that name what they
+act on without an environment (`hpctl cluster status|nodes|reboot|replace --name`,
+`hpctl plans buy --offering-id`) take `--region`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from config.errors import ConfigError
+from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment
+from config.schema import EnvironmentConfig
+from hpctl.errors import ExitCode, fail
+
+# Where --env NAME is looked up (config/NAME.yaml); tests point it elsewhere.
+config_dir: Path = CONFIG_DIR
+
+EnvOption = Annotated[
+    str | None, typer.Option("--env", help="Environment (config/<env>.yaml), e.g. dev or prod.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonObjectOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+JsonListOption = Annotated[bool, typer.Option("--json", help="Print a JSON list.")]
+RegionOption = Annotated[
+    str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
+]
+
+
+def loaded_environment_option(ctx: typer.Context, name: str) -> LoadedEnvironment:
+    """config/<name>.yaml, validated and planned; an unknown name or an invalid file ends
+    the command with one `--env: ...` line and exit 2."""
+    try:
+        return load_environment(name, config_dir=config_dir)
+    except ConfigError as error:
+        # Problems in a file name the file; an unknown name has no file to name.
+        lines = error.located_lines() if error.source.endswith(".yaml") else error.lines
+        fail(ctx, "--env: " + "; ".join(lines), code=ExitCode.USAGE)
+
+
+def load_environment_option(ctx: typer.Context, name: str) -> EnvironmentConfig:
+    """The config of `loaded_environment_option`."""
+    return loaded_environment_option(ctx, name).config
+
+
+def required_env(ctx: typer.Context, name: str | None) -> str:
+    """The `--env` name of a command that cannot run without one."""
+    if name is None:
+        fail(ctx, "--env: missing; pass --env", code=ExitCode.USAGE)
+    return name
+
+
+def required_environment(ctx: typer.Context, name: str | None) -> EnvironmentConfig:
+    """`load_environment_option` for a command that cannot run without `--env`."""
+    return load_environment_option(ctx, required_env(ctx, name))
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` at its natural width even when the terminal (or the 80 columns assumed
+    for a pipe) is narrower: squeezed columns would truncate the offering and instance ids
+    people paste into the next command. A narrow terminal wraps the lines instead."""
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural > console.width:
+        # A fixed table width overrides the console's; crop=False keeps the long lines whole.
+        table.width = natural
+    console.print(table, crop=False)
+
+
+def utc_now() -> datetime:
+    """The clock commands read (each module keeps a replaceable reference to it)."""
+    return datetime.now(UTC)
+
+
+def utc_iso(value: datetime | None) -> str | None:
+    """An AWS timestamp as ISO 8601 in UTC, the form `--json` prints; None stays None."""
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def minute_of(text: str | None) -> str:
+    """A `utc_iso` timestamp to the minute, as tables show it; "-" for none."""
+    return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M") if text else "-"

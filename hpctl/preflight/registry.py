@@ -1,0 +1,44 @@
+"""The preflight checks, in table order: each a name and a function of the shared
+`CheckContext` that returns its rows. A new check is a module beside these and one entry here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hpctl.aws import AwsCallError
+from hpctl.preflight.admin_roles import ADMIN_ROLE, admin_role_rows
+from hpctl.preflight.context import CheckContext, Row, failure_row
+from hpctl.preflight.images import IMAGE, image_rows
+from hpctl.preflight.kubernetes_version import KUBERNETES_VERSION, kubernetes_version_rows
+from hpctl.preflight.quotas import QUOTA, quota_rows
+from hpctl.preflight.training_plan import TRAINING_PLAN, training_plan_rows
+from hpctl.preflight.zones import AVAILABILITY_ZONE, availability_zone_rows
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    rows: Callable[[CheckContext], list[Row]]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(TRAINING_PLAN, training_plan_rows),
+    Check(QUOTA, quota_rows),
+    Check(AVAILABILITY_ZONE, availability_zone_rows),
+    Check(ADMIN_ROLE, admin_role_rows),
+    Check(IMAGE, image_rows),
+    Check(KUBERNETES_VERSION, kubernetes_version_rows),
+)
+
+
+def run_checks(context: CheckContext) -> list[Row]:
+    """Every check's rows, in table order. An AWS failure a check did not turn into a row
+    itself becomes one problem row; the other checks still run."""
+    rows: list[Row] = []
+    for check in CHECKS:
+        try:
+            rows += check.rows(context)
+        except AwsCallError as failure:
+            rows.append(failure_row(failure, check.name, "-"))
+    return rows
