@@ -149,7 +149,9 @@ def test_pip_pin_is_inside_the_elastic_agents_range(dockerfile, agent_metadata: 
 def _import_check(parsed: list[tuple[str, str]]) -> tuple[int, str]:
     """The index and the command of the RUN that imports every module of the package."""
     (found,) = [
-        (i, rest) for i, (key, rest) in enumerate(parsed) if key == "RUN" and "walk_packages" in rest
+        (i, rest)
+        for i, (key, rest) in enumerate(parsed)
+        if key == "RUN" and "walk_packages" in rest
     ]
     return found
 
