@@ -4,8 +4,8 @@ printing tables and timestamps.
 
 An environment's config decides the account and Region a command works in, so commands take
 `--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that name what they
-act on without an environment (`hpctl cluster status|nodes|reboot|replace --name`,
-`hpctl plans buy --offering-id`) take `--region`.
+act on without an environment (`hpctl cluster status|nodes|reboot|replace --name`) take
+`--region`.
 """
 
 from __future__ import annotations

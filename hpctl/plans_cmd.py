@@ -22,7 +22,6 @@ from hpctl.errors import ExitCode, OneLineUsageErrors, fail, report
 from hpctl.options import (
     EnvOption,
     JsonListOption,
-    RegionOption,
     minute_of,
     print_table,
     required_environment,
@@ -215,7 +214,9 @@ def search(
         f"Training plan offerings: {count} x {instance_type}, "
         f"{duration_days} days from {start} ({target.value})",
     )
-    typer.echo("Buy one with: hpctl plans buy --offering-id ID --name NAME --yes")
+    typer.echo(
+        f"Buy one with: hpctl plans buy --offering-id ID --name NAME --env {config.environment} --yes"
+    )
 
 
 # ------------------------------------------------------------------ buy
@@ -229,11 +230,15 @@ def buy(
     yes: Annotated[
         bool, typer.Option("--yes", help="Confirm the purchase (charges the upfront fee)")
     ] = False,
-    region: RegionOption = None,
+    env: EnvOption = None,
 ) -> None:
-    """Buy an offering as a training plan (an upfront charge) and print its config block."""
+    """Buy an offering as a training plan (an upfront charge) and print its config block.
+
+    In the environment's Region and only with credentials of its account: the plan is bought
+    where `plans search --env` found the offering, never in another account."""
     check_offering_id(ctx, offering_id)
     check_plan_name(ctx, name)
+    config = required_environment(ctx, env)
     if not yes:
         fail(
             ctx,
@@ -242,7 +247,7 @@ def buy(
             "re-run with --yes",
             code=ExitCode.FAILED,
         )
-    sagemaker = aws.connect(ctx, region).client("sagemaker")
+    sagemaker = aws.connect_environment(ctx, config).client("sagemaker")
     with aws.reported_errors(ctx):
         arn = aws.call(
             sagemaker,

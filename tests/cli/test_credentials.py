@@ -37,6 +37,9 @@ WITH_ENV = {
         "--count", "16", "--start", "2099-01-01", "--duration-days", "14",
     ],
     "guard": ["guard", "--env", "prod"],
+    "plans buy": [
+        "plans", "buy", "--offering-id", OFFERING, "--name", "p5-2099", "--env", "prod", "--yes",
+    ],
 }  # fmt: skip
 WITHOUT_ENV = {
     "cluster status": ["cluster", "status", "--name", "hyperpod-prod"],
@@ -45,7 +48,6 @@ WITHOUT_ENV = {
     "cluster replace": [
         "cluster", "replace", "--name", "hyperpod-prod", "--node-id", NODE, "--yes",
     ],
-    "plans buy": ["plans", "buy", "--offering-id", OFFERING, "--name", "p5-2099", "--yes"],
 }  # fmt: skip
 EVERY = {**WITH_ENV, **WITHOUT_ENV}
 

@@ -102,7 +102,7 @@ def test_search_sends_the_request_the_api_model_expects_and_prints_a_table(sagem
         "USD",
         "14d",
         first.strftime("%Y-%m-%d %H:%M"),
-        "plans buy --offering-id",
+        "plans buy --offering-id ID --name NAME --env prod --yes",
     ):
         assert text in result.stdout
     assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
@@ -273,7 +273,10 @@ def test_search_without_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch)
 
 
 def buy_args(*extra: str) -> list[str]:
-    return ["plans", "buy", "--offering-id", OFFERING_ID, "--name", "p5-prod-2027q1", *extra]
+    return [
+        "plans", "buy", "--offering-id", OFFERING_ID, "--name", "p5-prod-2027q1", "--env", "prod",
+        *extra,
+    ]  # fmt: skip
 
 
 def describe_plan(summaries: list[dict]) -> dict:
