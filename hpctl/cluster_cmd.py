@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,6 +24,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from config.kubernetes import INSTANCE_GROUP_NAME
+from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.cluster import (
     CLUSTER_ARN,
@@ -62,7 +64,10 @@ stderr = Console(stderr=True, highlight=False)
 clock: Callable[[], datetime] = utc_now
 
 
-NameOption = Annotated[str, typer.Option("--name", help="Cluster name or ARN")]
+NameOption = Annotated[
+    str | None,
+    typer.Option("--name", help="Cluster name or ARN (or --env for an environment's cluster)"),
+]
 NodeIdOption = Annotated[
     list[str], typer.Option("--node-id", help="EC2 instance id (i-...); repeat for several")
 ]
@@ -81,6 +86,38 @@ def check_cluster(ctx: typer.Context, value: str) -> str:
             code=ExitCode.USAGE,
         )
     return value
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """The cluster a command acts on: an environment's (--env: credentials of its account,
+    in its Region) or any cluster by name or ARN (--name, with --region or the profile's)."""
+
+    name: str
+    config: EnvironmentConfig | None = None
+    region: str | None = None
+
+    def connect(self, ctx: typer.Context) -> aws.Connection:
+        if self.config is not None:
+            return aws.connect_environment(ctx, self.config)
+        return aws.connect(ctx, self.region)
+
+
+def cluster_target(
+    ctx: typer.Context, name: str | None, env: str | None, region: str | None
+) -> ClusterTarget:
+    if name is not None and env is None:
+        return ClusterTarget(check_cluster(ctx, name), region=region)
+    if name is not None or env is None:
+        fail(
+            ctx,
+            "--name/--env: give one (the cluster's name or ARN, or an environment)",
+            code=ExitCode.USAGE,
+        )
+    if region is not None:
+        fail(ctx, "--region: --env decides the Region; drop --region", code=ExitCode.USAGE)
+    config = required_environment(ctx, env)
+    return ClusterTarget(config.names.hyperpod_cluster, config=config)
 
 
 def check_group(ctx: typer.Context, value: str) -> str:
@@ -179,16 +216,17 @@ def print_report(report: dict[str, Any]) -> None:
 @app.command(cls=OneLineUsageErrors)
 def status(
     ctx: typer.Context,
-    name: NameOption,
+    name: NameOption = None,
+    env: EnvOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Cluster status, per instance group counts, and every node that is not Running."""
-    check_cluster(ctx, name)
-    sagemaker = aws.connect(ctx, region).client("sagemaker")
+    target = cluster_target(ctx, name, env, region)
+    sagemaker = target.connect(ctx).client("sagemaker")
     with aws.reported_errors(ctx):
-        cluster = aws.call(sagemaker, "describe_cluster", ClusterName=name)
-        members = list_nodes(sagemaker, name)
+        cluster = aws.call(sagemaker, "describe_cluster", ClusterName=target.name)
+        members = list_nodes(sagemaker, target.name)
     report = cluster_report(cluster, members)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -199,20 +237,21 @@ def status(
 @app.command(cls=OneLineUsageErrors)
 def nodes(
     ctx: typer.Context,
-    name: NameOption,
+    name: NameOption = None,
     group: Annotated[
         str | None, typer.Option("--group", help="Only this instance group (exact name)")
     ] = None,
+    env: EnvOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Every node of the cluster with its status."""
-    check_cluster(ctx, name)
+    target = cluster_target(ctx, name, env, region)
     if group is not None:
         check_group(ctx, group)
-    sagemaker = aws.connect(ctx, region).client("sagemaker")
+    sagemaker = target.connect(ctx).client("sagemaker")
     with aws.reported_errors(ctx):
-        rows = [node_row(n) for n in list_nodes(sagemaker, name, group)]
+        rows = [node_row(n) for n in list_nodes(sagemaker, target.name, group)]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -368,24 +407,25 @@ def _run_batch(
     *,
     verb: str,
     why: str,
-    name: str,
+    name: str | None,
+    env: str | None,
     node_ids: list[str],
     yes: bool,
     region: str | None,
 ) -> None:
-    check_cluster(ctx, name)
+    target = cluster_target(ctx, name, env, region)
     node_ids = check_node_ids(ctx, node_ids)
     if not yes:
         fail(
             ctx,
-            f"refusing to {verb} {len(node_ids)} node(s) of {name} without --yes: {why}; "
+            f"refusing to {verb} {len(node_ids)} node(s) of {target.name} without --yes: {why}; "
             "re-run with --yes",
             code=ExitCode.FAILED,
         )
-    sagemaker = aws.connect(ctx, region).client("sagemaker")
+    sagemaker = target.connect(ctx).client("sagemaker")
     with aws.reported_errors(ctx):
         response = aws.call(
-            sagemaker, f"batch_{verb}_cluster_nodes", ClusterName=name, NodeIds=node_ids
+            sagemaker, f"batch_{verb}_cluster_nodes", ClusterName=target.name, NodeIds=node_ids
         )
     failures = []
     for node, error in batch_outcome(node_ids, response).items():
@@ -405,8 +445,9 @@ def _run_batch(
 @app.command(cls=OneLineUsageErrors)
 def reboot(
     ctx: typer.Context,
-    name: NameOption,
     node_id: NodeIdOption,
+    name: NameOption = None,
+    env: EnvOption = None,
     yes: YesOption = False,
     region: RegionOption = None,
 ) -> None:
@@ -416,6 +457,7 @@ def reboot(
         verb="reboot",
         why="rebooting interrupts every job running on them",
         name=name,
+        env=env,
         node_ids=node_id,
         yes=yes,
         region=region,
@@ -425,8 +467,9 @@ def reboot(
 @app.command(cls=OneLineUsageErrors)
 def replace(
     ctx: typer.Context,
-    name: NameOption,
     node_id: NodeIdOption,
+    name: NameOption = None,
+    env: EnvOption = None,
     yes: YesOption = False,
     region: RegionOption = None,
 ) -> None:
@@ -437,6 +480,7 @@ def replace(
         why="replacing terminates the instances and destroys all their volumes (root and "
         "secondary) with the data on them",
         name=name,
+        env=env,
         node_ids=node_id,
         yes=yes,
         region=region,

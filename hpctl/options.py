@@ -3,9 +3,9 @@
 printing tables and timestamps.
 
 An environment's config decides the account and Region a command works in, so commands take
-`--env NAME` (config/NAME.yaml) rather than `--region`; only the commands that name what they
-act on without an environment (`hpctl cluster status|nodes|reboot|replace --name`) take
-`--region`.
+`--env NAME` (config/NAME.yaml) rather than `--region`; only a cluster addressed by name
+instead of by environment (`hpctl cluster status|nodes|reboot|replace --name`) takes
+`--region`, and then only the credentials, not their account, can be checked.
 """
 
 from __future__ import annotations

@@ -229,6 +229,47 @@ def test_a_repeated_page_token_is_one_line(sagemaker: Stubbed):
     )
 
 
+@pytest.mark.parametrize("verb", ["status", "nodes"])
+def test_env_addresses_the_environments_cluster_with_its_account_and_region(
+    sagemaker: Stubbed, monkeypatch: pytest.MonkeyPatch, verb: str
+):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # the environment's Region wins
+    if verb == "status":
+        sagemaker.stubber.add_response(
+            "describe_cluster", describe([("gpu", 1, 1)]), {"ClusterName": NAME}
+        )
+    sagemaker.stubber.add_response(
+        "list_cluster_nodes",
+        {"ClusterNodeSummaries": [node(NODE_A, "gpu")]},
+        {"ClusterName": NAME, "MaxResults": 100},
+    )
+    result = hpctl("cluster", verb, "--env", "prod", "--json")
+    assert result.exit_code == 0, result.output
+    assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["status"], "--name/--env: give one"),
+        (["status", "--name", NAME, "--env", "prod"], "--name/--env: give one"),
+        (["nodes", "--env", "prod", "--region", "us-east-1"], "--region: --env decides the Region"),
+        (
+            ["reboot", "--env", "qa", "--node-id", NODE_A, "--yes"],
+            "--env: unknown environment 'qa'",
+        ),
+    ],
+    ids=["neither", "both", "env-and-region", "unknown-env"],
+)
+def test_the_cluster_is_named_once_before_any_call(
+    sagemaker: Stubbed, args: list[str], expected: str
+):
+    expect_failure(
+        "cluster", *args, code=ExitCode.USAGE, starts_with=f"hpctl cluster {args[0]}: {expected}"
+    )
+    assert sagemaker.clients == []
+
+
 # ------------------------------------------------------------------ reboot / replace
 
 
