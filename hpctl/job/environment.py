@@ -31,7 +31,7 @@ from hpctl.options import utc_now
 
 # JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
 DERIVED_FIELDS: Final = frozenset(
-    {"instance_type", "taints", "fsx_claim", "service_account", "managed_fast_tier"}
+    {"instance_type", "taints", "fsx_claim", "service_account", "tiered_storage"}
 )
 # JobSpec fields whose problems a user fixes through another option (or not at all: the
 # environment's config); the rest map to --field-name.
@@ -40,7 +40,7 @@ _OPTION_FOR_FIELD: Final = {
     "taints": "--instance-group",
     "fsx_claim": "--env",
     "service_account": "--env",
-    "managed_fast_tier": "--env",
+    "tiered_storage": "--env",
 }
 
 
@@ -171,10 +171,11 @@ def spec_for_environment(
     """The JobSpec for a job of `team` on `instance_group` of the environment `config`.
 
     From the config: the group's instance type and taints (tolerations), the team's queue and
-    priority classes, the training service account, the FSx claim, and the managed fast tier
-    exactly when the cluster has tiered storage. `priority` defaults to the lowest-weight
-    class, `name` to `<team>-<preset>-<UTC time from clock>`. `choices` are the other JobSpec
-    fields a user picks (preset, steps, spares, min_tokens_per_s, ...), as values or text.
+    priority classes, the training service account, the FSx claim, and whether the cluster has
+    tiered storage (managed tiered checkpointing for the tiers whose storage is "auto").
+    `priority` defaults to the lowest-weight class, `name` to `<team>-<preset>-<UTC time from
+    clock>`. `choices` are the other JobSpec fields a user picks (preset, steps, spares,
+    min_tokens_per_s, ...), as values or text.
 
     Raises JobRequestError (one `--option: problem; fix` line per problem) for an environment
     without governance, an unknown team, group or priority class, a group without
@@ -233,7 +234,7 @@ def spec_for_environment(
         "taints": tuple(group.taints),
         "fsx_claim": FSX_CLAIM_NAME,
         "service_account": TRAINING_SERVICE_ACCOUNT,
-        "managed_fast_tier": config.hyperpod.tiered_storage.enabled,
+        "tiered_storage": config.hyperpod.tiered_storage.enabled,
     }
     # The quota first: a job the team may not run at all needs another size before anything
     # else about it matters (a size the preset cannot split is a --nodes problem as well).

@@ -34,6 +34,7 @@ from config.kubernetes import (
 from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP
 from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import FSX_MOUNT, SHM_MOUNT, JobSpec
+from training.config import AUTO_STORAGE, tier_key
 
 API_VERSION = "sagemaker.amazonaws.com/v1"
 KIND = "HyperPodPyTorchJob"
@@ -75,7 +76,7 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         if instance.family in RDMA_FAMILIES:
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
-    if spec.managed_fast_tier:
+    if spec.managed_storage:
         # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
         # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.
         items.append(
@@ -121,19 +122,17 @@ def _command(spec: JobSpec) -> list[str]:
 
 def trainer_args(spec: JobSpec) -> list[str]:
     """Arguments for `python -m training.train`, every value resolved so the job is explicit."""
-    overrides = {
-        "training.steps": spec.total_steps,
-        "checkpoint.fast_dir": spec.fast_checkpoint_dir,
-        "checkpoint.durable_dir": spec.durable_dir,
-        "checkpoint.fast_interval": spec.fast_every,
-        "checkpoint.durable_interval": spec.durable_every,
-        # Explicit: the image always has the managed library, but only clusters with tiered
-        # storage can serve it ("auto" would pick it everywhere).
-        "checkpoint.fast_backend": "managed" if spec.managed_fast_tier else "local",
-        # The endpoint the platform's Prometheus collector scrapes (the named port below).
-        "metrics.port": METRICS_PORT,
-    }
-    if spec.managed_fast_tier:
+    overrides: dict[str, object] = {"training.steps": spec.total_steps}
+    for tier in spec.trainer_config.checkpoint.tiers:
+        overrides[tier_key(tier.name, "dir")] = spec.tier_dir(tier.name)
+        overrides[tier_key(tier.name, "interval")] = spec.tier_interval(tier.name)
+        if tier.storage == AUTO_STORAGE:
+            # Explicit: the image always has the managed library, but only clusters with
+            # tiered storage can serve it ("auto" would pick it everywhere).
+            overrides[tier_key(tier.name, "storage")] = spec.tier_storage(tier.name)
+    # The endpoint the platform's Prometheus collector scrapes (the named port below).
+    overrides["metrics.port"] = METRICS_PORT
+    if spec.managed_storage:
         # The library's namespace: the same on every restart, unique per job.
         overrides["checkpoint.managed_namespace"] = spec.name
         # Kubernetes expands $(VAR) in args from the container's env (the ConfigMap value).

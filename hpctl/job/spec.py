@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -30,7 +31,17 @@ from config.kubernetes import (
     team_namespace,
 )
 from config.teams import TRAINING_SERVICE_ACCOUNT
-from training.config import PRESETS, ConfigError, JobConfig, build_config
+from training.config import (
+    AUTO_STORAGE,
+    DURABLE,
+    FAST,
+    PRESETS,
+    CheckpointConfig,
+    ConfigError,
+    JobConfig,
+    TierConfig,
+    build_config,
+)
 
 FSX_MOUNT = "/fsx"
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
@@ -65,8 +76,8 @@ class JobSpec(BaseModel):
     image: str
     instance_type: str
     instance_group: str
-    # A trainer preset (training.config.PRESETS); checks below read its batch size, watchdog
-    # and SIGTERM grace, so it is validated before the fields that depend on it.
+    # A trainer preset (training.config.PRESETS); checks below read its batch size, watchdog,
+    # SIGTERM grace and checkpoint tiers, so it is validated before the fields that depend on it.
     preset: str = "8b"
     steps: PositiveInt | None = None  # None: the preset's own step count
     nodes: PositiveInt = 1
@@ -77,14 +88,16 @@ class JobSpec(BaseModel):
     # The trainer's run directory (summary, attempt ledger, final export); default
     # /fsx/runs/<name>. It must be shared so every attempt and node sees the same ledger.
     run_dir: str | None = None
-    # Fast tier: pod memory (counts toward the memory limit), survives the agent's in-place
-    # worker restarts; or HyperPod managed tiered checkpointing when the cluster has tiered
-    # storage. Durable tier: FSx, survives pod and node replacement.
-    fast_checkpoint_dir: str = f"{SHM_MOUNT}/hptrain-ckpt"
-    durable_checkpoint_dir: str | None = None  # default: /fsx/checkpoints/<name>
-    fast_checkpoint_every: NonNegativeInt | None = None  # 0 disables; None: preset
-    durable_checkpoint_every: PositiveInt | None = None  # None: the preset's interval
-    managed_fast_tier: bool = False
+    # Checkpoint tiers, by the preset's tier names (its `checkpoint.tiers`): the directory in
+    # the pod (default: `default_tier_dir`) and the steps between checkpoints (0 disables the
+    # tier; default: the preset's). Per-node tiers may use pod memory (counts toward the
+    # memory limit, survives the agent's in-place worker restarts); shared tiers are on FSx
+    # and survive pod and node replacement.
+    checkpoint_dirs: dict[str, str] = {}
+    checkpoint_intervals: dict[str, NonNegativeInt] = {}
+    # The cluster has HyperPod tiered storage: tiers whose storage is "auto" use managed
+    # tiered checkpointing; without it, a local directory.
+    tiered_storage: bool = False
     # Log-monitoring thresholds.
     start_deadline_s: Annotated[int, Field(ge=30)] = 900
     hang_timeout_s: Annotated[int, Field(ge=60)] = 1200
@@ -236,41 +249,52 @@ class JobSpec(BaseModel):
             f"{value!r} is not shared by every node; use a normalised absolute path under {FSX_MOUNT}/"
         )
 
-    @field_validator("fast_checkpoint_dir")
+    @field_validator("checkpoint_dirs")
     @classmethod
-    def _fast_dir(cls, value: str) -> str:
-        if not _under(value, SHM_MOUNT) and not _under(value, FSX_MOUNT):
-            raise ValueError(
-                f"{value!r} is not on a mounted volume; use a normalised absolute path under "
-                f"{SHM_MOUNT}/ or {FSX_MOUNT}/"
-            )
+    def _checkpoint_dirs(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        preset = info.data.get("preset")
+        if preset is None:
+            return value
+        checkpoint = preset_config(preset).checkpoint
+        _check_tier_names(value.keys(), preset, checkpoint)
+        for name, path in value.items():
+            if checkpoint.tier(name).per_node:
+                if not _under(path, SHM_MOUNT) and not _under(path, FSX_MOUNT):
+                    raise ValueError(
+                        f"{name}: {path!r} is not on a mounted volume; use a normalised absolute "
+                        f"path under {SHM_MOUNT}/ or {FSX_MOUNT}/"
+                    )
+            elif not _under(path, FSX_MOUNT):
+                raise ValueError(
+                    f"{name}: {path!r} does not survive node replacement; use a normalised "
+                    f"absolute path under {FSX_MOUNT}/"
+                )
         return value
 
-    @field_validator("durable_checkpoint_dir")
+    @field_validator("checkpoint_intervals")
     @classmethod
-    def _durable_dir(cls, value: str | None) -> str | None:
-        if value is None or _under(value, FSX_MOUNT):
-            return value
-        raise ValueError(
-            f"{value!r} does not survive node replacement; use a normalised absolute path under "
-            f"{FSX_MOUNT}/"
-        )
-
-    @field_validator("durable_checkpoint_every")
-    @classmethod
-    def _durable_every(cls, value: int | None, info: ValidationInfo) -> int | None:
+    def _checkpoint_intervals(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         preset = info.data.get("preset")
-        if preset is None or "fast_checkpoint_every" not in info.data:
+        if preset is None:
             return value
-        fast = info.data["fast_checkpoint_every"]
-        if fast is None:
-            fast = preset_config(preset).checkpoint.fast_interval
-        durable = value if value is not None else preset_config(preset).checkpoint.durable_interval
-        if durable < fast:  # a disabled fast tier (0) never conflicts
-            raise ValueError(
-                f"{durable} is more frequent than the fast tier (every {fast} steps); durable "
-                f"saves cost more, so use a value >= {fast}"
-            )
+        checkpoint = preset_config(preset).checkpoint
+        _check_tier_names(value.keys(), preset, checkpoint)
+        last = checkpoint.tiers[-1].name
+        if value.get(last) == 0:
+            # Restarts after a node replacement resume from it.
+            raise ValueError(f"{last}: 0 would disable the most durable tier; use a value >= 1")
+        previous: tuple[str, int] | None = None  # the last enabled tier and its interval
+        for tier in checkpoint.tiers:
+            interval = value.get(tier.name, tier.interval)
+            if interval == 0:  # a disabled tier never conflicts
+                continue
+            if previous is not None and interval < previous[1]:
+                name, shorter = previous
+                raise ValueError(
+                    f"{tier.name}: {interval} is more frequent than the {name} tier (every "
+                    f"{shorter} steps); {tier.name} saves cost more, so use a value >= {shorter}"
+                )
+            previous = tier.name, interval
         return value
 
     @field_validator("hang_timeout_s")
@@ -319,21 +343,53 @@ class JobSpec(BaseModel):
     def out_dir(self) -> str:
         return self.run_dir or f"{FSX_MOUNT}/runs/{self.name}"
 
-    @property
-    def durable_dir(self) -> str:
-        return self.durable_checkpoint_dir or f"{FSX_MOUNT}/checkpoints/{self.name}"
+    def tier_dir(self, name: str) -> str:
+        """The pod directory of checkpoint tier `name`."""
+        tier = self.trainer_config.checkpoint.tier(name)
+        return self.checkpoint_dirs.get(name) or default_tier_dir(tier, self.name)
+
+    def tier_interval(self, name: str) -> int:
+        """Steps between checkpoints of tier `name` (0: disabled)."""
+        tier = self.trainer_config.checkpoint.tier(name)
+        return self.checkpoint_intervals.get(name, tier.interval)
+
+    def tier_storage(self, name: str) -> str:
+        """The storage kind of tier `name`, "auto" resolved by the cluster's tiered storage."""
+        storage = self.trainer_config.checkpoint.tier(name).storage
+        if storage != AUTO_STORAGE:
+            return storage
+        return "managed" if self.tiered_storage else "local"
 
     @property
-    def fast_every(self) -> int:
-        if self.fast_checkpoint_every is not None:
-            return self.fast_checkpoint_every
-        return self.trainer_config.checkpoint.fast_interval
+    def managed_storage(self) -> bool:
+        """Some tier uses HyperPod managed tiered checkpointing."""
+        return any(
+            self.tier_storage(tier.name) == "managed"
+            for tier in self.trainer_config.checkpoint.tiers
+        )
 
-    @property
-    def durable_every(self) -> int:
-        if self.durable_checkpoint_every is not None:
-            return self.durable_checkpoint_every
-        return self.trainer_config.checkpoint.durable_interval
+
+def default_tier_dir(tier: TierConfig, job_name: str) -> str:
+    """A tier's directory when the job names none: per-node tiers in pod memory, shared tiers
+    on FSx under the job's name."""
+    if tier.per_node:
+        root, kept = f"{SHM_MOUNT}/hptrain-ckpt", FAST
+    else:
+        root, kept = f"{FSX_MOUNT}/checkpoints/{job_name}", DURABLE
+    # The fast and durable tiers keep the paths jobs have always used, so a job resubmitted
+    # under the same name finds its checkpoints; any other tier gets its own root beside
+    # them (a suffix, never a directory inside another tier's root).
+    return root if tier.name == kept else f"{root}-{tier.name}"
+
+
+def _check_tier_names(names: Iterable[str], preset: str, checkpoint: CheckpointConfig) -> None:
+    known = [tier.name for tier in checkpoint.tiers]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown checkpoint tier {', '.join(map(repr, unknown))}; preset {preset!r} has "
+            f"{', '.join(known)}"
+        )
 
 
 def _under(path: str, mount: str) -> bool:

@@ -1,10 +1,11 @@
 """Shared builders for the job generator tests: JobSpecs built field by field (`spec_factory`)
-and from an environment's config (`env_spec`), and environment files written to a scratch
-config directory that `hpctl job render --env` reads (`config_dir`)."""
+and from an environment's config (`env_spec`), environment files written to a scratch
+config directory that `hpctl job render --env` reads (`config_dir`), and a trainer preset
+with a third checkpoint tier (`three_tier_preset`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ import yaml
 from config.schema import EnvironmentConfig
 from hpctl import job_cmd
 from hpctl.job.environment import spec_for_environment
-from hpctl.job.spec import JobSpec
+from hpctl.job.spec import JobSpec, preset_config
 from tests.support import environment
+from training.config import AUTO_STORAGE, PRESETS, JobConfig, TierConfig
 
 REQUIRED: dict[str, Any] = {
     "name": "llama-8b",
@@ -79,3 +81,24 @@ def config_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str
         (tmp_path / f"{name}.yaml").write_text(text, encoding="utf-8")
 
     return write
+
+
+THREE_TIER_PRESET = "tiny-three-tiers"
+
+
+@pytest.fixture
+def three_tier_preset(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A trainer preset, tiny's, with a shared "nearline" tier (every 10 steps, storage
+    "auto") between its fast (every 5) and durable (every 20) tiers: a tier the job renderer
+    was never told about. Returns the preset's name."""
+
+    def build() -> JobConfig:
+        config = PRESETS["tiny"]()
+        fast, durable = config.checkpoint.tiers
+        nearline = TierConfig("nearline", interval=10, storage=AUTO_STORAGE)
+        config.checkpoint.tiers = (fast, nearline, durable)
+        return config
+
+    monkeypatch.setitem(PRESETS, THREE_TIER_PRESET, build)
+    yield THREE_TIER_PRESET
+    preset_config.cache_clear()

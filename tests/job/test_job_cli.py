@@ -103,7 +103,7 @@ def test_render_defaults_from_prod(fixed_clock: object) -> None:
         "name": "HPTRAIN_MANAGED_S3_PATH",
         "valueFrom": {"configMapKeyRef": {"name": "hyperpod-team", "key": "managed-tier-s3-path"}},
     }
-    assert "checkpoint.fast_backend=managed" in container["args"]
+    assert "checkpoint.fast_storage=managed" in container["args"]
 
 
 def test_render_dev_uses_its_g5_group_without_managed_tier(fixed_clock: object) -> None:
@@ -119,7 +119,7 @@ def test_render_dev_uses_its_g5_group_without_managed_tier(fixed_clock: object) 
     names = [item["name"] for item in pod["containers"][0]["env"]]
     assert "HPTRAIN_MANAGED_S3_PATH" not in names
     assert "FI_EFA_USE_DEVICE_RDMA" not in names
-    assert "checkpoint.fast_backend=local" in pod["containers"][0]["args"]
+    assert "checkpoint.fast_storage=local" in pod["containers"][0]["args"]
 
 
 def test_render_tolerates_the_taints_of_the_group(config_dir: Any) -> None:
@@ -298,6 +298,7 @@ def test_bad_input_is_one_line_exit_2_without_traceback(extra: list[str], prefix
         ["--fsx-claim", "team-fsx"],
         ["--toleration", "nvidia.com/gpu:NoSchedule"],
         ["--managed-fast-tier"],
+        ["--tiered-storage"],
     ],
 )
 def test_options_the_config_decides_are_gone(option: list[str]) -> None:

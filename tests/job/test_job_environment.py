@@ -73,7 +73,7 @@ def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
         "gpu-g5",
         "sandbox",
     )
-    assert spec.managed_fast_tier is False
+    assert spec.tiered_storage is False
     assert spec.taints == ()
     assert (spec.service_account, spec.fsx_claim) == ("training", "fsx-claim")
     manifest = render_job(spec)
@@ -81,7 +81,7 @@ def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
     assert env["FI_PROVIDER"]["value"] == "efa"
     assert "FI_EFA_USE_DEVICE_RDMA" not in env
     assert MANAGED_S3_PATH_ENV not in env
-    assert "checkpoint.fast_backend=local" in _container(manifest)["args"]
+    assert "checkpoint.fast_storage=local" in _container(manifest)["args"]
     resources = _container(manifest)["resources"]["limits"]
     assert (resources["nvidia.com/gpu"], resources["vpc.amazonaws.com/efa"]) == (4, 1)
     assert _pod(manifest)["nodeSelector"] == {
@@ -99,13 +99,13 @@ def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
 def test_p5_job_with_tiered_storage_reads_its_s3_tier_from_the_team_config_map(env: str) -> None:
     assert environment(env).config.hyperpod.tiered_storage.enabled
     spec = env_spec(env, team="foundation", nodes=1)
-    assert spec.managed_fast_tier is True
+    assert spec.tiered_storage is True
     manifest = render_job(spec)
     env_vars = _env_names(manifest)
     assert env_vars[MANAGED_S3_PATH_ENV] == MANAGED_ENV
     assert _container(manifest)["env"][-1] == MANAGED_ENV
     assert env_vars["FI_EFA_USE_DEVICE_RDMA"]["value"] == "1"
-    assert "checkpoint.fast_backend=managed" in _container(manifest)["args"]
+    assert "checkpoint.fast_storage=managed" in _container(manifest)["args"]
     limits = _container(manifest)["resources"]["limits"]
     assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == (8, 32)
     pod = _pod(manifest)
@@ -161,7 +161,7 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
 def test_tiered_storage_off_means_the_local_fast_tier() -> None:
     config = _variant("prod", lambda d: d["hyperpod"]["tiered_storage"].update(enabled=False))
     spec = env_spec(config, nodes=1)
-    assert spec.managed_fast_tier is False
+    assert spec.tiered_storage is False
     assert MANAGED_S3_PATH_ENV not in _env_names(render_job(spec))
 
 
@@ -259,7 +259,7 @@ def test_the_same_options_give_the_same_manifest() -> None:
 
 
 @pytest.mark.parametrize(
-    "field", ["instance_type", "taints", "fsx_claim", "service_account", "managed_fast_tier"]
+    "field", ["instance_type", "taints", "fsx_claim", "service_account", "tiered_storage"]
 )
 def test_fields_the_config_decides_are_not_choices(field: str) -> None:
     with pytest.raises(TypeError, match=field):

@@ -39,8 +39,8 @@ VARIANTS: list[dict[str, Any]] = [
             {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
             {"key": "dedicated", "value": "training", "effect": "NoExecute"},
         ],
-        "durable_checkpoint_dir": "/fsx/ckpt/x",
-        "managed_fast_tier": True,
+        "checkpoint_dirs": {"durable": "/fsx/ckpt/x"},
+        "tiered_storage": True,
         "clean_pod_policy": "None",
     },
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import yaml
 from config.instance_types import lookup
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from hpctl.job.render import render_job, to_yaml
+from hpctl.job.spec import JobSpec
+from training.config import TierConfig
 from training.train import parse_args
 
 
@@ -100,8 +103,8 @@ def test_pods_run_as_the_teams_training_service_account(spec_factory) -> None:
     )
 
 
-def test_managed_fast_tier_reads_the_s3_tier_from_the_team_config_map(spec_factory) -> None:
-    managed = _container(render_job(spec_factory(managed_fast_tier=True)))["env"]
+def test_managed_storage_reads_the_s3_tier_from_the_team_config_map(spec_factory) -> None:
+    managed = _container(render_job(spec_factory(tiered_storage=True)))["env"]
     assert [item for item in managed if "value" not in item] == [
         {
             "name": "HPTRAIN_MANAGED_S3_PATH",
@@ -156,13 +159,13 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "--set",
         "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
         "--set",
-        "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
-        "--set",
         "checkpoint.fast_interval=50",
         "--set",
-        "checkpoint.durable_interval=500",
+        "checkpoint.fast_storage=local",
         "--set",
-        "checkpoint.fast_backend=local",
+        "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
+        "--set",
+        "checkpoint.durable_interval=500",
         "--set",
         f"metrics.port={METRICS_PORT}",
     ]
@@ -173,14 +176,12 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
     "overrides",
     [
         {},
-        {"preset": "tiny", "hang_timeout_s": 120, "steps": 12, "fast_checkpoint_every": 0},
+        {"preset": "tiny", "hang_timeout_s": 120, "steps": 12, "checkpoint_intervals": {"fast": 0}},
         {
             "run_dir": "/fsx/runs/a",
-            "fast_checkpoint_dir": "/fsx/fast/a",
-            "durable_checkpoint_dir": "/fsx/durable/a",
-            "fast_checkpoint_every": 10,
-            "durable_checkpoint_every": 100,
-            "managed_fast_tier": True,
+            "checkpoint_dirs": {"fast": "/fsx/fast/a", "durable": "/fsx/durable/a"},
+            "checkpoint_intervals": {"fast": 10, "durable": 100},
+            "tiered_storage": True,
         },
     ],
 )
@@ -197,21 +198,59 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
     assert config.preset == spec.preset
     assert config.training.steps == spec.total_steps
     checkpoint = config.checkpoint
-    assert (checkpoint.fast_dir, checkpoint.durable_dir) == (
-        spec.fast_checkpoint_dir,
-        spec.durable_dir,
-    )
-    assert (checkpoint.fast_interval, checkpoint.durable_interval) == (
-        spec.fast_every,
-        spec.durable_every,
-    )
-    assert checkpoint.fast_backend == ("managed" if spec.managed_fast_tier else "local")
+    assert checkpoint.tiers == _rendered_tiers(spec)
+    assert checkpoint.tier("fast").storage == ("managed" if spec.tiered_storage else "local")
     assert config.metrics.port == METRICS_PORT
-    if spec.managed_fast_tier:
+    if spec.tiered_storage:
         assert checkpoint.managed_namespace == spec.name
         assert checkpoint.managed_s3_path == "s3://bucket/managed"
     else:
         assert (checkpoint.managed_namespace, checkpoint.managed_s3_path) == ("", "")
+
+
+def _rendered_tiers(spec: JobSpec) -> tuple[TierConfig, ...]:
+    """The preset's tiers with the directory, interval and storage the job gives them."""
+    return tuple(
+        dataclasses.replace(
+            tier,
+            dir=spec.tier_dir(tier.name),
+            interval=spec.tier_interval(tier.name),
+            storage=spec.tier_storage(tier.name),
+        )
+        for tier in spec.trainer_config.checkpoint.tiers
+    )
+
+
+@pytest.mark.parametrize("tiered_storage", [False, True])
+def test_a_tier_added_to_the_trainer_config_is_rendered_and_accepted(
+    spec_factory, three_tier_preset: str, tiered_storage: bool
+) -> None:
+    spec = spec_factory(
+        preset=three_tier_preset,
+        hang_timeout_s=120,
+        checkpoint_intervals={"nearline": 8},
+        tiered_storage=tiered_storage,
+    )
+    args = _container(render_job(spec))["args"]
+    storage = "managed" if tiered_storage else "local"
+    nearline = [
+        "--set",
+        "checkpoint.nearline_dir=/fsx/checkpoints/llama-8b-nearline",
+        "--set",
+        "checkpoint.nearline_interval=8",
+        "--set",
+        f"checkpoint.nearline_storage={storage}",
+    ]
+    start = args.index(nearline[1]) - 1
+    assert args[start : start + len(nearline)] == nearline
+    # Between the fast and durable tiers' arguments, as in the preset.
+    assert args.index("checkpoint.fast_dir=/dev/shm/hptrain-ckpt") < start
+    assert start < args.index("checkpoint.durable_dir=/fsx/checkpoints/llama-8b")
+    config, _, _ = parse_args([a.replace("$(HPTRAIN_MANAGED_S3_PATH)", "s3://b/m") for a in args])
+    assert [tier.name for tier in config.checkpoint.tiers] == ["fast", "nearline", "durable"]
+    assert config.checkpoint.tiers == _rendered_tiers(spec)
+    assert config.checkpoint.tier("nearline").storage == storage
+    assert (config.checkpoint.managed_namespace == spec.name) is tiered_storage
 
 
 @pytest.mark.parametrize("claim", ["fsx-claim", "team-a.fsx"])

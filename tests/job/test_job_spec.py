@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hpctl.job.spec import JobSpec
+from hpctl.job.spec import JobSpec, default_tier_dir
+from training.config import DURABLE, FAST, TierConfig
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -46,19 +47,21 @@ INVALID: list[tuple[str, Any, str]] = [
     ("fsx_claim", "fsx_claim", "PersistentVolumeClaim"),
     ("service_account", "Training", "service account"),
     ("service_account", "", "service account"),
-    ("fast_checkpoint_dir", "/tmp/ckpt", "mounted volume"),
-    ("fast_checkpoint_dir", "checkpoints", "mounted volume"),
-    ("fast_checkpoint_dir", "/dev/shm", "mounted volume"),
-    ("fast_checkpoint_dir", "/fsx/../etc", "mounted volume"),
-    ("fast_checkpoint_dir", "/dev/shmem/ckpt", "mounted volume"),
-    ("durable_checkpoint_dir", "/dev/shm/ckpt", "node replacement"),
-    ("durable_checkpoint_dir", "/fsxdata/ckpt", "node replacement"),
-    ("durable_checkpoint_dir", "s3://bucket/ckpt", "node replacement"),
+    ("checkpoint_dirs", {"fast": "/tmp/ckpt"}, "fast: '/tmp/ckpt' is not on a mounted volume"),
+    ("checkpoint_dirs", {"fast": "checkpoints"}, "mounted volume"),
+    ("checkpoint_dirs", {"fast": "/dev/shm"}, "mounted volume"),
+    ("checkpoint_dirs", {"fast": "/fsx/../etc"}, "mounted volume"),
+    ("checkpoint_dirs", {"fast": "/dev/shmem/ckpt"}, "mounted volume"),
+    ("checkpoint_dirs", {"durable": "/dev/shm/ckpt"}, "durable: '/dev/shm/ckpt' does not survive"),
+    ("checkpoint_dirs", {"durable": "/fsxdata/ckpt"}, "node replacement"),
+    ("checkpoint_dirs", {"durable": "s3://bucket/ckpt"}, "node replacement"),
+    ("checkpoint_dirs", {"nvme": "/fsx/x"}, "unknown checkpoint tier 'nvme'; preset '8b' has fast"),
     ("run_dir", "/tmp/run", "shared by every node"),
     ("run_dir", "/dev/shm/run", "shared by every node"),
-    ("fast_checkpoint_every", -1, "greater than or equal to 0"),
-    ("durable_checkpoint_every", 0, "greater than or equal to 1"),
-    ("durable_checkpoint_every", 10, ">= 50"),
+    ("checkpoint_intervals", {"fast": -1}, "greater than or equal to 0"),
+    ("checkpoint_intervals", {"durable": 0}, "durable: 0 would disable the most durable tier"),
+    ("checkpoint_intervals", {"durable": 10}, "more frequent than the fast tier (every 50 steps)"),
+    ("checkpoint_intervals", {"Fast": 5}, "unknown checkpoint tier 'Fast'; preset '8b' has fast"),
     ("start_deadline_s", 10, "greater than or equal to 30"),
     ("hang_timeout_s", 30, "greater than or equal to 60"),
     ("hang_timeout_s", 900, "watchdog (900 s)"),
@@ -124,11 +127,11 @@ def test_unknown_fields_are_forbidden(required_fields) -> None:
         ("instance_type", "ml.trn1.32xlarge"),
         ("instance_group", "GPU-p5--a"),
         ("service_account", "team-a.training"),
-        ("fast_checkpoint_dir", "/fsx/fast/llama"),
-        ("durable_checkpoint_dir", "/fsx/ckpt/llama"),
+        ("checkpoint_dirs", {"fast": "/fsx/fast/llama"}),
+        ("checkpoint_dirs", {"durable": "/fsx/ckpt/llama"}),
         ("run_dir", "/fsx/runs/x"),
-        ("durable_checkpoint_every", 50),
-        ("fast_checkpoint_every", 0),
+        ("checkpoint_intervals", {"durable": 50}),
+        ("checkpoint_intervals", {"fast": 0}),
         ("nodes", 64),
         ("preset", "tiny"),
         ("team", "r" * 40),
@@ -142,30 +145,116 @@ def test_valid_values_are_accepted(spec_factory, field: str, value: Any) -> None
 def test_defaults(spec_factory) -> None:
     spec = spec_factory()
     assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-claim")
-    assert spec.fast_checkpoint_dir == "/dev/shm/hptrain-ckpt"
-    assert spec.durable_dir == "/fsx/checkpoints/llama-8b"
+    assert spec.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
+    assert spec.tier_dir("durable") == "/fsx/checkpoints/llama-8b"
     assert spec.out_dir == "/fsx/runs/llama-8b"
     assert spec.min_tokens_per_s is None
-    assert spec.managed_fast_tier is False
+    assert spec.tiered_storage is False
+    assert (spec.tier_storage("fast"), spec.managed_storage) == ("local", False)
     assert spec.taints == ()
     assert spec.service_account == "training"
     assert (spec.hang_timeout_s, spec.shutdown_timeout_s) == (1200, 180)
 
 
+def _intervals(spec: JobSpec) -> tuple[int, ...]:
+    return tuple(spec.tier_interval(tier.name) for tier in spec.trainer_config.checkpoint.tiers)
+
+
 def test_unset_steps_and_intervals_come_from_the_preset(spec_factory) -> None:
     big, tiny = spec_factory(), spec_factory(preset="tiny", hang_timeout_s=120)
-    assert (big.total_steps, big.fast_every, big.durable_every) == (100_000, 50, 500)
-    assert (tiny.total_steps, tiny.fast_every, tiny.durable_every) == (40, 5, 20)
-    explicit = spec_factory(steps=7, fast_checkpoint_every=0, durable_checkpoint_every=3)
-    assert (explicit.total_steps, explicit.fast_every, explicit.durable_every) == (7, 0, 3)
+    assert (big.total_steps, *_intervals(big)) == (100_000, 50, 500)
+    assert (tiny.total_steps, *_intervals(tiny)) == (40, 5, 20)
+    explicit = spec_factory(steps=7, checkpoint_intervals={"fast": 0, "durable": 3})
+    assert (explicit.total_steps, *_intervals(explicit)) == (7, 0, 3)
 
 
 def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> None:
     # 8b saves the fast tier every 50 steps, so a durable tier every 20 is out of order ...
-    with pytest.raises(ValidationError, match="durable_checkpoint_every"):
-        spec_factory(durable_checkpoint_every=20)
+    with pytest.raises(ValidationError, match="checkpoint_intervals"):
+        spec_factory(checkpoint_intervals={"durable": 20})
     # ... unless the fast tier is disabled.
-    assert spec_factory(durable_checkpoint_every=20, fast_checkpoint_every=0).durable_every == 20
+    spec = spec_factory(checkpoint_intervals={"durable": 20, "fast": 0})
+    assert spec.tier_interval("durable") == 20
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        # The preset's own: fast 5, nearline 10, durable 20.
+        ({}, None),
+        ({"nearline": 3}, "nearline: 3 is more frequent than the fast tier (every 5 steps)"),
+        ({"nearline": 30}, "durable: 20 is more frequent than the nearline tier (every 30 steps)"),
+        # A disabled tier drops out of the order: each tier is compared with the last enabled.
+        ({"nearline": 3, "fast": 0}, None),
+        ({"nearline": 0, "durable": 4}, "durable: 4 is more frequent than the fast tier"),
+        ({"nearline": 0, "durable": 5}, None),
+        ({"fast": 0, "nearline": 0, "durable": 1}, None),
+    ],
+)
+def test_each_enabled_tier_saves_no_more_often_than_the_one_before(
+    spec_factory, three_tier_preset: str, intervals: dict[str, int], expected: str | None
+) -> None:
+    fields = {"preset": three_tier_preset, "hang_timeout_s": 120}
+    if expected is None:
+        spec = spec_factory(**fields, checkpoint_intervals=intervals)
+        assert spec.checkpoint_intervals == intervals
+        return
+    with pytest.raises(ValidationError) as caught:
+        spec_factory(**fields, checkpoint_intervals=intervals)
+    (error,) = caught.value.errors(include_url=False)
+    assert error["loc"] == ("checkpoint_intervals",)
+    assert expected in error["msg"]
+
+
+@pytest.mark.parametrize("field", ["checkpoint_dirs", "checkpoint_intervals"])
+def test_unknown_tier_names_are_one_error_naming_the_presets_tiers(
+    spec_factory, three_tier_preset: str, field: str
+) -> None:
+    value = "/fsx/x" if field == "checkpoint_dirs" else 10
+    with pytest.raises(ValidationError) as caught:
+        spec_factory(
+            preset=three_tier_preset, hang_timeout_s=120, **{field: {"nvme": value, "s3": value}}
+        )
+    (error,) = caught.value.errors(include_url=False)
+    assert error["loc"] == (field,)
+    assert error["msg"] == (
+        "Value error, unknown checkpoint tier 'nvme', 's3'; preset "
+        f"'{three_tier_preset}' has fast, nearline, durable"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tier", "expected"),
+    [
+        # The paths jobs have always used: a resubmitted job finds its checkpoints.
+        (TierConfig(FAST, per_node=True), "/dev/shm/hptrain-ckpt"),
+        (TierConfig(DURABLE), "/fsx/checkpoints/run-1"),
+        # Any other tier: beside them, never inside another tier's root.
+        (TierConfig("nvme", per_node=True), "/dev/shm/hptrain-ckpt-nvme"),
+        (TierConfig("nearline"), "/fsx/checkpoints/run-1-nearline"),
+        (TierConfig(FAST), "/fsx/checkpoints/run-1-fast"),
+        (TierConfig(DURABLE, per_node=True), "/dev/shm/hptrain-ckpt-durable"),
+    ],
+)
+def test_default_tier_dirs(tier: TierConfig, expected: str) -> None:
+    assert default_tier_dir(tier, "run-1") == expected
+
+
+def test_a_tier_named_in_checkpoint_dirs_uses_that_directory(spec_factory) -> None:
+    spec = spec_factory(checkpoint_dirs={"durable": "/fsx/ckpt/x"})
+    assert (spec.tier_dir("fast"), spec.tier_dir("durable")) == (
+        "/dev/shm/hptrain-ckpt",
+        "/fsx/ckpt/x",
+    )
+
+
+@pytest.mark.parametrize(("tiered_storage", "storage"), [(False, "local"), (True, "managed")])
+def test_auto_storage_follows_the_clusters_tiered_storage(
+    spec_factory, tiered_storage: bool, storage: str
+) -> None:
+    spec = spec_factory(tiered_storage=tiered_storage)
+    assert (spec.tier_storage("fast"), spec.tier_storage("durable")) == (storage, "local")
+    assert spec.managed_storage is tiered_storage
 
 
 def test_world_size_check_follows_the_instance_type(spec_factory) -> None:
