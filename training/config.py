@@ -131,7 +131,8 @@ class TierConfig:
 
 # The tier fields an override may set (every field but the name).
 TIER_FIELDS = tuple(f.name for f in dataclasses.fields(TierConfig) if f.name != "name")
-# Override keys that name a tier field by its earlier name.
+# Override keys that name a tier field by its earlier name: jobs rendered by an older hpctl
+# pass checkpoint.fast_backend to a newer image.
 TIER_KEY_ALIASES = {"fast_backend": "fast_storage"}
 
 
@@ -206,28 +207,6 @@ class CheckpointConfig:
     def s3_interval(self) -> int:
         """Steps between managed checkpoints also written to S3."""
         return self.managed_s3_interval or self.tiers[-1].interval
-
-    # The default tiers' settings under the names they had as fields, read by hpctl/job.py
-    # and its tests until they iterate over `tiers` (set them as checkpoint.<tier>_<field>).
-    @property
-    def fast_dir(self) -> str:
-        return self.tier(FAST).dir
-
-    @property
-    def durable_dir(self) -> str:
-        return self.tier(DURABLE).dir
-
-    @property
-    def fast_interval(self) -> int:
-        return self.tier(FAST).interval
-
-    @property
-    def durable_interval(self) -> int:
-        return self.tier(DURABLE).interval
-
-    @property
-    def fast_backend(self) -> str:
-        return self.tier(FAST).storage
 
     def set_tier_field(self, name_field: str, raw: str) -> bool:
         """Applies ``checkpoint.<tier>_<field>=raw``; False when no tier field has that key."""
