@@ -99,9 +99,10 @@ class ParallelConfig:
 
 # Names of the two tiers every preset declares (CheckpointConfig.tiers).
 FAST, DURABLE = "fast", "durable"
-# TierConfig.storage that picks managed tiered checkpointing when its library is importable
-# and a local directory otherwise (checkpoint/tiers.py registers the storage kinds).
-AUTO_STORAGE = "auto"
+# TierConfig.storage kinds (checkpoint/tiers.py registers a class for each but "auto"): a
+# directory, HyperPod managed tiered checkpointing, or managed when its library is importable
+# and a directory otherwise.
+LOCAL_STORAGE, MANAGED_STORAGE, AUTO_STORAGE = "local", "managed", "auto"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class TierConfig:
     keep: int = 1
     # Storage kind: "local" (a directory), "managed" (HyperPod managed tiered checkpointing,
     # with a marker directory here) or "auto" (managed when its library is importable).
-    storage: str = "local"
+    storage: str = LOCAL_STORAGE
     # Each node has its own copy in a real job (node memory or local NVMe): the launcher's
     # --nodes emulation gives each emulated node its own directory. Whether a tier is
     # node-local at run time is detected, not read from here.

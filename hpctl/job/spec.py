@@ -35,6 +35,8 @@ from training.config import (
     AUTO_STORAGE,
     DURABLE,
     FAST,
+    LOCAL_STORAGE,
+    MANAGED_STORAGE,
     PRESETS,
     CheckpointConfig,
     ConfigError,
@@ -358,13 +360,13 @@ class JobSpec(BaseModel):
         storage = self.trainer_config.checkpoint.tier(name).storage
         if storage != AUTO_STORAGE:
             return storage
-        return "managed" if self.tiered_storage else "local"
+        return MANAGED_STORAGE if self.tiered_storage else LOCAL_STORAGE
 
     @property
     def managed_storage(self) -> bool:
         """Some tier uses HyperPod managed tiered checkpointing."""
         return any(
-            self.tier_storage(tier.name) == "managed"
+            self.tier_storage(tier.name) == MANAGED_STORAGE
             for tier in self.trainer_config.checkpoint.tiers
         )
 

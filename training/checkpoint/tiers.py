@@ -25,6 +25,8 @@ from training.checkpoint.format import CheckpointRef
 from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
 from training.config import (
     AUTO_STORAGE,
+    LOCAL_STORAGE,
+    MANAGED_STORAGE,
     CheckpointConfig,
     ConfigError,
     TierConfig,
@@ -76,7 +78,7 @@ def storage(kind: str) -> Callable[[T], T]:
     return register
 
 
-@storage("local")
+@storage(LOCAL_STORAGE)
 class DirectoryTier(Tier):
     """DCP shards in the tier's directory; a node-local one keeps a full copy per node."""
 
@@ -90,7 +92,7 @@ class DirectoryTier(Tier):
         return NodeLocalSavePlanner(node_of_rank) if self.node_local else None
 
 
-@storage("managed")
+@storage(MANAGED_STORAGE)
 class ManagedStorageTier(Tier):
     """Data in HyperPod managed tiered checkpointing; a marker directory per step here."""
 
@@ -106,7 +108,7 @@ class ManagedStorageTier(Tier):
     ) -> Tier:
         if not managed.AVAILABLE:
             raise RuntimeError(
-                f"{tier_key(spec.name, 'storage')}=managed but amzn-sagemaker-checkpointing is "
+                f"{tier_key(spec.name, 'storage')}={MANAGED_STORAGE} but amzn-sagemaker-checkpointing is "
                 "not installed"
             )
         client = managed.ManagedTier(
@@ -132,7 +134,7 @@ def default_namespace(out: Path) -> str:
 def storage_kind(spec: TierConfig) -> str:
     """The registered storage kind `spec` uses ("auto" resolved)."""
     if spec.storage == AUTO_STORAGE:
-        return "managed" if managed.AVAILABLE else "local"
+        return MANAGED_STORAGE if managed.AVAILABLE else LOCAL_STORAGE
     if spec.storage not in STORAGE:
         kinds = ", ".join((AUTO_STORAGE, *STORAGE))
         raise ConfigError(
