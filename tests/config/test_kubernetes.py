@@ -3,9 +3,13 @@ the API server's validation (k8s.io/apimachinery/pkg/util/validation) decides wh
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 
+import botocore.session
 import pytest
+from botocore.model import ServiceModel
 from pydantic import ValidationError
 
 from config.kubernetes import (
@@ -126,3 +130,52 @@ def test_toleration_of_a_taint_with_and_without_value() -> None:
         "operator": "Exists",
         "effect": "NoSchedule",
     }
+
+
+# What HyperPod's API enforces on the labels and taints an instance group sends
+# (botocore's SageMaker model: min, max and pattern of each shape), against the schema.
+HYPERPOD_SAMPLES = [
+    "",
+    "a",
+    "gpu-p5",
+    "A_b.c-D",
+    "-a",
+    "a-",
+    "a b",
+    "a" * 63,
+    "a" * 64,
+    "example.com/pool",
+    "a/" + LABEL_63,
+    SUBDOMAIN_253 + "/" + LABEL_63,
+]
+
+
+@functools.cache
+def _sagemaker_model() -> ServiceModel:
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
+def _hyperpod_accepts(shape_name: str, value: str) -> bool:
+    meta = _sagemaker_model().shape_for(shape_name).metadata
+    return (
+        meta["min"] <= len(value) <= meta["max"]
+        and re.fullmatch(meta["pattern"], value) is not None
+    )
+
+
+@pytest.mark.parametrize("value", HYPERPOD_SAMPLES)
+def test_label_and_taint_keys_the_schema_accepts_are_ones_hyperpod_accepts(value: str) -> None:
+    for shape in ("ClusterKubernetesLabelKey", "ClusterKubernetesTaintKey"):
+        if is_label_key(value):
+            assert _hyperpod_accepts(shape, value), (shape, value)
+
+
+@pytest.mark.parametrize("value", HYPERPOD_SAMPLES)
+def test_a_taint_value_is_sent_to_hyperpod_only_in_a_form_it_accepts(value: str) -> None:
+    # An empty value is sent as none (Taint), so only non-empty values reach the API.
+    if is_label_value(value) and value:
+        assert _hyperpod_accepts("ClusterKubernetesTaintValue", value), value
+        assert _hyperpod_accepts("ClusterKubernetesLabelValue", value), value
+    if value == "":
+        assert Taint(key="a", effect="NoSchedule", value="").value is None
+        assert not _hyperpod_accepts("ClusterKubernetesLabelValue", value)
