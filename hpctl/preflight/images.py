@@ -59,19 +59,11 @@ def image_rows(context: CheckContext) -> list[Row]:
                         f"eks.image_overrides.{component}",
                     )
                 )
-            elif failure.code == "ImageNotFoundException":
-                rows.append(
-                    Row(
-                        IMAGE,
-                        subject,
-                        PROBLEM,
-                        f"{reference} is not in repository {repository}",
-                        f"push {repository}:{reference} or correct eks.image_overrides.{component}",
-                    )
-                )
-            else:
+                continue
+            if failure.code != "ImageNotFoundException":
                 rows.append(failure_row(failure, IMAGE, subject))
-            continue
+                continue
+            found = []  # the image is not in the repository: as if none were listed
         archived = [d for d in found if d.get("imageStatus") == "ARCHIVED"]
         if not found:
             rows.append(
