@@ -1,7 +1,8 @@
 """`spec_for_environment`: a JobSpec from an environment's config and a user's options.
 
 The team, its priority classes and its quota (`config.teams`), the instance group's type and
-taints, and whether the cluster has managed tiered checkpointing all come from the config, so
+taints, what its nodes leave a job (`config.node_model`), and whether the cluster has managed
+tiered checkpointing all come from the config, so
 a job can only ask for what the platform deployed. Every option that does not fit is one
 `--option: problem; fix` line (`JobRequestError`).
 """
@@ -24,6 +25,7 @@ from config.kubernetes import (
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
 )
+from config.node_model import node_model
 from config.schema import EnvironmentConfig
 from config.teams import TRAINING_SERVICE_ACCOUNT, GroupCapacity, team_capacity
 from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
@@ -31,7 +33,7 @@ from hpctl.options import utc_now
 
 # JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
 DERIVED_FIELDS: Final = frozenset(
-    {"instance_type", "taints", "fsx_claim", "service_account", "tiered_storage"}
+    {"instance_type", "taints", "fsx_claim", "service_account", "tiered_storage", "allocation"}
 )
 # JobSpec fields whose problems a user fixes through another option (or not at all: the
 # environment's config); the rest map to --field-name.
@@ -41,6 +43,7 @@ _OPTION_FOR_FIELD: Final = {
     "fsx_claim": "--env",
     "service_account": "--env",
     "tiered_storage": "--env",
+    "allocation": "--instance-group",
 }
 
 
@@ -235,6 +238,7 @@ def spec_for_environment(
         "fsx_claim": FSX_CLAIM_NAME,
         "service_account": TRAINING_SERVICE_ACCOUNT,
         "tiered_storage": config.hyperpod.tiered_storage.enabled,
+        "allocation": node_model(config, group).job,
     }
     # The quota first: a job the team may not run at all needs another size before anything
     # else about it matters (a size the preset cannot split is a --nodes problem as well).

@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 
-from config.instance_types import InstanceType
 from config.kubernetes import (
     EFA_RESOURCE,
     GPU_RESOURCE,
@@ -50,9 +49,7 @@ REPLICA_NAME = "worker"
 # `--set checkpoint.managed_s3_path=$(HPTRAIN_MANAGED_S3_PATH)` argument.
 MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
 
-# Share of a node's vCPUs and memory the trainer requests: the rest stays for the kubelet's
-# reservation and HyperPod's daemon sets (health agent, device plugins, CNI, FSx CSI).
-NODE_SHARE = 0.9
+HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"
 
 # Families whose EFA supports GPUDirect RDMA (p4d and newer, Trainium). g5/g6e EFA has no RDMA
 # read, so FI_EFA_USE_DEVICE_RDMA=1 would make libfabric fail there.
@@ -90,14 +87,20 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
     return items
 
 
-def _resources(instance: InstanceType) -> dict[str, dict[str, int | str]]:
+def _resources(spec: JobSpec) -> dict[str, dict[str, int | str]]:
+    """Every device of the node, and the CPU and memory its node model leaves a job once the
+    kubelet, tiered storage and the platform's DaemonSets have theirs (`spec.allocation`)."""
+    instance, allocation = spec.instance, spec.allocation
     accelerator = GPU_RESOURCE if instance.accelerator == "nvidia" else NEURON_RESOURCE
     devices: dict[str, int | str] = {accelerator: instance.accelerator_count}
     if instance.supports_efa:
         devices[EFA_RESOURCE] = instance.efa_interfaces
-    memory = f"{int(instance.memory_gib * NODE_SHARE)}Gi"
+    if allocation.hugepages_2mi_mib:
+        # Kubernetes requires a hugepages limit equal to its request.
+        devices[HUGEPAGES_2MI_RESOURCE] = f"{allocation.hugepages_2mi_mib}Mi"
+    memory = f"{allocation.memory_mib}Mi"
     return {
-        "requests": {**devices, "cpu": str(int(instance.vcpus * NODE_SHARE)), "memory": memory},
+        "requests": {**devices, "cpu": f"{allocation.cpu_millicores}m", "memory": memory},
         # A memory limit keeps a runaway trainer from starving the node's health agents; no CPU
         # limit, so data loading is never throttled.
         "limits": {**devices, "memory": memory},
@@ -144,7 +147,6 @@ def trainer_args(spec: JobSpec) -> list[str]:
 
 
 def _pod_template(spec: JobSpec) -> dict[str, Any]:
-    instance = spec.instance
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
@@ -158,7 +160,7 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "env": _env(spec),
-        "resources": _resources(instance),
+        "resources": _resources(spec),
         "volumeMounts": [
             {"name": "fsx", "mountPath": FSX_MOUNT},
             {"name": "shm", "mountPath": SHM_MOUNT},

@@ -30,6 +30,7 @@ from config.kubernetes import (
     is_dns1123_subdomain,
     team_namespace,
 )
+from config.node_model import JobAllocation
 from config.teams import TRAINING_SERVICE_ACCOUNT
 from training.config import (
     AUTO_STORAGE,
@@ -117,6 +118,9 @@ class JobSpec(BaseModel):
     shutdown_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 180
     # The instance group's taints; the pods tolerate each.
     taints: tuple[Taint, ...] = ()
+    # What the pod requests on its node besides its devices: what the node model leaves a job
+    # on the group's nodes (config.node_model).
+    allocation: JobAllocation
 
     @field_validator("name")
     @classmethod

@@ -386,6 +386,18 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "remove capacity or training_plan",
     ),
     (
+        "tiered-storage-leaves-jobs-memory",
+        lambda d: d["hyperpod"]["tiered_storage"].update(memory_percent=100),
+        "hyperpod.tiered_storage.memory_percent",
+        "use a lower percentage",
+    ),
+    (
+        "system-pods-fit-on-system-nodes",
+        lambda d: system(d).update(count=0, min_count=0),
+        f"{SYSTEM}.instance_type",
+        "the platform's system pods need",
+    ),
+    (
         "counts-within-capacity-plan",
         lambda d: gpu(d).update(count=400, min_count=400),
         "network.cluster_cidr",
@@ -435,7 +447,9 @@ def test_an_empty_taint_value_is_read_as_no_value() -> None:
 
 
 def test_tiered_storage_bounds_are_accepted() -> None:
-    for percent in (20, 100):
+    # Up to 100 by the API's bounds; 50 still leaves every prod node room for its pods
+    # (config.node_model), which 100 does not (rule tiered-storage-leaves-jobs-memory).
+    for percent in (20, 50):
         data = environment_data("prod")
         data["hyperpod"]["tiered_storage"]["memory_percent"] = percent
         assert parse_config(data, "x").hyperpod.tiered_storage.memory_percent == percent

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from config.node_model import group_model
 from config.schema import EnvironmentConfig
 from hpctl import job_cmd
 from hpctl.job.environment import spec_for_environment
@@ -27,6 +28,8 @@ REQUIRED: dict[str, Any] = {
     "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0",
     "instance_type": "ml.p5.48xlarge",
     "instance_group": "gpu-p5",
+    # What a node of prod's gpu-p5 group leaves a job, as `hpctl job render` derives it.
+    "allocation": group_model(environment("prod").config, "gpu-p5").job,
 }
 IMAGE = REQUIRED["image"]
 # The clock every default job name in these tests is stamped with.

@@ -333,17 +333,7 @@ def test_default_name_stays_a_valid_job_name(team: str, expected: str) -> None:
     name = default_job_name(team, "8b", FIXED_NOW)
     assert name == expected
     assert len(name) <= 63
-    assert (
-        JobSpec(
-            name=name,
-            team="research",
-            priority="training",
-            image=IMAGE,
-            instance_type="ml.p5.48xlarge",
-            instance_group="gpu-p5",
-        ).name
-        == name
-    )
+    assert make_spec(name=name).name == name
 
 
 # --------------------------------------------------------------------------- rejections

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from config.instance_types import lookup
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
+from config.node_model import JobAllocation
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from training.config import TierConfig
@@ -75,16 +75,24 @@ def test_resources_and_efa_env_follow_the_instance_table(
         assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
 
-@pytest.mark.parametrize("instance_type", ["ml.p5.48xlarge", "ml.g5.8xlarge", "ml.trn2.48xlarge"])
-def test_cpu_and_memory_fit_inside_the_node(spec_factory, instance_type: str) -> None:
-    instance = lookup(instance_type)
-    resources = _container(render_job(spec_factory(instance_type=instance_type)))["resources"]
-    cpu = int(resources["requests"]["cpu"])
-    memory_gib = int(resources["requests"]["memory"].removesuffix("Gi"))
-    assert 0.8 * instance.vcpus <= cpu < instance.vcpus
-    assert 0.8 * instance.memory_gib <= memory_gib < instance.memory_gib
-    assert resources["limits"]["memory"] == resources["requests"]["memory"]
+def test_cpu_and_memory_are_the_allocation_of_the_spec(spec_factory) -> None:
+    allocation = JobAllocation(cpu_millicores=22_880, memory_mib=172_252)
+    resources = _container(render_job(spec_factory(allocation=allocation)))["resources"]
+    assert resources["requests"]["cpu"] == "22880m"
+    assert resources["requests"]["memory"] == "172252Mi"
+    # A memory limit, equal to the request; no CPU limit, so data loading is never throttled.
+    assert resources["limits"]["memory"] == "172252Mi"
     assert "cpu" not in resources["limits"]
+    assert not any(key.startswith("hugepages-") for key in resources["requests"])
+
+
+def test_hugepages_are_requested_and_limited_alike_when_the_node_offers_them(
+    spec_factory,
+) -> None:
+    allocation = JobAllocation(cpu_millicores=1000, memory_mib=2048, hugepages_2mi_mib=5120)
+    resources = _container(render_job(spec_factory(allocation=allocation)))["resources"]
+    assert resources["requests"]["hugepages-2Mi"] == "5120Mi"
+    assert resources["limits"]["hugepages-2Mi"] == "5120Mi"
 
 
 def test_common_nccl_env(spec_factory) -> None:
