@@ -1,0 +1,118 @@
+"""config.node_model: the kubelet's reservations as the EKS AMI computes them, what each
+group's nodes leave a job, and whether the platform's own pods fit on the system nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.instance_types import lookup
+from config.node_model import (
+    ADDON_DAEMONSETS,
+    SYSTEM_PODS,
+    PodRequests,
+    group_model,
+    kube_reserved_cpu_millicores,
+    kube_reserved_memory_mib,
+    max_pods,
+    node_models,
+    system_fit_problem,
+    vendored_daemonsets,
+)
+from tests.support import environment, variant_of
+
+ENVIRONMENTS = ("dev", "staging", "prod")
+
+
+def test_kube_reserved_matches_nodeadm_for_a_two_core_node() -> None:
+    # awslabs/amazon-eks-ami nodeadm/test/e2e/cases/kubelet-config-dir/expected-kubelet-config
+    # .json: maxPods 58 (an m5.xlarge: 4 ENIs x 14 + 2) and a 2-core host.
+    m5 = lookup("ml.m5.xlarge")
+    assert max_pods(m5) == 58
+    assert kube_reserved_memory_mib(m5) == 893
+    assert kube_reserved_cpu_millicores(2) == 70
+
+
+@pytest.mark.parametrize(
+    ("cpus", "millicores"),
+    # 60 + 10 + 2 x 5 for the first four cores, 2.5 for every further one.
+    [(1, 60), (2, 70), (4, 80), (24, 130), (96, 310), (192, 550)],
+)
+def test_kube_reserved_cpu_follows_the_bands(cpus: int, millicores: int) -> None:
+    assert kube_reserved_cpu_millicores(cpus) == millicores
+
+
+def test_one_thread_per_core_halves_the_cpus_kubernetes_sees() -> None:
+    prod = environment("prod").config
+    assert group_model(prod, "gpu-p5").cpus == 96
+    two = variant_of(
+        "prod", lambda d: d["hyperpod"]["instance_groups"][0].update(threads_per_core=2)
+    )
+    assert group_model(two.config, "gpu-p5").cpus == 192
+
+
+def test_p5_job_leaves_room_for_the_kubelet_tiered_storage_and_daemonsets() -> None:
+    model = group_model(environment("prod").config, "gpu-p5")
+    assert model.tiered_storage_percent == 20
+    assert model.tiered_storage_mib == 2048 * 1024 // 5
+    names = {d.name for d in model.daemonsets}
+    assert {"aws-efa-k8s-device-plugin", "health-monitoring-agent", "aws-node"} <= names
+    assert "neuron-device-plugin-daemonset" not in names
+    job = model.job
+    assert job.cpu_millicores == (model.allocatable_cpu_millicores - model.daemonset_cpu_millicores)
+    assert job.memory_mib == (
+        model.allocatable_memory_mib - model.daemonset_memory_mib - model.tiered_storage_mib
+    )
+    assert 0 < job.cpu_millicores < 96_000
+    assert job.hugepages_2mi_mib == 0
+
+
+def test_tiered_storage_raised_leaves_a_job_less_memory() -> None:
+    base = group_model(environment("prod").config, "gpu-p5").job
+    raised = variant_of("prod", lambda d: d["hyperpod"]["tiered_storage"].update(memory_percent=40))
+    assert group_model(raised.config, "gpu-p5").job.memory_mib < base.memory_mib
+
+
+def test_a_daemonset_added_to_the_table_is_taken_from_every_node() -> None:
+    config = environment("dev").config
+    extra = PodRequests(name="x", cpu_millicores=100, memory_mib=64, addon="vpc-cni", source="t")
+    before = node_models(config)
+    after = node_models(config, addon_daemonsets=(*ADDON_DAEMONSETS, extra))
+    for old, new in zip(before, after, strict=True):
+        assert new.job.cpu_millicores == old.job.cpu_millicores - 100
+        assert new.job.memory_mib == old.job.memory_mib - 64
+
+
+def test_a_vendored_daemonset_without_a_placement_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "new.yaml").write_text(
+        "kind: DaemonSet\nmetadata: {name: new-agent}\n"
+        "spec: {template: {spec: {containers: []}}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(KeyError, match="new-agent"):
+        vendored_daemonsets(tmp_path)
+
+
+def test_vendored_requests_are_read_from_the_manifests() -> None:
+    requests = {d.name: (d.cpu_millicores, d.memory_mib) for d in vendored_daemonsets()}
+    assert requests["health-monitoring-agent"] == (500, 512)
+    assert requests["aws-efa-k8s-device-plugin"] == (10, 20)
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_every_environment_runs_its_system_pods_on_its_system_nodes(env: str) -> None:
+    assert system_fit_problem(environment(env).config) is None
+
+
+def test_system_pods_that_outgrow_the_system_nodes_are_named() -> None:
+    # dev's one m5.xlarge with one thread per core: 2 CPUs.
+    config = environment("dev").config
+    heavy = PodRequests(name="big-controller", cpu_millicores=1500, memory_mib=1024,
+                        addon="coredns", source="t")  # fmt: skip
+    problem = system_fit_problem(config, pods=(*SYSTEM_PODS, heavy))
+    assert problem is not None
+    field, message = problem
+    assert field == "hyperpod.instance_groups[1].instance_type"
+    assert "big-controller" in message
+    assert "ml.m5.xlarge" in message
