@@ -15,6 +15,9 @@ install creates from them (AWS documents both):
 - its node selector, node affinity and tolerations: HyperPod labels every node with its
   instance group and type and applies the group's labels and taints;
 - its extended resources: a device plugin DaemonSet pinned to the job's instance type;
+- its CPU, memory and hugepages: with every DaemonSet the templates apply on the group's nodes
+  and the managed add-ons' DaemonSets, within what the node model (`config.node_model`)
+  says the kubelet allocates there, less HyperPod tiered storage's memory;
 - its kind and Kueue labels: the training operator and task governance add-ons;
 - its metrics: the managed Prometheus collector's scrape configuration (read from the
   template, relabelled the way Prometheus does) keeps its worker pods, on the port the trainer
@@ -51,8 +54,16 @@ from config.kubernetes import (
     priority_class,
     team_namespace,
 )
+from config.node_model import (
+    ADDON_DAEMONSETS,
+    HUGEPAGES_2MI_MIB,
+    NodeModel,
+    PodRequests,
+    group_model,
+)
+from config.schema import EnvironmentConfig
 from config.teams import team_capacity
-from hpctl.job.environment import spec_for_environment
+from hpctl.job.environment import JobRequestError, spec_for_environment
 from hpctl.job.render import render_job
 from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
 from tests.support import (
@@ -61,6 +72,7 @@ from tests.support import (
     instance_type_affinity,
     kubernetes_objects,
     manifest_tokens,
+    variant_of,
 )
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -357,6 +369,144 @@ def test_every_rendered_job_names_only_what_the_platform_creates(env: SynthResul
     assert len(jobs) >= len(governance.teams) * len(governance.priority_classes)
     problems = {where: contract_problems(job, platform) for where, job in jobs.items()}
     assert {where: found for where, found in problems.items() if found} == {}
+
+
+# --------------------------------------------------------------------------- room on the node
+
+
+def _millicores(quantity: str | int) -> int:
+    text = str(quantity)
+    return int(text.removesuffix("m")) if text.endswith("m") else int(float(text) * 1000)
+
+
+def _mebibytes(quantity: str | int) -> int:
+    text = str(quantity)
+    for suffix, factor in (("Ki", 1 / 1024), ("Mi", 1), ("Gi", 1024)):
+        if text.endswith(suffix):
+            return int(float(text.removesuffix(suffix)) * factor)
+    return int(text) // (1024 * 1024)
+
+
+def _requests(pod: dict[str, Any]) -> tuple[int, int]:
+    """(millicores, MiB) a pod spec requests, all containers together."""
+    cpu = memory = 0
+    for container in pod["containers"]:
+        requests = container.get("resources", {}).get("requests", {})
+        cpu += _millicores(requests.get("cpu", 0))
+        memory += _mebibytes(requests.get("memory", 0))
+    return cpu, memory
+
+
+def applied_daemonsets(platform: Platform, instance_type: str) -> dict[str, tuple[int, int]]:
+    """Name -> (millicores, MiB) of every DaemonSet the templates apply that lands on a node
+    of `instance_type` (no affinity: every node)."""
+    found = {}
+    for (kind, _, name), obj in platform.objects.items():
+        if kind != "DaemonSet":
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        if "affinity" in pod and instance_type not in instance_type_affinity(obj):
+            continue
+        found[name] = _requests(pod)
+    return found
+
+
+def fit_problems(
+    job: dict[str, Any],
+    platform: Platform,
+    config: EnvironmentConfig,
+    *,
+    addon_daemonsets: tuple[PodRequests, ...] = ADDON_DAEMONSETS,
+) -> list[str]:
+    """Why the job's pod would not fit beside the DaemonSets on a node of its group."""
+    problems = []
+    for replica in job["spec"]["replicaSpecs"]:
+        pod = replica["template"]["spec"]
+        group = pod["nodeSelector"][INSTANCE_GROUP_LABEL]
+        model: NodeModel = group_model(config, group)
+        daemonsets = applied_daemonsets(platform, model.instance.name)
+        daemonsets |= {
+            d.name: (d.cpu_millicores, d.memory_mib)
+            for d in addon_daemonsets
+            if d.addon in platform.addons
+        }
+        job_cpu, job_memory = _requests(pod)
+        ds_cpu = sum(cpu for cpu, _ in daemonsets.values())
+        ds_memory = sum(memory for _, memory in daemonsets.values())
+        if job_cpu + ds_cpu > model.allocatable_cpu_millicores:
+            problems.append(
+                f"{group}: the job's {job_cpu}m CPU and the DaemonSets' {ds_cpu}m exceed the "
+                f"{model.allocatable_cpu_millicores}m a node allocates"
+            )
+        if job_memory + ds_memory + model.tiered_storage_mib > model.allocatable_memory_mib:
+            problems.append(
+                f"{group}: the job's {job_memory}Mi, the DaemonSets' {ds_memory}Mi and tiered "
+                f"storage's {model.tiered_storage_mib}Mi exceed the "
+                f"{model.allocatable_memory_mib}Mi a node allocates"
+            )
+        for container in pod["containers"]:
+            hugepages = container["resources"].get("requests", {}).get("hugepages-2Mi")
+            if hugepages is not None and _mebibytes(hugepages) > HUGEPAGES_2MI_MIB:
+                problems.append(f"{group}: hugepages-2Mi {hugepages} exceed what nodes offer")
+    return problems
+
+
+def sized_jobs(result: SynthResult) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(description, manifest) for every team x usable accelerated group x node count the
+    renderer accepts (1 up to the team's largest job there)."""
+    config = result.config
+    governance = config.governance
+    assert governance is not None
+    for team in governance.teams:
+        for capacity in team_capacity(governance, team, config.hyperpod.instance_groups):
+            if not INSTANCE_TYPES[capacity.instance_type].has_accelerators:
+                continue
+            for nodes in range(1, capacity.max_job_nodes + 1):
+                try:
+                    spec = spec_for_environment(
+                        config,
+                        team=team.name,
+                        instance_group=capacity.instance_group,
+                        nodes=nodes,
+                        image=IMAGE,
+                        clock=lambda: datetime(2026, 11, 23, tzinfo=UTC),
+                    )
+                except JobRequestError:
+                    continue  # a count the preset cannot split: the renderer refuses it
+                yield f"{team.name} on {capacity.instance_group} x{nodes}", render_job(spec)
+
+
+def test_every_rendered_job_fits_beside_the_daemonsets_on_its_node(env: SynthResult):
+    platform = platform_of(env)
+    jobs = dict(sized_jobs(env))
+    assert jobs, f"{env.env_name} renders no job"
+    problems = {where: fit_problems(job, platform, env.config) for where, job in jobs.items()}
+    assert {where: found for where, found in problems.items() if found} == {}
+
+
+def _one_cpu_more(job: dict[str, Any]) -> None:
+    requests = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"][
+        "requests"
+    ]
+    requests["cpu"] = f"{_millicores(requests['cpu']) + 1000}m"
+
+
+def test_planted_misfits_are_caught(prod: SynthResult):
+    platform = platform_of(prod)
+    _, job = next(sized_jobs(prod))
+    assert fit_problems(job, platform, prod.config) == []
+
+    one_cpu_more = copy.deepcopy(job)
+    _one_cpu_more(one_cpu_more)
+    assert any("CPU" in p for p in fit_problems(one_cpu_more, platform, prod.config))
+
+    raised = variant_of("prod", lambda d: d["hyperpod"]["tiered_storage"].update(memory_percent=30))
+    assert any("tiered" in p for p in fit_problems(job, platform, raised.config))
+
+    added = PodRequests(name="new-agent", cpu_millicores=10, memory_mib=0, addon="vpc-cni",
+                        source="planted")  # fmt: skip
+    problems = fit_problems(job, platform, prod.config, addon_daemonsets=(*ADDON_DAEMONSETS, added))
+    assert any("CPU" in p for p in problems)
 
 
 # --------------------------------------------------------------------------- planted violations
