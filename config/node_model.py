@@ -412,10 +412,14 @@ def system_pods(
 
 
 def format_cpu(millicores: int) -> str:
+    """CPUs as Kubernetes counts them: 94.7, 0.31."""
     return f"{millicores / 1000:g}"
 
 
 def format_memory(mib: int) -> str:
+    """MiB below a GiB, GiB to one decimal above."""
+    if abs(mib) < MIB_PER_GIB:
+        return f"{mib} MiB"
     return f"{mib / MIB_PER_GIB:.1f} GiB"
 
 

@@ -61,7 +61,7 @@ def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
     }
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """Left-aligned columns two spaces apart, no trailing blanks."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return [
@@ -83,7 +83,7 @@ def format_report(report: dict[str, Any]) -> str:
         "Teams",
     ]
     teams = report["teams"]
-    lines += _table(
+    lines += text_table(
         ["team", "namespace", "sharing", "borrow limit", "fair-share weight", "preempts lower"],
         [
             [
@@ -112,12 +112,12 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     rows += [[t["name"], "-", "-", "0", "0", "0"] for t in teams if not t["groups"]]
     rows.sort(key=lambda row: (row[0], row[1]))
-    lines += _table(
+    lines += text_table(
         ["team", "instance group", "instance type", "guaranteed", "borrowable", "max job nodes"],
         rows,
     )
     lines += ["", "Priority classes (highest first)"]
-    lines += _table(
+    lines += text_table(
         ["name", "weight", "kueue class"],
         [[c["name"], str(c["weight"]), c["kueue_class"]] for c in report["priority_classes"]],
     )
