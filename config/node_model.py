@@ -295,6 +295,11 @@ class NodeModel:
     count: int
     tiered_storage_percent: int
     daemonsets: tuple[PodRequests, ...]
+    # The platform's Deployments that may be scheduled here: nothing pins them to the system
+    # groups (the add-ons' configuration sets no node selector), and the scheduler favours
+    # the emptiest nodes, so on an accelerated group without a hard taint a job leaves room
+    # for all of them; else a coredns replica on the node would keep the job Pending.
+    shared_system_pods: tuple[PodRequests, ...] = ()
 
     @property
     def cpus(self) -> int:
@@ -351,11 +356,20 @@ class NodeModel:
         return self.allocatable_memory_mib - self.daemonset_memory_mib - self.tiered_storage_mib
 
     @property
+    def shared_system_pod_cpu_millicores(self) -> int:
+        return sum(p.cpu_millicores * p.replicas for p in self.shared_system_pods)
+
+    @property
+    def shared_system_pod_memory_mib(self) -> int:
+        return sum(p.memory_mib * p.replicas for p in self.shared_system_pods)
+
+    @property
     def job(self) -> JobAllocation:
-        """Everything the node has left once the DaemonSets have theirs."""
+        """What the node has left once the DaemonSets, and the system pods that may share
+        it, have theirs."""
         return JobAllocation(
-            cpu_millicores=self.free_cpu_millicores,
-            memory_mib=self.free_memory_mib,
+            cpu_millicores=self.free_cpu_millicores - self.shared_system_pod_cpu_millicores,
+            memory_mib=self.free_memory_mib - self.shared_system_pod_memory_mib,
             hugepages_2mi_mib=HUGEPAGES_2MI_MIB,
         )
 
@@ -390,6 +404,16 @@ def node_model(
         count=group.count,
         tiered_storage_percent=tiered.memory_percent if tiered.enabled else 0,
         daemonsets=tuple(filter(_lands_on(group), candidates)),
+        shared_system_pods=system_pods(config) if _takes_system_pods(group) else (),
+    )
+
+
+def _takes_system_pods(group: InstanceGroupConfig) -> bool:
+    """Whether the platform's Deployments may land on an accelerated group's nodes: none
+    of them tolerates a hard taint of the group's own."""
+    hard = {"NoSchedule", "NoExecute"}
+    return lookup(group.instance_type).has_accelerators and not any(
+        taint.effect in hard for taint in group.taints
     )
 
 

@@ -1,6 +1,6 @@
 """An environment's nodes as `hpctl nodes` shows them: per instance group what a node has,
-what the kubelet, tiered storage and the platform's DaemonSets take, and what is left for a
-job (`config.node_model`), then the platform's system pods and whether they fit on the
+what the kubelet, tiered storage, the platform's DaemonSets and the system pods that may
+share the node take, and what is left for a job (`config.node_model`), then the platform's system pods and whether they fit on the
 groups without accelerators. Plain data and text tables; the command is in
 `hpctl.nodes_cmd`."""
 
@@ -51,6 +51,11 @@ def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
                 {"name": d.name, "cpu_millicores": d.cpu_millicores, "memory_mib": d.memory_mib}
                 for d in m.daemonsets
             ],
+            # The platform's Deployments a job leaves room for (nothing pins them elsewhere).
+            "shared_system_pods": {
+                "cpu_millicores": m.shared_system_pod_cpu_millicores,
+                "memory_mib": m.shared_system_pod_memory_mib,
+            },
             "job": {
                 "cpu_millicores": m.job.cpu_millicores,
                 "memory_mib": m.job.memory_mib,
@@ -91,6 +96,7 @@ def format_report(report: dict[str, Any]) -> str:
             "eviction",
             "tiered storage",
             "DaemonSets",
+            "system pods",
             "job",
         ],
         [
@@ -105,6 +111,7 @@ def format_report(report: dict[str, Any]) -> str:
                 format_memory(g["eviction_memory_mib"]),
                 format_memory(g["tiered_storage_mib"]),
                 _pair(_sum(g["daemonsets"])),
+                _pair(g["shared_system_pods"]),
                 _pair(g["job"]),
             ]
             for g in report["groups"]

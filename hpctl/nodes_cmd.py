@@ -2,8 +2,8 @@
 
 Per group: vCPUs, threads per core, the CPUs Kubernetes sees, the kubelet's kube-reserved
 and system-reserved shares and eviction threshold (as the EKS AMI sets them), HyperPod
-tiered storage's memory, the DaemonSets the platform installs there, and what is left for a
-job (what `hpctl job render` requests). Then the platform's system pods and whether they fit
+tiered storage's memory, the DaemonSets the platform installs there, the system pods that
+may share the node, and what is left for a job (what `hpctl job render` requests). Then the platform's system pods and whether they fit
 on the groups without accelerators. Offline: it reads config/<env>.yaml only.
 """
 

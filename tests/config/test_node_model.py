@@ -60,12 +60,32 @@ def test_p5_job_leaves_room_for_the_kubelet_tiered_storage_and_daemonsets() -> N
     assert {"aws-efa-k8s-device-plugin", "health-monitoring-agent", "aws-node"} <= names
     assert "neuron-device-plugin-daemonset" not in names
     job = model.job
-    assert job.cpu_millicores == (model.allocatable_cpu_millicores - model.daemonset_cpu_millicores)
+    # Nothing pins coredns, Kueue and the other controllers to the system group.
+    assert {p.name for p in model.shared_system_pods} >= {"coredns", "kueue-controller-manager"}
+    assert job.cpu_millicores == (
+        model.allocatable_cpu_millicores
+        - model.daemonset_cpu_millicores
+        - model.shared_system_pod_cpu_millicores
+    )
     assert job.memory_mib == (
-        model.allocatable_memory_mib - model.daemonset_memory_mib - model.tiered_storage_mib
+        model.allocatable_memory_mib
+        - model.daemonset_memory_mib
+        - model.tiered_storage_mib
+        - model.shared_system_pod_memory_mib
     )
     assert 0 < job.cpu_millicores < 96_000
     assert job.hugepages_2mi_mib == 0
+
+
+def test_a_hard_taint_keeps_system_pods_off_an_accelerated_group() -> None:
+    taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    # Custom taints exclude deep health checks (the schema's rule).
+    tainted = variant_of(
+        "prod",
+        lambda d: d["hyperpod"]["instance_groups"][0].update(taints=[taint], deep_health_checks=[]),
+    )
+    assert group_model(tainted.config, "gpu-p5").shared_system_pods == ()
+    assert group_model(environment("prod").config, "system").shared_system_pods == ()
 
 
 def test_tiered_storage_raised_leaves_a_job_less_memory() -> None:

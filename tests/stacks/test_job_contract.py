@@ -15,9 +15,10 @@ install creates from them (AWS documents both):
 - its node selector, node affinity and tolerations: HyperPod labels every node with its
   instance group and type and applies the group's labels and taints;
 - its extended resources: a device plugin DaemonSet pinned to the job's instance type;
-- its CPU, memory and hugepages: with every DaemonSet the templates apply on the group's nodes
-  and the managed add-ons' DaemonSets, within what the node model (`config.node_model`)
-  says the kubelet allocates there, less HyperPod tiered storage's memory;
+- its CPU, memory and hugepages: with every DaemonSet the templates apply on the group's nodes,
+  the managed add-ons' DaemonSets and the system pods that may share the node, within what
+  the node model (`config.node_model`) says the kubelet allocates there, less HyperPod
+  tiered storage's memory;
 - its kind and Kueue labels: the training operator and task governance add-ons;
 - its metrics: the managed Prometheus collector's scrape configuration (read from the
   template, relabelled the way Prometheus does) keeps its worker pods, on the port the trainer
@@ -430,6 +431,11 @@ def fit_problems(
             for d in addon_daemonsets
             if d.addon in platform.addons
         }
+        # Nothing pins the platform's Deployments to the system group: any may land here.
+        for system_pod in model.shared_system_pods:
+            for replica_index in range(system_pod.replicas):
+                name = f"{system_pod.name}-{replica_index}"
+                daemonsets[name] = (system_pod.cpu_millicores, system_pod.memory_mib)
         job_cpu, job_memory = _requests(pod)
         ds_cpu = sum(cpu for cpu, _ in daemonsets.values())
         ds_memory = sum(memory for _, memory in daemonsets.values())
