@@ -3,9 +3,11 @@
 A node's CPUs are the cores the OS sees (`threads_per_core` halves a type's vCPUs). From
 them and its memory the kubelet reserves its share and keeps an eviction threshold; the
 rest is allocatable. HyperPod's tiered storage takes its share of memory outside any pod,
-and every DaemonSet the platform installs on the group takes its requests. What is left is
-the job's: `NodeModel.job`. The platform's own Deployments must fit on the nodes of the
-groups without accelerators (`system_fit_problem`), which the schema checks.
+and every DaemonSet the platform installs on the group takes its requests. On accelerated
+groups a job also leaves room for the platform's Deployments, which nothing keeps off them.
+What is left is the job's: `NodeModel.job`. The platform's Deployments must also fit on the
+nodes of the groups without accelerators (`system_fit_problem`), and every accelerated
+group must leave a job something (`job_fit_problem`); the schema checks both.
 
 Pure Python and no AWS: figures come from the instance table, the environment's config,
 the add-on table (`config.addons`) and the vendored manifests
@@ -211,7 +213,8 @@ SYSTEM_PODS: tuple[PodRequests, ...] = (
 )
 
 
-def _mebibytes(quantity: str) -> int:
+def mebibytes(quantity: str) -> int:
+    """A Kubernetes memory quantity (Ki, Mi, Gi or bytes) in MiB."""
     units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
     for suffix, factor in units.items():
         if quantity.endswith(suffix):
@@ -219,17 +222,19 @@ def _mebibytes(quantity: str) -> int:
     return int(quantity) // (1024 * 1024)
 
 
-def _millicores(quantity: str | int) -> int:
+def millicores(quantity: str | int) -> int:
+    """A Kubernetes CPU quantity (`250m`, `2`, `0.5`) in millicores."""
     text = str(quantity)
     return int(text.removesuffix("m")) if text.endswith("m") else int(float(text) * 1000)
 
 
-def _pod_requests(pod_spec: dict[str, Any]) -> tuple[int, int]:
+def pod_requests(pod_spec: dict[str, Any]) -> tuple[int, int]:
+    """(millicores, MiB) a pod spec requests, all its containers together."""
     cpu = memory = 0
     for container in pod_spec.get("containers", []):
         requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += _millicores(requests.get("cpu", 0))
-        memory += _mebibytes(str(requests.get("memory", 0)))
+        cpu += millicores(requests.get("cpu", 0))
+        memory += mebibytes(str(requests.get("memory", 0)))
     return cpu, memory
 
 
@@ -249,7 +254,7 @@ def vendored_daemonsets(manifest_dir: Path = MANIFEST_DIR) -> tuple[PodRequests,
                     f"DaemonSet {name} ({path.name}) has no placement in "
                     "config.node_model.VENDORED_PLACEMENT"
                 )
-            cpu, memory = _pod_requests(doc["spec"]["template"]["spec"])
+            cpu, memory = pod_requests(doc["spec"]["template"]["spec"])
             found.append(
                 PodRequests(
                     name=name,
@@ -495,7 +500,8 @@ def system_fit_problem(
         f"the platform's system pods need {format_cpu(need_cpu)} CPU and "
         f"{format_memory(need_memory)}, but the groups without accelerators leave "
         f"{format_cpu(max(have_cpu, 0))} CPU and {format_memory(max(have_memory, 0))} after "
-        f"the kubelet's reservations and DaemonSets ({names} would not fit); use a larger "
+        f"the kubelet's reservations, tiered storage and DaemonSets ({names} would not fit); "
+        "use a larger "
         f"type than {model.instance.name}, more nodes, or threads_per_core: 2",
     )
 

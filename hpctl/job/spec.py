@@ -2,7 +2,8 @@
 
 Every field is checked on its own and against the trainer preset it runs (`training.config`):
 a job that validates here is one the trainer accepts. Everything the hardware dictates
-(accelerators, EFA interfaces, CPU and memory) comes from `config.instance_types`; Kubernetes
+comes from `config.instance_types` (accelerators, EFA interfaces) and `config.node_model`
+(the CPU and memory a node leaves a job: `allocation`); Kubernetes
 names follow the rules of `config.kubernetes`.
 """
 

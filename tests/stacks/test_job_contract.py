@@ -61,6 +61,9 @@ from config.node_model import (
     NodeModel,
     PodRequests,
     group_model,
+    mebibytes,
+    millicores,
+    pod_requests,
 )
 from config.schema import EnvironmentConfig
 from config.teams import team_capacity
@@ -375,29 +378,6 @@ def test_every_rendered_job_names_only_what_the_platform_creates(env: SynthResul
 # --------------------------------------------------------------------------- room on the node
 
 
-def _millicores(quantity: str | int) -> int:
-    text = str(quantity)
-    return int(text.removesuffix("m")) if text.endswith("m") else int(float(text) * 1000)
-
-
-def _mebibytes(quantity: str | int) -> int:
-    text = str(quantity)
-    for suffix, factor in (("Ki", 1 / 1024), ("Mi", 1), ("Gi", 1024)):
-        if text.endswith(suffix):
-            return int(float(text.removesuffix(suffix)) * factor)
-    return int(text) // (1024 * 1024)
-
-
-def _requests(pod: dict[str, Any]) -> tuple[int, int]:
-    """(millicores, MiB) a pod spec requests, all containers together."""
-    cpu = memory = 0
-    for container in pod["containers"]:
-        requests = container.get("resources", {}).get("requests", {})
-        cpu += _millicores(requests.get("cpu", 0))
-        memory += _mebibytes(requests.get("memory", 0))
-    return cpu, memory
-
-
 def applied_daemonsets(platform: Platform, instance_type: str) -> dict[str, tuple[int, int]]:
     """Name -> (millicores, MiB) of every DaemonSet the templates apply that lands on a node
     of `instance_type` (no affinity: every node)."""
@@ -408,7 +388,7 @@ def applied_daemonsets(platform: Platform, instance_type: str) -> dict[str, tupl
         pod = obj["spec"]["template"]["spec"]
         if "affinity" in pod and instance_type not in instance_type_affinity(obj):
             continue
-        found[name] = _requests(pod)
+        found[name] = pod_requests(pod)
     return found
 
 
@@ -436,7 +416,7 @@ def fit_problems(
             for replica_index in range(system_pod.replicas):
                 name = f"{system_pod.name}-{replica_index}"
                 daemonsets[name] = (system_pod.cpu_millicores, system_pod.memory_mib)
-        job_cpu, job_memory = _requests(pod)
+        job_cpu, job_memory = pod_requests(pod)
         ds_cpu = sum(cpu for cpu, _ in daemonsets.values())
         ds_memory = sum(memory for _, memory in daemonsets.values())
         if job_cpu + ds_cpu > model.allocatable_cpu_millicores:
@@ -452,7 +432,7 @@ def fit_problems(
             )
         for container in pod["containers"]:
             hugepages = container["resources"].get("requests", {}).get("hugepages-2Mi")
-            if hugepages is not None and _mebibytes(hugepages) > HUGEPAGES_2MI_MIB:
+            if hugepages is not None and mebibytes(hugepages) > HUGEPAGES_2MI_MIB:
                 problems.append(f"{group}: hugepages-2Mi {hugepages} exceed what nodes offer")
     return problems
 
@@ -494,7 +474,7 @@ def _one_cpu_more(job: dict[str, Any]) -> None:
     requests = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"][
         "requests"
     ]
-    requests["cpu"] = f"{_millicores(requests['cpu']) + 1000}m"
+    requests["cpu"] = f"{millicores(requests['cpu']) + 1000}m"
 
 
 def test_planted_misfits_are_caught(prod: SynthResult):
