@@ -22,8 +22,18 @@ from training.metrics import CKPT_FMT, START_FMT, STEP_FMT, WATCHDOG_FMT
 # --- the trainer's line formats (the trainer's own format strings) -------------------------
 
 
-def start_line(rank: int, world: int, step: int, resumed_from: str, preset: str) -> str:
-    return START_FMT.format(rank=rank, world=world, step=step, resumed=resumed_from, preset=preset)
+def start_line(
+    rank: int, world: int, step: int, resumed_from: str, preset: str, batch: int, preset_batch: int
+) -> str:
+    return START_FMT.format(
+        rank=rank,
+        world=world,
+        step=step,
+        resumed=resumed_from,
+        preset=preset,
+        batch=batch,
+        preset_batch=preset_batch,
+    )
 
 
 def step_line(
@@ -43,9 +53,9 @@ def watchdog_line(seconds: float | str, n: int) -> str:
 
 
 START = [
-    start_line(0, 16, 0, "none", "8b"),
-    start_line(7, 64, 1500, "fast", "70b"),
-    start_line(63, 64, 3000, "durable", "8b-long.v2"),
+    start_line(0, 16, 0, "none", "8b", 512, 512),
+    start_line(7, 48, 1500, "fast", "70b", 528, 512),
+    start_line(63, 96, 3000, "durable", "8b-long.v2", 480, 512),
 ]
 STEPS = [
     step_line(1, 11.2345, 1234.5, 3.21, 0.812),
