@@ -122,7 +122,13 @@ def _command(spec: JobSpec) -> list[str]:
 
 def trainer_args(spec: JobSpec) -> list[str]:
     """Arguments for `python -m training.train`, every value resolved so the job is explicit."""
-    overrides: dict[str, object] = {"training.steps": spec.total_steps}
+    overrides: dict[str, object] = {
+        "training.steps": spec.total_steps,
+        # Always explicit: the preset's batch where the world splits it, else the nearest
+        # batch that it does (JobConfig.batch_for_world); the trainer's start line prints it
+        # beside the preset's.
+        "training.global_batch_size": spec.global_batch_size,
+    }
     for tier in spec.trainer_config.checkpoint.tiers:
         overrides[tier_key(tier.name, "dir")] = spec.tier_dir(tier.name)
         overrides[tier_key(tier.name, "interval")] = spec.tier_interval(tier.name)

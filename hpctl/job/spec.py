@@ -207,18 +207,19 @@ class JobSpec(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: int, info: ValidationInfo) -> int:
-        # The trainer refuses a world that does not divide its batch or its sharding; catch
-        # that here rather than after the nodes were scheduled.
+        # The batch is fitted to any world (trainer_args passes `batch_for_world`); the
+        # sharding is not: the trainer refuses a world its parallel settings cannot split, so
+        # catch that here rather than after the nodes were scheduled.
         preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
         if preset is None or instance_type is None:
             return value
         ranks = lookup(instance_type).accelerator_count
         try:
-            preset_config(preset).check_world(value * ranks)
+            preset_config(preset).check_sharding(value * ranks)
         except ConfigError as error:
             raise ValueError(
                 f"{value} node(s) x {ranks} ranks do not fit preset {preset!r} ({error}); "
-                "pick a node count that divides it"
+                "pick a node count its parallel settings split"
             ) from None
         return value
 
@@ -336,6 +337,16 @@ class JobSpec(BaseModel):
     @property
     def trainer_config(self) -> JobConfig:
         return preset_config(self.preset)
+
+    @property
+    def world_size(self) -> int:
+        """Trainer ranks: one per accelerator of every node (spares stand by, not counted)."""
+        return self.nodes * self.instance.accelerator_count
+
+    @property
+    def global_batch_size(self) -> int:
+        """The preset's batch fitted to the job's world (`JobConfig.batch_for_world`)."""
+        return self.trainer_config.batch_for_world(self.world_size)
 
     @property
     def total_steps(self) -> int:

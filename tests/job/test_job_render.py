@@ -157,6 +157,8 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "--set",
         "training.steps=250",
         "--set",
+        "training.global_batch_size=256",
+        "--set",
         "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
         "--set",
         "checkpoint.fast_interval=50",

@@ -37,7 +37,6 @@ INVALID: list[tuple[str, Any, str]] = [
     ("instance_group", "gpu_p5", "instance group"),
     ("instance_group", "g" * 64, "instance group"),
     ("nodes", 0, "greater than or equal to 1"),
-    ("nodes", 3, "not divisible by world size 24"),
     ("spares", -1, "greater than or equal to 0"),
     ("steps", 0, "greater than or equal to 1"),
     ("preset", "8B", "unknown preset"),
@@ -257,11 +256,36 @@ def test_auto_storage_follows_the_clusters_tiered_storage(
     assert spec.managed_storage is tiered_storage
 
 
-def test_world_size_check_follows_the_instance_type(spec_factory) -> None:
-    # 8b's batch of 512 fits 3 x 4 GPUs? No: 12 does not divide 512; 4 x 4 = 16 does.
-    with pytest.raises(ValidationError, match="world size 12"):
-        spec_factory(instance_type="ml.g5.12xlarge", nodes=3)
-    assert spec_factory(instance_type="ml.g5.12xlarge", nodes=4).nodes == 4
+@pytest.mark.parametrize(
+    ("instance_type", "nodes", "world", "batch"),
+    [
+        # 8b's 512 splits over 4 x 4 GPUs as it is; 3 x 4 = 12 ranks run 43 sequences each
+        # (516, nearer than 504); 3 x 8 = 24 ranks run 21 (504, nearer than 528).
+        ("ml.g5.12xlarge", 4, 16, 512),
+        ("ml.g5.12xlarge", 3, 12, 516),
+        ("ml.p5.48xlarge", 3, 24, 504),
+    ],
+)
+def test_the_batch_follows_the_world_of_the_instance_type(
+    spec_factory, instance_type: str, nodes: int, world: int, batch: int
+) -> None:
+    spec = spec_factory(instance_type=instance_type, nodes=nodes)
+    assert (spec.world_size, spec.global_batch_size) == (world, batch)
+
+
+def test_a_world_the_presets_sharding_cannot_split_is_one_line(
+    spec_factory, eight_rank_preset: str
+) -> None:
+    assert spec_factory(preset=eight_rank_preset, nodes=1).world_size == 8
+    with pytest.raises(ValidationError) as caught:
+        spec_factory(preset=eight_rank_preset, nodes=2)
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("nodes",)
+    assert error["msg"] == (
+        f"Value error, 2 node(s) x 8 ranks do not fit preset {eight_rank_preset!r} "
+        "(parallel.dp_replicate=1 x dp_shard=8 does not match world size 16); pick a node "
+        "count its parallel settings split"
+    )
 
 
 def test_numbers_given_as_text_are_converted(spec_factory) -> None:
