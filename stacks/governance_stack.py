@@ -1,11 +1,13 @@
 """Task governance of one environment: the task governance add-on, the cluster's scheduler
 config, one compute quota per team, and in every team namespace what the team's jobs name
-(FSx claim, service account with its pod identity, the team ConfigMap). Deployed after the
+(FSx claim, service account with its pod identity, the team ConfigMap, the Job that
+creates the team's directories). Deployed after the
 HyperPod cluster (both SageMaker resources reference it, and the add-on's Kueue controller
 runs on its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,10 +23,13 @@ from config.schema.governance import GovernanceConfig, TeamConfig
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
+    TEAM_DIRECTORY_IMAGE,
     TRAINING_METRICS_NAMESPACE,
     TRAINING_SERVICE_ACCOUNT,
     checkpoint_prefix,
     managed_tier_prefix,
+    team_directories,
+    team_gids,
 )
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
@@ -64,8 +69,20 @@ def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQ
     )
 
 
-def workspace_props(team: str, checkpoint_bucket_name: str) -> TeamWorkspaceProps:
-    """The names config/teams.py promises a team's jobs, for `team`."""
+def workspace_props(
+    team: str,
+    checkpoint_bucket_name: str,
+    *,
+    group_id: int,
+    groups: Sequence[InstanceGroupConfig],
+) -> TeamWorkspaceProps:
+    """The names config/teams.py promises a team's jobs, for `team` (its directories owned
+    by `group_id`, the directory Job tolerating every taint of `groups`)."""
+    tolerations = {
+        json.dumps(toleration, sort_keys=True): toleration
+        for group in groups
+        for toleration in (taint.toleration() for taint in group.taints)
+    }
     return TeamWorkspaceProps(
         team=team,
         namespace=team_namespace(team),
@@ -76,6 +93,10 @@ def workspace_props(team: str, checkpoint_bucket_name: str) -> TeamWorkspaceProp
         },
         checkpoint_prefix=checkpoint_prefix(team),
         metrics_namespace=TRAINING_METRICS_NAMESPACE,
+        group_id=group_id,
+        directories=team_directories(team),
+        setup_image=TEAM_DIRECTORY_IMAGE,
+        tolerations=tuple(tolerations.values()),
     )
 
 
@@ -150,11 +171,17 @@ class GovernanceStack(cdk.Stack):
             file_system=file_system,
             namespaces=(),
         )
+        gids = team_gids(self.quotas)
         self.workspaces: dict[str, TeamWorkspace] = {
             team: TeamWorkspace(
                 self,
                 f"Workspace-{team}",
-                props=workspace_props(team, checkpoint_bucket.bucket_name),
+                props=workspace_props(
+                    team,
+                    checkpoint_bucket.bucket_name,
+                    group_id=gids[team],
+                    groups=instance_groups,
+                ),
                 cluster=kubernetes,
                 cluster_name=eks_cluster_name,
                 volume=self.fsx_volume,

@@ -39,7 +39,7 @@ VARIANTS: list[dict[str, Any]] = [
             {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
             {"key": "dedicated", "value": "training", "effect": "NoExecute"},
         ],
-        "checkpoint_dirs": {"durable": "/fsx/ckpt/x"},
+        "checkpoint_dirs": {"durable": "/fsx/teams/research/ckpt/x"},
         "tiered_storage": True,
         "clean_pod_policy": "None",
     },
