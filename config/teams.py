@@ -56,9 +56,6 @@ CHECKPOINTS_SUBDIRECTORY: Final = "checkpoints"
 # render` knows a team's group without the environment's config. The range starts above
 # system groups (< 1000), login users (1000-60000), the training image's 10001, nobody
 # (65534) and systemd's dynamic users (61184-65519), and stays well inside 32 bits.
-# The image of the Job that creates them: busybox has sh, mkdir, chown, chmod and nothing
-# else; an exact version tag (Docker Official Images, mirrored by ECR Public).
-TEAM_DIRECTORY_IMAGE: Final = "public.ecr.aws/docker/library/busybox:1.37.0"
 TEAM_GID_BASE: Final = 200_000
 TEAM_GID_SPAN: Final = 1_000_000
 # Borrow limit the service applies when a LendAndBorrow quota leaves it out (percent).

@@ -16,6 +16,7 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
@@ -23,7 +24,6 @@ from config.schema.governance import GovernanceConfig, TeamConfig
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
-    TEAM_DIRECTORY_IMAGE,
     TRAINING_METRICS_NAMESPACE,
     TRAINING_SERVICE_ACCOUNT,
     checkpoint_prefix,
@@ -74,10 +74,11 @@ def workspace_props(
     checkpoint_bucket_name: str,
     *,
     group_id: int,
+    setup_image: str,
     groups: Sequence[InstanceGroupConfig],
 ) -> TeamWorkspaceProps:
     """The names config/teams.py promises a team's jobs, for `team` (its directories owned
-    by `group_id`, the directory Job tolerating every taint of `groups`)."""
+    by `group_id`, made by a Job of `setup_image` tolerating every taint of `groups`)."""
     tolerations = {
         json.dumps(toleration, sort_keys=True): toleration
         for group in groups
@@ -95,7 +96,7 @@ def workspace_props(
         metrics_namespace=TRAINING_METRICS_NAMESPACE,
         group_id=group_id,
         directories=team_directories(team),
-        setup_image=TEAM_DIRECTORY_IMAGE,
+        setup_image=setup_image,
         tolerations=tuple(tolerations.values()),
     )
 
@@ -172,6 +173,7 @@ class GovernanceStack(cdk.Stack):
             namespaces=(),
         )
         gids = team_gids(self.quotas)
+        images = {**pinned_images(self.region), **eks.image_overrides}
         self.workspaces: dict[str, TeamWorkspace] = {
             team: TeamWorkspace(
                 self,
@@ -180,6 +182,7 @@ class GovernanceStack(cdk.Stack):
                     team,
                     checkpoint_bucket.bucket_name,
                     group_id=gids[team],
+                    setup_image=images[TEAM_DIRECTORIES],
                     groups=instance_groups,
                 ),
                 cluster=kubernetes,

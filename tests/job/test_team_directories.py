@@ -142,7 +142,9 @@ def pod_process(team: str) -> Process:
 
 def platform_script(team: str) -> str:
     """The script of the directory Job the governance stack gives `team`."""
-    props = workspace_props(team, "ckpt", group_id=team_gids(TEAMS)[team], groups=())
+    props = workspace_props(
+        team, "ckpt", group_id=team_gids(TEAMS)[team], setup_image="busybox:1", groups=()
+    )
     (container,) = directory_job(props)["spec"]["template"]["spec"]["containers"]
     return str(container["command"][-1])
 
