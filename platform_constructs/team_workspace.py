@@ -20,8 +20,9 @@ The directory Job is named after a hash of its own spec. Kubernetes refuses chan
 Job's pod template, and the kubectl handler updates a manifest with `kubectl apply`, so a
 Job under a fixed name could never change. A new spec gets a new name: CloudFormation
 updates the manifest, the handler applies the new Job (it runs again; it is idempotent) and
-prunes the old one. An unchanged spec is not applied again: after ttlSecondsAfterFinished
-the finished Job is gone from the cluster, and its directories stay on the file system.
+prunes the old one. After ttlSecondsAfterFinished the finished Job is gone from the cluster
+(its directories stay); should the manifest be applied again with the spec unchanged, the
+Job is created again and runs again, changing nothing.
 """
 
 from __future__ import annotations
