@@ -3,7 +3,9 @@
 A PersistentVolume binds to exactly one PersistentVolumeClaim, and a claim lives in one
 namespace. Each namespace that mounts the file system therefore gets its own PV (same
 file system: same volumeAttributes) bound to a claim named `fsx-claim`, so a job spec mounts
-`fsx-claim` whatever team namespace it runs in.
+`fsx-claim` whatever team namespace it runs in. `default` gets one here; a team namespace
+(e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's compute quota)
+gets one through `add_namespace`, called after the namespace exists.
 
 Each PV's volumeHandle is the file system ID with its namespace appended. The kubelet keys a
 CSI volume by driver and handle, so PVs sharing a handle can leave a pod that uses two of them
@@ -12,9 +14,8 @@ handle nowhere that matters for a static PV: NodePublishVolume only requires it 
 uses it in its in-flight key, mounting `<dnsname>@tcp:/<mountname>` from volumeAttributes
 (kubernetes-sigs/aws-fsx-csi-driver, pkg/driver/node.go); it has no ControllerPublishVolume
 (attachRequired: false); DeleteVolume and ControllerExpandVolume, which do take the handle as a
-file system ID, never run for a Retain PV whose claim cannot be resized. `default` gets one here; a team
-namespace (e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's
-compute quota) gets one through `add_namespace`, called after the namespace exists.
+file system ID (pkg/driver/controller.go), never run for a Retain PV whose claim cannot be
+resized.
 
 Only the PV carries the file system's real capacity. The claim requests a fixed nominal
 size: a statically bound claim (`storageClassName: ""`) cannot be resized, so a request
