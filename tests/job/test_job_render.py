@@ -323,7 +323,7 @@ def test_run_policy_defaults(spec_factory) -> None:
     }
     assert policy["cleanPodPolicy"] == "All"
     names = [rule["name"] for rule in policy["logMonitoringConfiguration"]]
-    assert names == ["JobStart", "JobHang", "CudaOutOfMemory", "NcclError", "TrainerWatchdog"]
+    assert names == ["JobStart", "JobHang"]
 
 
 def test_run_policy_follows_the_spec(spec_factory) -> None:
