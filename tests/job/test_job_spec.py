@@ -57,6 +57,20 @@ INVALID: list[tuple[str, Any, str]] = [
     ("checkpoint_dirs", {"nvme": "/fsx/x"}, "unknown checkpoint tier 'nvme'; preset '8b' has fast"),
     ("run_dir", "/tmp/run", "shared by every node"),
     ("run_dir", "/dev/shm/run", "shared by every node"),
+    # Jobs write only inside their own team's directory (the only one its group owns).
+    ("run_dir", "/fsx/runs/x", "outside team research's directory"),
+    ("run_dir", "/fsx/teams/sandbox/runs/x", "use a path under /fsx/teams/research/"),
+    ("run_dir", "/fsx/teams/research", "outside team research's directory"),
+    (
+        "checkpoint_dirs",
+        {"durable": "/fsx/checkpoints/x"},
+        "durable: '/fsx/checkpoints/x' is outside",
+    ),
+    (
+        "checkpoint_dirs",
+        {"fast": "/fsx/teams/sandbox/x"},
+        "fast: '/fsx/teams/sandbox/x' is outside",
+    ),
     ("checkpoint_intervals", {"fast": -1}, "greater than or equal to 0"),
     ("checkpoint_intervals", {"durable": 0}, "durable: 0 would disable the most durable tier"),
     ("checkpoint_intervals", {"durable": 10}, "more frequent than the fast tier (every 50 steps)"),
@@ -126,9 +140,9 @@ def test_unknown_fields_are_forbidden(required_fields) -> None:
         ("instance_type", "ml.trn1.32xlarge"),
         ("instance_group", "GPU-p5--a"),
         ("service_account", "team-a.training"),
-        ("checkpoint_dirs", {"fast": "/fsx/fast/llama"}),
-        ("checkpoint_dirs", {"durable": "/fsx/ckpt/llama"}),
-        ("run_dir", "/fsx/runs/x"),
+        ("checkpoint_dirs", {"fast": "/fsx/teams/research/fast/llama"}),
+        ("checkpoint_dirs", {"durable": "/fsx/teams/research/ckpt/llama"}),
+        ("run_dir", "/fsx/teams/research/runs/x"),
         ("checkpoint_intervals", {"durable": 50}),
         ("checkpoint_intervals", {"fast": 0}),
         ("nodes", 64),
@@ -145,8 +159,8 @@ def test_defaults(spec_factory) -> None:
     spec = spec_factory()
     assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-claim")
     assert spec.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
-    assert spec.tier_dir("durable") == "/fsx/checkpoints/llama-8b"
-    assert spec.out_dir == "/fsx/runs/llama-8b"
+    assert spec.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
+    assert spec.out_dir == "/fsx/teams/research/runs/llama-8b"
     assert spec.min_tokens_per_s is None
     assert spec.tiered_storage is False
     assert (spec.tier_storage("fast"), spec.managed_storage) == ("local", False)
@@ -225,25 +239,26 @@ def test_unknown_tier_names_are_one_error_naming_the_presets_tiers(
 @pytest.mark.parametrize(
     ("tier", "expected"),
     [
-        # The paths jobs have always used: a resubmitted job finds its checkpoints.
+        # The fast tier's path jobs have always used, the durable tier's in the team's
+        # checkpoints: a resubmitted job finds its checkpoints.
         (TierConfig(FAST, per_node=True), "/dev/shm/hptrain-ckpt"),
-        (TierConfig(DURABLE), "/fsx/checkpoints/run-1"),
+        (TierConfig(DURABLE), "/fsx/teams/t/checkpoints/run-1"),
         # Any other tier: beside them, never inside another tier's root.
         (TierConfig("nvme", per_node=True), "/dev/shm/hptrain-ckpt-nvme"),
-        (TierConfig("nearline"), "/fsx/checkpoints/run-1-nearline"),
-        (TierConfig(FAST), "/fsx/checkpoints/run-1-fast"),
+        (TierConfig("nearline"), "/fsx/teams/t/checkpoints/run-1-nearline"),
+        (TierConfig(FAST), "/fsx/teams/t/checkpoints/run-1-fast"),
         (TierConfig(DURABLE, per_node=True), "/dev/shm/hptrain-ckpt-durable"),
     ],
 )
 def test_default_tier_dirs(tier: TierConfig, expected: str) -> None:
-    assert default_tier_dir(tier, "run-1") == expected
+    assert default_tier_dir(tier, "t", "run-1") == expected
 
 
 def test_a_tier_named_in_checkpoint_dirs_uses_that_directory(spec_factory) -> None:
-    spec = spec_factory(checkpoint_dirs={"durable": "/fsx/ckpt/x"})
+    spec = spec_factory(checkpoint_dirs={"durable": "/fsx/teams/research/ckpt/x"})
     assert (spec.tier_dir("fast"), spec.tier_dir("durable")) == (
         "/dev/shm/hptrain-ckpt",
-        "/fsx/ckpt/x",
+        "/fsx/teams/research/ckpt/x",
     )
 
 
