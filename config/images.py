@@ -1,5 +1,6 @@
-"""Pinned container images of the HyperPod dependency components, and the rules that tell,
-before synth, whether the cluster's nodes can pull them.
+"""Pinned container images of the HyperPod dependency components and of the platform's own
+team-directory Job, and the rules that tell, before synth, whether the cluster's nodes can
+pull them.
 
 Pure data and functions: the config schema validates with it, and
 `platform_constructs.hyperpod_dependencies` renders the manifests from it.
@@ -16,11 +17,14 @@ HEALTH_MONITORING_AGENT = "health-monitoring-agent"
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
 NEURON_DEVICE_PLUGIN = "neuron-device-plugin"
+# The Job that creates each team's directories on FSx (platform_constructs/team_workspace.py).
+TEAM_DIRECTORIES = "team-directories"
 COMPONENTS: tuple[str, ...] = (
     HEALTH_MONITORING_AGENT,
     NVIDIA_DEVICE_PLUGIN,
     EFA_DEVICE_PLUGIN,
     NEURON_DEVICE_PLUGIN,
+    TEAM_DIRECTORIES,
 )
 
 # Exact tags, each the one the HyperPod dependency chart pins (aws/sagemaker-hyperpod-cli
@@ -55,6 +59,9 @@ EFA_DEVICE_PLUGIN_TAG = "v0.5.13"
 # eks.image_overrides naming a copy in the account's private ECR.
 NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.16.1"  # HyperPod chart's pin
 NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0"  # ditto
+# busybox has sh, mkdir, chown and chmod and nothing else; an exact version of the Docker
+# Official Image, as ECR Public mirrors it.
+TEAM_DIRECTORIES_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
 # A private ECR registry: <12-digit account>.dkr.ecr.<region>.<partition's domain>/...
 _PRIVATE_ECR = re.compile(
@@ -69,6 +76,7 @@ def pinned_images(region: str) -> dict[str, str]:
     images = {
         NVIDIA_DEVICE_PLUGIN: NVIDIA_DEVICE_PLUGIN_IMAGE,
         NEURON_DEVICE_PLUGIN: NEURON_DEVICE_PLUGIN_IMAGE,
+        TEAM_DIRECTORIES: TEAM_DIRECTORIES_IMAGE,
     }
     account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
     if account is not None:
@@ -102,13 +110,15 @@ def is_private_ecr_in(image: str, region: str) -> bool:
     return match is not None and match["region"] == region and match["domain"] == _domain(region)
 
 
-def needed_components(*, accelerators: set[str], efa: bool) -> tuple[str, ...]:
+def needed_components(*, accelerators: set[str], efa: bool, teams: bool = False) -> tuple[str, ...]:
     """The components rendered for a cluster with these devices, in `COMPONENTS` order.
 
     The health monitoring agent runs on NVIDIA and Neuron nodes; each device plugin only
-    where its device exists.
+    where its device exists; the team-directory Job where task governance has `teams`.
     """
     needed = set()
+    if teams:
+        needed.add(TEAM_DIRECTORIES)
     if accelerators & {"nvidia", "neuron"}:
         needed.add(HEALTH_MONITORING_AGENT)
     if "nvidia" in accelerators:
@@ -127,6 +137,7 @@ def image_problems(
     efa: bool,
     overrides: dict[str, str],
     https_egress: bool,
+    teams: bool = False,
     account: str = "<account>",
 ) -> list[tuple[str, str]]:
     """(field path, one-line message) for each image the cluster's nodes would fail to get.
@@ -134,7 +145,7 @@ def image_problems(
     `accelerators`: the accelerator kinds of the configured instance types ("nvidia",
     "neuron"; others are ignored). `efa`: some instance group has EFA interfaces.
     `https_egress`: nodes have deliberate HTTPS egress (network.https_egress_cidrs), e.g.
-    to a registry proxy. `account`: the environment's account, named in messages.
+    to a registry proxy. `teams`: task governance has teams (each gets a directory Job). `account`: the environment's account, named in messages.
 
     An override is the operator's explicit choice and is not judged, except one in another
     Region's or partition's private ECR: the VPC's ECR endpoints serve this Region's
@@ -143,7 +154,7 @@ def image_problems(
     """
     defaults = pinned_images(region)
     problems: list[tuple[str, str]] = []
-    for name in needed_components(accelerators=accelerators, efa=efa):
+    for name in needed_components(accelerators=accelerators, efa=efa, teams=teams):
         if name in overrides:
             continue
         image = defaults.get(name)

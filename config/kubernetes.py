@@ -51,8 +51,10 @@ METRICS_PORT_NAME: Final = "metrics"
 # so it cannot collide with a node's exporters.
 METRICS_PORT: Final = 9410
 
-# The PersistentVolumeClaim bound to the platform's FSx for Lustre file system.
+# The PersistentVolumeClaim bound to the platform's FSx for Lustre file system, and where
+# every pod that uses it (training jobs, the platform's directory setup) mounts it.
 FSX_CLAIM_NAME: Final = "fsx-claim"
+FSX_MOUNT: Final = "/fsx"
 DEFAULT_NAMESPACE: Final = "default"
 
 # Label key prefixes (the DNS domain before the "/") owned by someone else: HyperPod sets its

@@ -11,12 +11,14 @@ sharing on) it may borrow idle capacity up to its borrow limit, in percent of th
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
+from config.kubernetes import FSX_MOUNT
 from config.schema.governance import GovernanceConfig, TeamConfig, quota_share
 from config.schema.hyperpod import InstanceGroupConfig
 
@@ -29,6 +31,33 @@ TEAM_CONFIG_MAP: Final = "hyperpod-team"
 MANAGED_TIER_PATH_KEY: Final = "managed-tier-s3-path"
 # CloudWatch namespace training pods may publish metrics to (and nothing else).
 TRAINING_METRICS_NAMESPACE: Final = "HyperPod/Training"
+# The numeric user and group the training image runs as (training/Dockerfile `USER`); rendered
+# pods name them explicitly, so the permission model below does not depend on the image.
+TRAINING_UID: Final = 10001
+TRAINING_GID: Final = 10001
+
+# --- Team directories on the shared file system (README "Who owns what on /fsx") --------
+# A new FSx for Lustre file system's root belongs to root and CreateFileSystem has no
+# owner or mode for it, and the data repository association imports its path (/data) with
+# the S3 objects' POSIX metadata, root's where the objects carry none (FSx for Lustre guide,
+# "POSIX metadata support for data repositories"). So the platform makes each team's
+# directories before the team's first job: owner root, group the team's, mode 2770 (the
+# team reads and writes; setgid, so what jobs create inherits the team's group; others
+# nothing). /fsx/teams itself stays root's, 0755, so nobody but root adds a team.
+TEAMS_ROOT: Final = f"{FSX_MOUNT}/teams"
+TEAM_DIRECTORY_OWNER: Final = 0
+TEAM_DIRECTORY_MODE: Final = 0o2770
+TEAMS_ROOT_MODE: Final = 0o755
+RUNS_SUBDIRECTORY: Final = "runs"
+CHECKPOINTS_SUBDIRECTORY: Final = "checkpoints"
+# Team groups: a hash of the team's name into [TEAM_GID_BASE, TEAM_GID_BASE + TEAM_GID_SPAN).
+# Derived from the name, not the team's position in the config, so adding or removing a team
+# never renumbers another team's group (its directories keep their owner), and `hpctl job
+# render` knows a team's group without the environment's config. The range starts above
+# system groups (< 1000), login users (1000-60000), the training image's 10001, nobody
+# (65534) and systemd's dynamic users (61184-65519), and stays well inside 32 bits.
+TEAM_GID_BASE: Final = 200_000
+TEAM_GID_SPAN: Final = 1_000_000
 # Borrow limit the service applies when a LendAndBorrow quota leaves it out (percent).
 SERVICE_DEFAULT_BORROW_LIMIT_PERCENT: Final = 50
 
@@ -41,6 +70,47 @@ def checkpoint_prefix(team: str) -> str:
 def managed_tier_prefix(team: str) -> str:
     """Where managed tiered checkpointing persists `team`'s checkpoints (its S3 tier)."""
     return f"{checkpoint_prefix(team)}managed-tier"
+
+
+def team_gid(team: str) -> int:
+    """The numeric group that owns `team`'s directories and that its pods carry."""
+    digest = hashlib.sha256(team.encode()).digest()
+    return TEAM_GID_BASE + int.from_bytes(digest[:8], "big") % TEAM_GID_SPAN
+
+
+def team_gids(teams: Iterable[str]) -> dict[str, int]:
+    """`team_gid` of each team; two teams that hash to one group would share directories,
+    so that is refused (rename one)."""
+    gids: dict[str, int] = {}
+    for team in teams:
+        gid = team_gid(team)
+        clash = [other for other, taken in gids.items() if taken == gid]
+        if clash:
+            raise ValueError(
+                f"teams {clash[0]} and {team} hash to the same group {gid}; rename one"
+            )
+        gids[team] = gid
+    return gids
+
+
+def team_directory(team: str) -> str:
+    """`team`'s directory on the shared file system, as pods mounting the FSx claim see it."""
+    return f"{TEAMS_ROOT}/{team}"
+
+
+def team_runs_directory(team: str) -> str:
+    """Where `team`'s jobs keep their run directories (one per job)."""
+    return f"{team_directory(team)}/{RUNS_SUBDIRECTORY}"
+
+
+def team_checkpoints_directory(team: str) -> str:
+    """Where `team`'s jobs keep their shared checkpoint tiers (one directory per job and tier)."""
+    return f"{team_directory(team)}/{CHECKPOINTS_SUBDIRECTORY}"
+
+
+def team_directories(team: str) -> tuple[str, ...]:
+    """Every directory the platform creates for `team` (TEAM_DIRECTORY_MODE), parents first."""
+    return team_directory(team), team_runs_directory(team), team_checkpoints_directory(team)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,10 +2,20 @@
 
 A PersistentVolume binds to exactly one PersistentVolumeClaim, and a claim lives in one
 namespace. Each namespace that mounts the file system therefore gets its own PV (same
-file system: same volumeHandle and attributes) bound to a claim named `fsx-claim`, so a job
-spec mounts `fsx-claim` whatever team namespace it runs in. `default` gets one here; a team
-namespace (e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's
-compute quota) gets one through `add_namespace`, called after the namespace exists.
+file system: same volumeAttributes) bound to a claim named `fsx-claim`, so a job spec mounts
+`fsx-claim` whatever team namespace it runs in. `default` gets one here; a team namespace
+(e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's compute quota)
+gets one through `add_namespace`, called after the namespace exists.
+
+Each PV's volumeHandle is the file system ID with its namespace appended. The kubelet keys a
+CSI volume by driver and handle, so PVs sharing a handle can leave a pod that uses two of them
+on one node in ContainerCreating (kubernetes/kubernetes#132921). The FSx CSI driver reads the
+handle nowhere that matters for a static PV: NodePublishVolume only requires it non-empty and
+uses it in its in-flight key, mounting `<dnsname>@tcp:/<mountname>` from volumeAttributes
+(kubernetes-sigs/aws-fsx-csi-driver, pkg/driver/node.go); it has no ControllerPublishVolume
+(attachRequired: false); DeleteVolume and ControllerExpandVolume, which do take the handle as a
+file system ID (pkg/driver/controller.go), never run for a Retain PV whose claim cannot be
+resized.
 
 Only the PV carries the file system's real capacity. The claim requests a fixed nominal
 size: a statically bound claim (`storageClassName: ""`) cannot be resized, so a request
@@ -40,8 +50,17 @@ class LustreFileSystem:
     capacity_gib: int
 
 
+# Between the file system ID and the namespace in a volumeHandle (see the module docstring).
+HANDLE_SEPARATOR = "::"
+
+
 def persistent_volume_name(namespace: str) -> str:
     return f"fsx-{namespace}"
+
+
+def volume_handle(file_system_id: str, namespace: str) -> str:
+    """The volumeHandle of `namespace`'s PV: distinct per namespace, same file system."""
+    return f"{file_system_id}{HANDLE_SEPARATOR}{namespace}"
 
 
 class FsxStaticVolume(Construct):
@@ -100,7 +119,7 @@ class FsxStaticVolume(Construct):
                 "mountOptions": ["flock"],
                 "csi": {
                     "driver": CSI_DRIVER,
-                    "volumeHandle": self._file_system.file_system_id,
+                    "volumeHandle": volume_handle(self._file_system.file_system_id, namespace),
                     "volumeAttributes": {
                         "dnsname": self._file_system.dns_name,
                         "mountname": self._file_system.mount_name,

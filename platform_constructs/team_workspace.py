@@ -10,15 +10,29 @@ reports the quota created. So the workspace first waits for the namespace to be 
   read and write only the team's prefix of the checkpoint bucket (another team's writable
   checkpoints would be code execution in this team's jobs: checkpoints are unpickled), read
   the data bucket and publish metrics to one CloudWatch namespace,
-- a ConfigMap with the values a job cannot know before deploy (the managed tier's S3 path).
+- a ConfigMap with the values a job cannot know before deploy (the managed tier's S3 path),
+- a one-shot Job, run as root, that creates the team's directories on the file system and
+  gives them to the team's group (config/teams.py; README "Who owns what on /fsx").
 
 Nothing here owns the namespace: deleting the workspace leaves it to task governance.
+
+The directory Job is named after a hash of its own spec. Kubernetes refuses changes to a
+Job's pod template, and the kubectl handler updates a manifest with `kubectl apply`, so a
+Job under a fixed name could never change. A new spec gets a new name: CloudFormation
+updates the manifest, the handler applies the new Job (it runs again; it is idempotent) and
+prunes the old one. After ttlSecondsAfterFinished the finished Job is gone from the cluster
+(its directories stay); should the manifest be applied again with the spec unchanged, the
+Job is created again and runs again, changing nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks_v2
@@ -27,6 +41,13 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IDependable
 
 from config.addons import ServiceAccount
+from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT
+from config.teams import (
+    TEAM_DIRECTORY_MODE,
+    TEAM_DIRECTORY_OWNER,
+    TEAMS_ROOT,
+    TEAMS_ROOT_MODE,
+)
 from platform_constructs.eks_addons import PodIdentity
 from platform_constructs.eks_fsx_volume import FsxStaticVolume
 from platform_constructs.nag import acknowledge, acknowledge_resource
@@ -35,12 +56,22 @@ from platform_constructs.nag import acknowledge, acknowledge_resource
 # polls every 10 s and must finish inside its Lambda's 15 minutes.
 NAMESPACE_WAIT = cdk.Duration.minutes(10)
 
+DIRECTORY_JOB_PREFIX = "team-directories-"
+# Retries cover a node or mount hiccup; a finished Job is removed after a day, long enough
+# to read its log.
+DIRECTORY_JOB_BACKOFF_LIMIT = 4
+DIRECTORY_JOB_TTL_S = 86_400
+DIRECTORY_JOB_DEADLINE_S = 900
+
 
 @dataclass(frozen=True, kw_only=True)
 class TeamWorkspaceProps:
     """`checkpoint_prefix`: the key prefix (ending in "/") the team owns in the checkpoint
     bucket; `config`: ConfigMap `config_map` data; `metrics_namespace`: the one CloudWatch
-    namespace the team's pods may publish to."""
+    namespace the team's pods may publish to; `group_id`: the numeric group that owns the
+    team's `directories` on the file system (parents first); `setup_image`: a pinned image
+    with a POSIX shell, mkdir, chown and chmod; `tolerations`: what lets the directory Job
+    onto the cluster's (tainted) nodes."""
 
     team: str
     namespace: str
@@ -49,11 +80,15 @@ class TeamWorkspaceProps:
     config: Mapping[str, str]
     checkpoint_prefix: str
     metrics_namespace: str
+    group_id: int
+    directories: tuple[str, ...]
+    setup_image: str
+    tolerations: Sequence[Mapping[str, Any]] = ()
 
 
 class TeamWorkspace(Construct):
     """Exposes `namespace_ready` (the wait), `identity` (`role`, `association`),
-    `manifest` (service account + ConfigMap) and `claim`."""
+    `manifest` (service account + ConfigMap), `claim` and `directories` (the Job)."""
 
     def __init__(
         self,
@@ -118,6 +153,14 @@ class TeamWorkspace(Construct):
         self.manifest.node.add_dependency(self.namespace_ready)
         self.claim = volume.add_namespace(props.namespace)
         self.claim.node.add_dependency(self.namespace_ready)
+        self.directories = eks_v2.KubernetesManifest(
+            self,
+            "Directories",
+            cluster=cluster,
+            manifest=[directory_job(props)],
+            overwrite=True,
+        )
+        self.directories.node.add_dependency(self.namespace_ready, self.claim)
 
     def _acknowledge(
         self, props: TeamWorkspaceProps, checkpoint_bucket: s3.IBucket, data_bucket: s3.IBucket
@@ -151,6 +194,73 @@ class TeamWorkspace(Construct):
             "Read-only access to the data bucket from grant_read: jobs read any dataset.",
             resource=data_bucket.arn_for_objects("*"),
         )
+
+
+def directory_script(group_id: int, directories: Sequence[str]) -> str:
+    """The shell script that creates `directories` (parents first) owned by root and
+    `group_id`, and TEAMS_ROOT root's; idempotent, and only the named directories are
+    changed (never what jobs wrote inside them)."""
+    owner = TEAM_DIRECTORY_OWNER
+    lines = [
+        "set -eu",
+        f"mkdir -p {TEAMS_ROOT}",
+        f"chown {owner}:{owner} {TEAMS_ROOT}",
+        f"chmod {TEAMS_ROOT_MODE:o} {TEAMS_ROOT}",
+        f"for dir in {' '.join(shlex.quote(d) for d in directories)}; do",
+        '  mkdir -p "$dir"',
+        f'  chown {owner}:{group_id} "$dir"',
+        f'  chmod {TEAM_DIRECTORY_MODE:o} "$dir"',
+        '  ls -ldn "$dir"',
+        "done",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def directory_job(props: TeamWorkspaceProps) -> dict[str, Any]:
+    """The batch/v1 Job that creates the team's directories, named after its spec's hash."""
+    container: dict[str, Any] = {
+        "name": "directories",
+        "image": props.setup_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", directory_script(props.group_id, props.directories)],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"memory": "64Mi"},
+        },
+        "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT}],
+        # Root only for chown (CHOWN) and for keeping setgid on a directory whose group root
+        # is not in (FSETID: chmod clears it otherwise); root owns what it creates, so
+        # nothing else is needed. Lustre root squash (off unless configured) would defeat it.
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FSETID"]},
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}}],
+    }
+    if props.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in props.tolerations]
+    spec = {
+        "backoffLimit": DIRECTORY_JOB_BACKOFF_LIMIT,
+        "activeDeadlineSeconds": DIRECTORY_JOB_DEADLINE_S,
+        "ttlSecondsAfterFinished": DIRECTORY_JOB_TTL_S,
+        "template": {"spec": pod_spec},
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{DIRECTORY_JOB_PREFIX}{digest}", "namespace": props.namespace},
+        "spec": spec,
+    }
 
 
 def _team_statements(

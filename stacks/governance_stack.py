@@ -1,11 +1,13 @@
 """Task governance of one environment: the task governance add-on, the cluster's scheduler
 config, one compute quota per team, and in every team namespace what the team's jobs name
-(FSx claim, service account with its pod identity, the team ConfigMap). Deployed after the
+(FSx claim, service account with its pod identity, the team ConfigMap, the Job that
+creates the team's directories). Deployed after the
 HyperPod cluster (both SageMaker resources reference it, and the add-on's Kueue controller
 runs on its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
@@ -25,6 +28,8 @@ from config.teams import (
     TRAINING_SERVICE_ACCOUNT,
     checkpoint_prefix,
     managed_tier_prefix,
+    team_directories,
+    team_gids,
 )
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
@@ -64,8 +69,21 @@ def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQ
     )
 
 
-def workspace_props(team: str, checkpoint_bucket_name: str) -> TeamWorkspaceProps:
-    """The names config/teams.py promises a team's jobs, for `team`."""
+def workspace_props(
+    team: str,
+    checkpoint_bucket_name: str,
+    *,
+    group_id: int,
+    setup_image: str,
+    groups: Sequence[InstanceGroupConfig],
+) -> TeamWorkspaceProps:
+    """The names config/teams.py promises a team's jobs, for `team` (its directories owned
+    by `group_id`, made by a Job of `setup_image` tolerating every taint of `groups`)."""
+    tolerations = {
+        json.dumps(toleration, sort_keys=True): toleration
+        for group in groups
+        for toleration in (taint.toleration() for taint in group.taints)
+    }
     return TeamWorkspaceProps(
         team=team,
         namespace=team_namespace(team),
@@ -76,6 +94,10 @@ def workspace_props(team: str, checkpoint_bucket_name: str) -> TeamWorkspaceProp
         },
         checkpoint_prefix=checkpoint_prefix(team),
         metrics_namespace=TRAINING_METRICS_NAMESPACE,
+        group_id=group_id,
+        directories=team_directories(team),
+        setup_image=setup_image,
+        tolerations=tuple(tolerations.values()),
     )
 
 
@@ -150,11 +172,19 @@ class GovernanceStack(cdk.Stack):
             file_system=file_system,
             namespaces=(),
         )
+        gids = team_gids(self.quotas)
+        images = {**pinned_images(self.region), **eks.image_overrides}
         self.workspaces: dict[str, TeamWorkspace] = {
             team: TeamWorkspace(
                 self,
                 f"Workspace-{team}",
-                props=workspace_props(team, checkpoint_bucket.bucket_name),
+                props=workspace_props(
+                    team,
+                    checkpoint_bucket.bucket_name,
+                    group_id=gids[team],
+                    setup_image=images[TEAM_DIRECTORIES],
+                    groups=instance_groups,
+                ),
                 cluster=kubernetes,
                 cluster_name=eks_cluster_name,
                 volume=self.fsx_volume,

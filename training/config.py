@@ -13,6 +13,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -351,13 +352,21 @@ class JobConfig:
             )
 
     def check_world(self, world_size: int) -> None:
-        """Checks that depend on the launch size, done once the world is known."""
-        if self.training.global_batch_size % world_size:
+        """Checks that depend on the launch size, done once the world is known. The trainer
+        runs the batch it is given: a batch the world does not split is refused, naming the
+        one `batch_for_world` picks (what `hpctl job render` passes)."""
+        batch = self.training.global_batch_size
+        if batch % world_size:
             raise ConfigError(
-                f"training.global_batch_size={self.training.global_batch_size} "
-                f"is not divisible by world size {world_size}"
+                f"training.global_batch_size={batch} is not divisible by world size "
+                f"{world_size}; the nearest batch that splits is "
+                f"training.global_batch_size={self.batch_for_world(world_size)}"
             )
         self.micro_batches(world_size)
+        self.check_sharding(world_size)
+
+    def check_sharding(self, world_size: int) -> None:
+        """The parallel settings split a world of `world_size` ranks (dp_replicate x dp_shard)."""
         p = self.parallel
         shard = p.dp_shard if p.dp_shard > 0 else world_size // max(p.dp_replicate, 1)
         if p.dp_replicate < 1 or p.dp_replicate * shard != world_size:
@@ -365,6 +374,30 @@ class JobConfig:
                 f"parallel.dp_replicate={p.dp_replicate} x dp_shard={p.dp_shard} "
                 f"does not match world size {world_size}"
             )
+
+    def batch_for_world(self, world_size: int) -> int:
+        """The global batch a world of `world_size` ranks runs for this config: the
+        training.global_batch_size asked for when it splits, else the nearest that does.
+
+        A batch splits when every rank gets a whole number of micro-batches: its share is a
+        multiple of training.micro_batch_size, or at most one micro-batch (then run in one
+        pass). Nearest, not always down or up: the learning-rate schedule counts steps and
+        the preset's learning rate was chosen for its batch, so the closest batch keeps the
+        tokens per step, and with them the tokens over warm-up and decay, closest to what the
+        schedule was set for (round-down alone takes 512 to 480 on 48 ranks where 528 is
+        nearer; 1b's 256 on 40 ranks goes up to 320 rather than down to 160). A tie goes up:
+        a larger batch at the same learning rate is the stable side. Never 0: a world with
+        more ranks than sequences runs one sequence per rank.
+        """
+        micro = self.training.micro_batch_size
+        per_rank = Fraction(self.training.global_batch_size, world_size)
+        # Shares above one micro-batch move in whole micro-batches (gradient accumulation
+        # passes); below it, one sequence at a time.
+        unit = micro if micro and per_rank >= micro else 1
+        down = math.floor(per_rank / unit) * unit
+        up = math.ceil(per_rank / unit) * unit
+        share = up if down == 0 or up - per_rank <= per_rank - down else down
+        return share * world_size
 
     def micro_batches(self, world_size: int) -> tuple[int, int]:
         """(sequences per pass, passes per step) on each rank of a world of `world_size`."""
@@ -375,7 +408,8 @@ class JobConfig:
             raise ConfigError(
                 f"training.micro_batch_size={t.micro_batch_size} does not divide the per-rank "
                 f"batch {per_rank} (training.global_batch_size={t.global_batch_size} / world "
-                f"size {world_size})"
+                f"size {world_size}); the nearest batch that splits is "
+                f"training.global_batch_size={self.batch_for_world(world_size)}"
             )
         return micro, per_rank // micro
 
@@ -561,6 +595,11 @@ def _8b() -> JobConfig:
 
 
 PRESETS: dict[str, typing.Callable[[], JobConfig]] = {"tiny": _tiny, "1b": _1b, "8b": _8b}
+
+
+def preset_global_batch(preset: str) -> int:
+    """The global batch `preset` declares, before a job sets its own (`batch_for_world`)."""
+    return PRESETS[preset]().training.global_batch_size
 
 
 def _coerce(raw: str, annotation: Any, key: str) -> Any:

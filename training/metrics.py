@@ -22,8 +22,11 @@ if TYPE_CHECKING:
     import torch
 
 
+# global_batch is the batch this run trains with, preset_batch the one its preset declares:
+# they differ where the batch was fitted to the world size (hpctl job render) or overridden.
 START_FMT = (
-    "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset}"
+    "HPTRAIN start rank={rank} world={world} step={step} resumed_from={resumed} preset={preset} "
+    "global_batch={batch} preset_batch={preset_batch}"
 )
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
 CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
@@ -46,8 +49,20 @@ def emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def log_start(rank: int, world: int, step: int, resumed: str, preset: str) -> None:
-    emit(START_FMT.format(rank=rank, world=world, step=step, resumed=resumed, preset=preset))
+def log_start(
+    rank: int, world: int, step: int, resumed: str, preset: str, batch: int, preset_batch: int
+) -> None:
+    emit(
+        START_FMT.format(
+            rank=rank,
+            world=world,
+            step=step,
+            resumed=resumed,
+            preset=preset,
+            batch=batch,
+            preset_batch=preset_batch,
+        )
+    )
 
 
 def log_step(

@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
-from training.config import JobConfig
+from training.config import JobConfig, preset_global_batch
 from training.data import ResumableLoader, build_source
 from training.faults import FaultInjector, FaultPlan
 from training.model import Transformer
@@ -242,6 +242,8 @@ class Trainer:
             self.state.step,
             resumed.tier if resumed else "none",
             self.cfg.preset,
+            self.cfg.training.global_batch_size,
+            preset_global_batch(self.cfg.preset),
         )
         if self.ledger:
             self.ledger.record.resumed_step = self.state.step

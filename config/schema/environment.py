@@ -203,6 +203,7 @@ class EnvironmentConfig(Strict):
             efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
             overrides=dict(self.eks.image_overrides),
             https_egress=bool(self.network.https_egress_cidrs),
+            teams=self.governance is not None,
             account=self.account,
         ):
             raise FieldError(path, message)

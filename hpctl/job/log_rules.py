@@ -6,6 +6,15 @@ the leading `.*`) to every line the local-rank-0 worker writes to stdout; a rule
 capture group is parsed as a float and compared with the integer `metricThreshold`. The
 patterns also stay inside the RE2 subset (no look-around, no back-references) so a Go-side
 check accepts them.
+
+Only fields the operator's CRD has are emitted (the HyperPod CLI's model of it,
+LogMonitoringConfiguration in aws/sagemaker-hyperpod-cli's
+hyperpod_pytorch_job_unified_config.py): a rule can report a late start, a hang or a slow
+metric, nothing else. There is no rule for CUDA out-of-memory, NCCL errors or the trainer's
+watchdog: each ends the worker process with a non-zero status (training/train.py exits on any
+exception; torch's ProcessGroupNCCL.hpp defaults TORCH_NCCL_ASYNC_ERROR_HANDLING to 3, which
+tears the process down on an NCCL error or timeout; training/watchdog.py exits by itself), and
+the operator restarts the job on that exit without a rule.
 """
 
 from __future__ import annotations
@@ -23,12 +32,6 @@ START_PATTERN = r".*HPTRAIN start rank=\d+ world=\d+ "
 STEP_PATTERN = r".*HPTRAIN step=\d+ loss=-?\d+\.\d+ "
 # Group 1 is the throughput the agent compares with the threshold; the loss may be anything.
 THROUGHPUT_PATTERN = rf".*HPTRAIN step=\d+ loss=\S+ tokens_per_s=({_NUM}) "
-OOM_PATTERN = r".*(?:CUDA out of memory|OutOfMemoryError)"
-NCCL_PATTERN = (
-    r".*(?:NCCL error|NCCL WARN.*[Tt]imeout|Watchdog caught collective operation timeout"
-    r"|nccl(?:System|Internal|Remote|UnhandledCuda)Error)"
-)
-WATCHDOG_PATTERN = rf".*HPTRAIN watchdog no progress for {_NUM}s at step=\d+"
 
 
 def log_rules(spec: JobSpec) -> list[dict[str, Any]]:
@@ -60,10 +63,4 @@ def log_rules(spec: JobSpec) -> list[dict[str, Any]]:
                 "metricEvaluationDataPoints": spec.slow_data_points,
             }
         )
-    rules += [
-        {"name": "CudaOutOfMemory", "logPattern": OOM_PATTERN, "faultOnMatch": True},
-        {"name": "NcclError", "logPattern": NCCL_PATTERN, "faultOnMatch": True},
-        # The trainer exits by itself; the rule records why the operator saw the fault.
-        {"name": "TrainerWatchdog", "logPattern": WATCHDOG_PATTERN, "faultOnMatch": True},
-    ]
     return rules

@@ -15,6 +15,7 @@ import yaml
 
 from config.kubernetes import (
     EFA_RESOURCE,
+    FSX_MOUNT,
     GPU_RESOURCE,
     INSTANCE_GROUP_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -30,9 +31,15 @@ from config.kubernetes import (
     local_queue,
     priority_class,
 )
-from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP
+from config.teams import (
+    MANAGED_TIER_PATH_KEY,
+    TEAM_CONFIG_MAP,
+    TRAINING_GID,
+    TRAINING_UID,
+    team_gid,
+)
 from hpctl.job.log_rules import log_rules
-from hpctl.job.spec import FSX_MOUNT, SHM_MOUNT, JobSpec
+from hpctl.job.spec import SHM_MOUNT, JobSpec
 from training.config import AUTO_STORAGE, tier_key
 
 API_VERSION = "sagemaker.amazonaws.com/v1"
@@ -125,7 +132,13 @@ def _command(spec: JobSpec) -> list[str]:
 
 def trainer_args(spec: JobSpec) -> list[str]:
     """Arguments for `python -m training.train`, every value resolved so the job is explicit."""
-    overrides: dict[str, object] = {"training.steps": spec.total_steps}
+    overrides: dict[str, object] = {
+        "training.steps": spec.total_steps,
+        # Always explicit: the preset's batch where the world splits it, else the nearest
+        # batch that it does (JobConfig.batch_for_world); the trainer's start line prints it
+        # beside the preset's.
+        "training.global_batch_size": spec.global_batch_size,
+    }
     for tier in spec.trainer_config.checkpoint.tiers:
         overrides[tier_key(tier.name, "dir")] = spec.tier_dir(tier.name)
         overrides[tier_key(tier.name, "interval")] = spec.tier_interval(tier.name)
@@ -191,8 +204,7 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
                 }
             }
         },
-        # The image runs as a numeric non-root user; refuse images that would run as root.
-        "securityContext": {"runAsNonRoot": True},
+        "securityContext": pod_security_context(spec),
         # Room for the agent to SIGTERM the workers, wait, then SIGKILL them.
         "terminationGracePeriodSeconds": spec.shutdown_timeout_s + 30,
         "containers": [container],
@@ -205,6 +217,23 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
     if spec.taints:
         pod_spec["tolerations"] = [taint.toleration() for taint in spec.taints]
     return {"metadata": {"labels": pod_labels(spec)}, "spec": pod_spec}
+
+
+def pod_security_context(spec: JobSpec) -> dict[str, Any]:
+    """The training image's user, and the team's group: the group that owns the team's
+    directories on FSx (config/teams.py), so the job can write there and nowhere else.
+
+    No fsGroup: kubelet changes a volume's ownership only where the CSI driver's
+    fsGroupPolicy allows, and the FSx CSI driver's is ReadWriteOnceWithFSType
+    (kubernetes-sigs/aws-fsx-csi-driver deploy/kubernetes/base/csidriver.yaml), which skips
+    this ReadWriteMany volume; a recursive chown of a shared file system would be wrong anyway.
+    """
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": TRAINING_UID,
+        "runAsGroup": TRAINING_GID,
+        "supplementalGroups": [team_gid(spec.team)],
+    }
 
 
 def pod_labels(spec: JobSpec) -> dict[str, str]:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from config.instance_types import InstanceType, lookup
 from config.kubernetes import (
     FSX_CLAIM_NAME,
+    FSX_MOUNT,
     INSTANCE_GROUP_NAME,
     MAX_PRIORITY_LENGTH,
     MAX_TEAM_LENGTH,
@@ -32,7 +33,12 @@ from config.kubernetes import (
     team_namespace,
 )
 from config.node_model import JobAllocation
-from config.teams import TRAINING_SERVICE_ACCOUNT
+from config.teams import (
+    TRAINING_SERVICE_ACCOUNT,
+    team_checkpoints_directory,
+    team_directory,
+    team_runs_directory,
+)
 from training.config import (
     AUTO_STORAGE,
     DURABLE,
@@ -47,7 +53,6 @@ from training.config import (
     build_config,
 )
 
-FSX_MOUNT = "/fsx"
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
 
 # OCI distribution reference: [host[:port]/]path[:tag][@sha256:hex]
@@ -90,7 +95,8 @@ class JobSpec(BaseModel):
     # The team's Kubernetes service account (its IAM role through EKS Pod Identity).
     service_account: str = TRAINING_SERVICE_ACCOUNT
     # The trainer's run directory (summary, attempt ledger, final export); default
-    # /fsx/runs/<name>. It must be shared so every attempt and node sees the same ledger.
+    # /fsx/teams/<team>/runs/<name>. It must be shared so every attempt and node sees the
+    # same ledger.
     run_dir: str | None = None
     # Checkpoint tiers, by the preset's tier names (its `checkpoint.tiers`): the directory in
     # the pod (default: `default_tier_dir`) and the steps between checkpoints (0 disables the
@@ -212,18 +218,19 @@ class JobSpec(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: int, info: ValidationInfo) -> int:
-        # The trainer refuses a world that does not divide its batch or its sharding; catch
-        # that here rather than after the nodes were scheduled.
+        # The batch is fitted to any world (trainer_args passes `batch_for_world`); the
+        # sharding is not: the trainer refuses a world its parallel settings cannot split, so
+        # catch that here rather than after the nodes were scheduled.
         preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
         if preset is None or instance_type is None:
             return value
         ranks = lookup(instance_type).accelerator_count
         try:
-            preset_config(preset).check_world(value * ranks)
+            preset_config(preset).check_sharding(value * ranks)
         except ConfigError as error:
             raise ValueError(
                 f"{value} node(s) x {ranks} ranks do not fit preset {preset!r} ({error}); "
-                "pick a node count that divides it"
+                "pick a node count its parallel settings split"
             ) from None
         return value
 
@@ -249,12 +256,16 @@ class JobSpec(BaseModel):
 
     @field_validator("run_dir")
     @classmethod
-    def _run_dir(cls, value: str | None) -> str | None:
-        if value is None or _under(value, FSX_MOUNT):
+    def _run_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
             return value
-        raise ValueError(
-            f"{value!r} is not shared by every node; use a normalised absolute path under {FSX_MOUNT}/"
-        )
+        if not _under(value, FSX_MOUNT):
+            raise ValueError(
+                f"{value!r} is not shared by every node; use a normalised absolute path under "
+                f"{FSX_MOUNT}/"
+            )
+        _check_team_owned(value, info)
+        return value
 
     @field_validator("checkpoint_dirs")
     @classmethod
@@ -276,6 +287,8 @@ class JobSpec(BaseModel):
                     f"{name}: {path!r} does not survive node replacement; use a normalised "
                     f"absolute path under {FSX_MOUNT}/"
                 )
+            if _under(path, FSX_MOUNT):
+                _check_team_owned(path, info, tier=name)
         return value
 
     @field_validator("checkpoint_intervals")
@@ -343,17 +356,27 @@ class JobSpec(BaseModel):
         return preset_config(self.preset)
 
     @property
+    def world_size(self) -> int:
+        """Trainer ranks: one per accelerator of every node (spares stand by, not counted)."""
+        return self.nodes * self.instance.accelerator_count
+
+    @property
+    def global_batch_size(self) -> int:
+        """The preset's batch fitted to the job's world (`JobConfig.batch_for_world`)."""
+        return self.trainer_config.batch_for_world(self.world_size)
+
+    @property
     def total_steps(self) -> int:
         return self.steps if self.steps is not None else self.trainer_config.training.steps
 
     @property
     def out_dir(self) -> str:
-        return self.run_dir or f"{FSX_MOUNT}/runs/{self.name}"
+        return self.run_dir or f"{team_runs_directory(self.team)}/{self.name}"
 
     def tier_dir(self, name: str) -> str:
         """The pod directory of checkpoint tier `name`."""
         tier = self.trainer_config.checkpoint.tier(name)
-        return self.checkpoint_dirs.get(name) or default_tier_dir(tier, self.name)
+        return self.checkpoint_dirs.get(name) or default_tier_dir(tier, self.team, self.name)
 
     def tier_interval(self, name: str) -> int:
         """Steps between checkpoints of tier `name` (0: disabled)."""
@@ -376,16 +399,18 @@ class JobSpec(BaseModel):
         )
 
 
-def default_tier_dir(tier: TierConfig, job_name: str) -> str:
+def default_tier_dir(tier: TierConfig, team: str, job_name: str) -> str:
     """A tier's directory when the job names none: per-node tiers in pod memory, shared tiers
-    on FSx under the job's name."""
+    on FSx in the team's checkpoint directory, under the job's name."""
     if tier.per_node:
         root, kept = f"{SHM_MOUNT}/hptrain-ckpt", FAST
     else:
-        root, kept = f"{FSX_MOUNT}/checkpoints/{job_name}", DURABLE
-    # The fast and durable tiers keep the paths jobs have always used, so a job resubmitted
-    # under the same name finds its checkpoints; any other tier gets its own root beside
-    # them (a suffix, never a directory inside another tier's root).
+        root, kept = f"{team_checkpoints_directory(team)}/{job_name}", DURABLE
+    # A job resubmitted under the same name finds its checkpoints: the fast and durable
+    # tiers keep these roots; any other tier gets its own root beside them (a suffix, never
+    # a directory inside another tier's root). The durable root moved into the team's
+    # directory (from /fsx/checkpoints/<job>, which no job can write): a job resubmitted
+    # across that change starts from step 0.
     return root if tier.name == kept else f"{root}-{tier.name}"
 
 
@@ -397,6 +422,18 @@ def _check_tier_names(names: Iterable[str], preset: str, checkpoint: CheckpointC
             f"unknown checkpoint tier {', '.join(map(repr, unknown))}; preset {preset!r} has "
             f"{', '.join(known)}"
         )
+
+
+def _check_team_owned(path: str, info: ValidationInfo, tier: str | None = None) -> None:
+    """Jobs write only inside their team's directory on FSx: nothing else is theirs."""
+    team = info.data.get("team")
+    if team is None or _under(path, team_directory(team)):
+        return
+    where = f"{tier}: " if tier else ""
+    raise ValueError(
+        f"{where}{path!r} is outside team {team}'s directory, which is all its jobs may write; "
+        f"use a path under {team_directory(team)}/"
+    )
 
 
 def _under(path: str, mount: str) -> bool:

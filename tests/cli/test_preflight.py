@@ -223,16 +223,21 @@ def queue_roles(stubs: Stubs) -> None:
 
 
 IMAGE_PARAMS = {"repositoryName": REPOSITORY, "imageIds": [{"imageTag": "v0.16.1"}]}
+# The environments' second override: the team-directory Job's image (config/prod.yaml).
+TEAM_REPOSITORY = "docker/library/busybox"
+TEAM_IMAGE_PARAMS = {"repositoryName": TEAM_REPOSITORY, "imageIds": [{"imageTag": "1.37.0"}]}
 
 
-def image_details(status: str = "ACTIVE") -> dict[str, Any]:
+def image_details(
+    status: str = "ACTIVE", repository: str = REPOSITORY, tag: str = "v0.16.1"
+) -> dict[str, Any]:
     return {
         "imageDetails": [
             {
                 "registryId": ACCOUNT,
-                "repositoryName": REPOSITORY,
+                "repositoryName": repository,
                 "imageDigest": DIGEST,
-                "imageTags": ["v0.16.1"],
+                "imageTags": [tag],
                 "imagePushedAt": NOW - timedelta(days=30),
                 "imageStatus": status,
             }
@@ -243,6 +248,16 @@ def image_details(status: str = "ACTIVE") -> dict[str, Any]:
 def queue_image(stubs: Stubs, response: dict[str, Any] | None = None) -> None:
     stubs["ecr"].add_response(
         "describe_images", response or image_details(), expected_params=IMAGE_PARAMS
+    )
+    queue_team_image(stubs)
+
+
+def queue_team_image(stubs: Stubs) -> None:
+    """The team-directory image, checked after the device plugin (overrides in name order)."""
+    stubs["ecr"].add_response(
+        "describe_images",
+        image_details(repository=TEAM_REPOSITORY, tag="1.37.0"),
+        expected_params=TEAM_IMAGE_PARAMS,
     )
 
 
@@ -346,7 +361,7 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert all(isinstance(v, str) for r in report["checks"] for v in r.values())
     assert report["environment"] == "prod"
     assert (report["account"], report["region"], report["ok"]) == (ACCOUNT, REGION, True)
-    assert report["counts"] == {"ok": 14, "problem": 0, "skipped": 0}
+    assert report["counts"] == {"ok": 15, "problem": 0, "skipped": 0}
     # prod is a closed network: no NAT gateway, so no Elastic IP row (and no call for it).
     assert [(r["check"], r["subject"], r["status"]) for r in report["checks"]] == [
         ("training-plan", f"gpu-p5: {PLAN}", "ok"),
@@ -362,6 +377,7 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("admin-role", ADMIN, "ok"),
         ("admin-role", BREAK_GLASS, "ok"),
         ("image", "nvidia-device-plugin", "ok"),
+        ("image", "team-directories", "ok"),
         ("kubernetes-version", "1.35", "ok"),
     ]
     details = {(r["check"], r["subject"]): r["detail"] for r in report["checks"]}
@@ -405,11 +421,11 @@ def test_prod_all_ok_table(stubs: Stubs):
         if line.startswith("│") and not line.startswith("│ check")
     ]
     first_lines = [c for c in cells if c[0]]
-    assert len(first_lines) == 14
+    assert len(first_lines) == 15
     assert {c[2] for c in first_lines} == {"ok"}
     assert ["training-plan", f"gpu-p5: {PLAN}", "ok"] == first_lines[0][:3]
     assert ["admin-role", BREAK_GLASS, "ok", "exists (AROAEXAMPLEID0000002)", "-"] in first_lines
-    assert lines[-1] == "14 ok, 0 problems, 0 skipped"
+    assert lines[-1] == "15 ok, 0 problems, 0 skipped"
 
 
 def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
@@ -432,7 +448,7 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
         role(f"arn:aws:iam::{dev_account}:role/PlatformAdmin"),
         expected_params={"RoleName": "PlatformAdmin"},
     )
-    stubs["ecr"].add_response("describe_images", image_details(), expected_params=IMAGE_PARAMS)
+    queue_image(stubs)
     queue_versions(stubs)
     report = run_json("--env", "dev")
     assert row(report, "training-plan", "-") == {
@@ -831,6 +847,7 @@ def test_missing_image_or_repository(stubs: Stubs, code: str, detail: str, fix: 
         service_message="not found",
         expected_params=IMAGE_PARAMS,
     )
+    queue_team_image(stubs)
     report = run_json("--env", "prod", code=ExitCode.FAILED)
     assert row(report, "image", "nvidia-device-plugin") == {
         "check": "image",
@@ -848,6 +865,7 @@ def test_digest_pins_archived_images_and_images_elsewhere(stubs: Stubs, config_d
     data["eks"]["image_overrides"] = {
         "nvidia-device-plugin": by_digest,
         "aws-efa-k8s-device-plugin": "registry.example.com/mirror/efa-plugin:v0.5.6",
+        "team-directories": "registry.example.com/mirror/busybox:1.37.0",
     }
     write_env(config_dir, "digests", data)
     queue_prod(stubs, skip=("image",))
@@ -1001,7 +1019,7 @@ def test_local_botocore_failure_is_a_row_not_a_traceback(
     report_lines = [line for line in result.stdout.splitlines() if "availability-zone" in line]
     assert len(report_lines) == 3
     assert all("problem" in line and "NoCredentialsError" in line for line in report_lines)
-    assert result.stdout.splitlines()[-1] == "11 ok, 3 problems, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "12 ok, 3 problems, 0 skipped"
 
 
 def test_problem_table_and_stderr_line(stubs: Stubs):
@@ -1017,13 +1035,13 @@ def test_problem_table_and_stderr_line(stubs: Stubs):
     result = hpctl("preflight", "--env", "prod")
     line = error_line(result, ExitCode.FAILED)
     assert line == (
-        f"{PREFIX}1 of 14 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
+        f"{PREFIX}1 of 15 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
         "deploying prod"
     )
     (denied,) = [text for text in result.stdout.splitlines() if BREAK_GLASS in text]
     assert "problem" in denied
     assert "AccessDenied: needs iam:GetRole" in denied
-    assert result.stdout.splitlines()[-1] == "13 ok, 1 problem, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "14 ok, 1 problem, 0 skipped"
 
 
 # ------------------------------------------------------------------ usage

@@ -3,6 +3,7 @@ and the priority classes, as aligned text or one JSON object."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,17 @@ from typing import Any
 import pytest
 import yaml
 
+from config.instance_types import lookup
 from hpctl import options
 from hpctl.errors import ExitCode
+from hpctl.job.environment import JobRequestError, spec_for_environment
+from hpctl.job.render import MANAGED_S3_PATH_ENV, render_job
 from hpctl.teams import teams_report
 from tests.cli.conftest import error_line, expect_failure, hpctl
-from tests.support import environment_data, loaded_from
+from tests.job.conftest import IMAGE
+from tests.support import ENVIRONMENTS, environment, environment_data, loaded_from
+from training.config import PRESETS, JobConfig
+from training.train import parse_args
 
 PREFIX = "hpctl teams: "
 
@@ -276,3 +283,73 @@ def test_invalid_environment_file_is_one_line(config_dir: Path) -> None:
 )
 def test_usage_errors_are_one_line(args: list[str], starts_with: str) -> None:
     expect_failure("teams", *args, code=ExitCode.USAGE, starts_with=starts_with)
+
+
+# --------------------------------------------------------------- the table and the renderer
+
+
+def _trainer_config_of(manifest: dict[str, Any]) -> tuple[JobConfig, int]:
+    """The config each rank of `manifest` builds (training.train's own parsing), and the
+    world it runs in: the replicas times the processes per node."""
+    (replica,) = manifest["spec"]["replicaSpecs"]
+    (container,) = replica["template"]["spec"]["containers"]
+    # Kubernetes expands $(VAR) in args from the container's env before the trainer starts.
+    s3_path = f"$({MANAGED_S3_PATH_ENV})"
+    args = [arg.replace(s3_path, "s3://bucket/managed-tier") for arg in container["args"]]
+    config, _, _ = parse_args(args)
+    return config, replica["replicas"] * int(manifest["spec"]["nprocPerNode"])
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_every_job_size_the_table_promises_renders_and_the_trainer_runs_it(env: str) -> None:
+    # From 1 node to the table's "max job nodes", on every accelerated group of every team,
+    # with every preset: the renderer makes the job and each rank's config accepts its world.
+    # One node more is the one-line quota refusal.
+    config = environment(env).config
+    sizes = 0
+    for team in teams_report(config)["teams"]:
+        for group in team["groups"]:
+            if not lookup(group["instance_type"]).has_accelerators:
+                continue
+            largest = group["max_job_nodes"]
+            where = {"team": team["name"], "instance_group": group["instance_group"]}
+            for preset, nodes in itertools.product(PRESETS, range(1, largest + 1)):
+                spec = spec_for_environment(
+                    config, **where, nodes=nodes, image=IMAGE, preset=preset
+                )
+                trainer, world = _trainer_config_of(render_job(spec))
+                assert (
+                    world == spec.world_size == nodes * lookup(spec.instance_type).accelerator_count
+                )
+                assert trainer.training.global_batch_size == spec.global_batch_size
+                trainer.check_world(world)
+                sizes += 1
+            with pytest.raises(JobRequestError) as refused:
+                spec_for_environment(config, **where, nodes=largest + 1, image=IMAGE)
+            (line,) = refused.value.problems
+            assert "\n" not in line
+            if largest:
+                assert line.startswith(f"--nodes: {largest + 1} nodes (+0 spares) exceed")
+                assert line.endswith(f"ask for at most {largest}")
+            else:
+                assert line.startswith(f"--instance-group: team {team['name']} may use less")
+    assert sizes
+
+
+def test_the_research_teams_guaranteed_and_borrowed_sizes_run_a_fitted_8b_batch() -> None:
+    # prod's research team: 6 guaranteed + 6 borrowable p5 nodes. 8b's 512 splits over
+    # neither 48 nor 96 ranks: the job runs the nearest batch that does and says so.
+    config = environment("prod").config
+    research = next(t for t in teams_report(config)["teams"] if t["name"] == "research")
+    (p5,) = (g for g in research["groups"] if g["instance_group"] == "gpu-p5")
+    assert (p5["guaranteed_nodes"], p5["max_job_nodes"]) == (6, 12)
+    for nodes, batch in ((6, 528), (12, 480)):
+        spec = spec_for_environment(
+            config, team="research", instance_group="gpu-p5", nodes=nodes, image=IMAGE
+        )
+        trainer, world = _trainer_config_of(render_job(spec))
+        assert (trainer.preset, world, trainer.training.global_batch_size) == (
+            "8b",
+            nodes * 8,
+            batch,
+        )

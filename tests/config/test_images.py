@@ -16,6 +16,7 @@ from config.images import (
     HEALTH_MONITORING_AGENT_ACCOUNTS,
     NEURON_DEVICE_PLUGIN,
     NVIDIA_DEVICE_PLUGIN,
+    TEAM_DIRECTORIES,
     image_problems,
     is_private_ecr_in,
     pinned_images,
@@ -34,6 +35,7 @@ def problems(
     efa: bool = False,
     overrides: dict[str, str] | None = None,
     https_egress: bool = False,
+    teams: bool = False,
 ) -> list[tuple[str, str]]:
     return image_problems(
         region=region,
@@ -41,6 +43,7 @@ def problems(
         efa=efa,
         overrides=overrides or {},
         https_egress=https_egress,
+        teams=teams,
     )
 
 
@@ -95,7 +98,11 @@ def test_regional_images_are_private_ecr_of_their_region():
 
 
 def test_region_without_a_published_agent_has_no_regional_defaults():
-    assert set(pinned_images("af-south-1")) == {NVIDIA_DEVICE_PLUGIN, NEURON_DEVICE_PLUGIN}
+    assert set(pinned_images("af-south-1")) == {
+        NVIDIA_DEVICE_PLUGIN,
+        NEURON_DEVICE_PLUGIN,
+        TEAM_DIRECTORIES,
+    }
 
 
 def test_private_ecr_means_this_region():
@@ -202,3 +209,13 @@ def test_messages_are_one_line():
     for path, message in found:
         assert path.startswith("eks.image_overrides")
         assert "\n" not in message
+
+
+def test_team_directory_image_is_needed_only_with_teams():
+    # Governance teams each get a directory Job; its public image needs egress or a copy.
+    assert problems() == []
+    ((path, message),) = problems(teams=True)
+    assert path == "eks.image_overrides.team-directories"
+    assert "public.ecr.aws/docker/library/busybox:1.37.0 cannot be pulled" in message
+    assert problems(teams=True, overrides={TEAM_DIRECTORIES: MIRROR}) == []
+    assert problems(teams=True, https_egress=True) == []

@@ -1,8 +1,10 @@
 """A team's workspace on a bare stack: wait for the namespace, then the claim, the service
-account with its pod identity, and the team ConfigMap."""
+account with its pod identity, the team ConfigMap and the Job that creates the team's
+directories."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -10,13 +12,40 @@ import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
-from platform_constructs.team_workspace import NAMESPACE_WAIT, TeamWorkspace, TeamWorkspaceProps
+from platform_constructs.team_workspace import (
+    DIRECTORY_JOB_PREFIX,
+    NAMESPACE_WAIT,
+    TeamWorkspace,
+    TeamWorkspaceProps,
+    directory_job,
+)
 from tests.support import bare_stack, imported_cluster, only, resources_of, template_of
 
 NAMESPACE = "hyperpod-ns-research"
+GID = 437786
+DIRECTORIES = ("/fsx/teams/research", "/fsx/teams/research/runs")
+IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
+TOLERATION = {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+# Oldest and newest Kubernetes minors the platform runs (as tests/job/test_job_manifest_schema.py).
+KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")
 PREFIX = "teams/research/"
 OBJECT_VALUE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+PROPS = TeamWorkspaceProps(
+    team="research",
+    namespace=NAMESPACE,
+    service_account="training",
+    config_map="hyperpod-team",
+    config={"managed-tier-s3-path": "s3://ckpt/teams/research/managed-tier"},
+    checkpoint_prefix=PREFIX,
+    metrics_namespace="HyperPod/Training",
+    group_id=GID,
+    directories=DIRECTORIES,
+    setup_image=IMAGE,
+    tolerations=(TOLERATION,),
+)
 
 
 def _workspace() -> tuple[dict[str, Any], cdk.Stack]:
@@ -39,15 +68,7 @@ def _workspace() -> tuple[dict[str, Any], cdk.Stack]:
     TeamWorkspace(
         stack,
         "Research",
-        props=TeamWorkspaceProps(
-            team="research",
-            namespace=NAMESPACE,
-            service_account="training",
-            config_map="hyperpod-team",
-            config={"managed-tier-s3-path": "s3://ckpt/teams/research/managed-tier"},
-            checkpoint_prefix=PREFIX,
-            metrics_namespace="HyperPod/Training",
-        ),
+        props=PROPS,
         cluster=cluster,
         cluster_name="c",
         volume=volume,
@@ -92,17 +113,31 @@ def test_waits_for_the_namespace_the_quota_creates():
     assert "Quota" in wait["DependsOn"]
     # Everything applied into the namespace waits for it.
     manifests = resources_of(TEMPLATE, MANIFEST)
-    assert len(manifests) == 2
+    assert len(manifests) == 3
     for manifest in manifests.values():
         assert wait_id in manifest["DependsOn"]
 
 
-def test_service_account_config_map_and_claim_in_the_team_namespace():
-    objects = [
+def _objects() -> list[dict[str, Any]]:
+    return [
         o
         for m in resources_of(TEMPLATE, MANIFEST).values()
         for o in json.loads(m["Properties"]["Manifest"])
     ]
+
+
+def _directory_job() -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(logical id, resource, Job) of the directory Job's manifest."""
+    ((logical_id, resource),) = [
+        (i, m)
+        for i, m in resources_of(TEMPLATE, MANIFEST).items()
+        if json.loads(m["Properties"]["Manifest"])[0]["kind"] == "Job"
+    ]
+    return logical_id, resource, json.loads(resource["Properties"]["Manifest"])[0]
+
+
+def test_service_account_config_map_and_claim_in_the_team_namespace():
+    objects = _objects()
     namespaced = {
         (o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] != "PersistentVolume"
     }
@@ -110,6 +145,7 @@ def test_service_account_config_map_and_claim_in_the_team_namespace():
         ("ServiceAccount", "training"),
         ("ConfigMap", "hyperpod-team"),
         ("PersistentVolumeClaim", "fsx-claim"),
+        ("Job", directory_job(PROPS)["metadata"]["name"]),
     }
     assert {o["metadata"]["namespace"] for o in namespaced.values()} == {NAMESPACE}
     config_map = namespaced[("ConfigMap", "hyperpod-team")]
@@ -145,3 +181,66 @@ def test_data_bucket_is_read_only():
 def test_metrics_only_into_the_training_namespace():
     (metrics,) = [s for s in _statements() if "cloudwatch:PutMetricData" in _actions(s)]
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "HyperPod/Training"}}
+
+
+def test_every_object_passes_the_kubernetes_schema():
+    import kubernetes_validate
+
+    for version in KUBERNETES_VERSIONS:
+        for obj in _objects():
+            # The handler's prune label is applied as is; strict: no unknown fields.
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_directory_job_mounts_the_claim_after_it_is_bound():
+    _, resource, job = _directory_job()
+    claim_id = next(
+        i
+        for i, m in resources_of(TEMPLATE, MANIFEST).items()
+        if "PersistentVolumeClaim" in m["Properties"]["Manifest"]
+    )
+    assert claim_id in resource["DependsOn"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-claim"}}]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [{"name": "fsx", "mountPath": "/fsx"}]
+    assert container["image"] == IMAGE
+    assert pod["tolerations"] == [TOLERATION]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_directory_job_is_root_only_for_chown_and_setgid():
+    _, _, job = _directory_job()
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    context = container["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FSETID"]}
+    assert context["allowPrivilegeEscalation"] is False
+    script = container["command"][-1]
+    for directory in DIRECTORIES:
+        assert directory in script
+    assert f"chown 0:{GID} " in script and "chmod 2770 " in script
+
+
+def test_directory_job_is_one_shot_and_cleans_up():
+    _, _, job = _directory_job()
+    spec = job["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert spec["backoffLimit"] >= 1
+    assert spec["ttlSecondsAfterFinished"] > 0
+    assert spec["activeDeadlineSeconds"] > 0
+
+
+def test_directory_job_name_follows_its_spec():
+    # Jobs are immutable: a changed spec must be a new Job, an unchanged one the same name.
+    name = directory_job(PROPS)["metadata"]["name"]
+    assert name.startswith(DIRECTORY_JOB_PREFIX)
+    assert directory_job(PROPS)["metadata"]["name"] == name
+    for changed in (
+        dataclasses.replace(PROPS, group_id=GID + 1),
+        dataclasses.replace(PROPS, setup_image=IMAGE + "-1"),
+        dataclasses.replace(PROPS, directories=DIRECTORIES[:1]),
+        dataclasses.replace(PROPS, tolerations=()),
+    ):
+        assert directory_job(changed)["metadata"]["name"] != name
+    assert len(name) <= 63  # the Job's name becomes a label value on its pods

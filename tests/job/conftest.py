@@ -1,7 +1,7 @@
 """Shared builders for the job generator tests: JobSpecs built field by field (`spec_factory`)
 and from an environment's config (`env_spec`), environment files written to a scratch
-config directory that `hpctl job render --env` reads (`config_dir`), and a trainer preset
-with a third checkpoint tier (`three_tier_preset`)."""
+config directory that `hpctl job render --env` reads (`config_dir`), and trainer presets
+with a third checkpoint tier (`three_tier_preset`) or a fixed sharding (`eight_rank_preset`)."""
 
 from __future__ import annotations
 
@@ -104,4 +104,23 @@ def three_tier_preset(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
     monkeypatch.setitem(PRESETS, THREE_TIER_PRESET, build)
     yield THREE_TIER_PRESET
+    preset_config.cache_clear()
+
+
+EIGHT_RANK_PRESET = "tiny-eight-ranks"
+
+
+@pytest.fixture
+def eight_rank_preset(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A trainer preset, tiny's, whose parameters are sharded over exactly 8 ranks
+    (parallel.dp_shard=8, one replica): a world of any other size cannot run it, whatever the
+    batch. Returns the preset's name."""
+
+    def build() -> JobConfig:
+        config = PRESETS["tiny"]()
+        config.parallel.dp_shard = 8
+        return config
+
+    monkeypatch.setitem(PRESETS, EIGHT_RANK_PRESET, build)
+    yield EIGHT_RANK_PRESET
     preset_config.cache_clear()

@@ -249,6 +249,26 @@ def test_exactly_the_team_maximum_renders(team: str, nodes: str, spares: str) ->
     assert (replica["replicas"], replica["spares"]) == (int(nodes), int(spares))
 
 
+def test_every_size_the_team_may_use_renders_with_the_batch_it_runs() -> None:
+    # research may use 6 guaranteed + 6 borrowed p5 nodes; 8b's batch of 512 splits over
+    # none of 3, 5, 6, 7, 9, 10, 11 or 12 nodes of 8 GPUs, and the job says what it runs.
+    manifest = _manifest(_run("--team", "research", "--nodes", "6"))
+    (replica,) = manifest["spec"]["replicaSpecs"]
+    assert replica["replicas"] == 6
+    (container,) = replica["template"]["spec"]["containers"]
+    assert "training.global_batch_size=528" in container["args"]
+
+
+def test_a_size_the_presets_sharding_cannot_split(eight_rank_preset: str) -> None:
+    expect_failure(
+        *ARGS,
+        "--preset",
+        eight_rank_preset,
+        code=ExitCode.USAGE,
+        starts_with=f"{PREFIX}--nodes: 2 node(s) x 8 ranks do not fit preset '{eight_rank_preset}'",
+    )
+
+
 def test_a_team_without_quota_on_the_group(config_dir: Any) -> None:
     data = environment_data("prod")
     data["environment"] = "lopsided"
@@ -280,7 +300,6 @@ def test_a_team_without_quota_on_the_group(config_dir: Any) -> None:
         (["--spares", "-1"], "--spares: -1 is too small; use 0 or more"),
         (["--steps", "0"], "--steps:"),
         (["--preset", "70b"], "--preset: unknown preset '70b'; use one of"),
-        (["--nodes", "3", "--team", "research"], "--nodes: 3 node(s) x 8 ranks do not fit"),
         (["--min-tokens-per-s", "0"], "--min-tokens-per-s:"),
         (["--output", "/nonexistent-dir/job.yaml"], "--output: cannot write"),
         (["--bogus", "1"], "No such option: --bogus"),

@@ -447,18 +447,22 @@ def test_one_node_more_than_the_team_may_use_is_refused(
     )
 
 
-def test_the_quota_comes_before_the_preset_and_other_problems_still_show() -> None:
-    # 14 x 8 ranks does not divide 8b's batch either; the quota is the line that matters.
-    (line,) = _problems("prod", nodes=14)
+def test_the_quota_comes_before_the_preset_and_other_problems_still_show(
+    eight_rank_preset: str,
+) -> None:
+    # 14 x 8 ranks do not fit the preset's sharding either; the quota is the line that matters.
+    (line,) = _problems("prod", nodes=14, preset=eight_rank_preset)
     assert line.startswith("--nodes: 14 nodes (+0 spares) exceed")
-    quota, image = _problems("prod", nodes=14, image="hptrain:latest")
+    quota, image = _problems("prod", nodes=14, preset=eight_rank_preset, image="hptrain:latest")
     assert quota.startswith("--nodes: 14 nodes")
     assert image.startswith("--image: 'hptrain:latest' is not pinned")
 
 
-def test_a_size_the_quota_allows_but_the_preset_cannot_split() -> None:
-    (line,) = _problems("prod", nodes=12)
-    assert line.startswith("--nodes: 12 node(s) x 8 ranks do not fit preset '8b'")
+def test_a_size_the_quota_allows_but_the_presets_sharding_cannot_split(
+    eight_rank_preset: str,
+) -> None:
+    (line,) = _problems("prod", nodes=2, preset=eight_rank_preset)
+    assert line.startswith(f"--nodes: 2 node(s) x 8 ranks do not fit preset '{eight_rank_preset}'")
 
 
 def test_a_team_without_quota_on_the_group() -> None:

@@ -1,5 +1,6 @@
-"""Rendered manifests validate: the custom resource against a JSON schema of the operator's CRD
-fields, the pod template against the Kubernetes API schema."""
+"""Rendered manifests validate: the custom resource strictly against the operator's field model
+(vendored from the HyperPod CLI, unknown fields rejected at every depth) and the project's value
+rules, the pod template against the Kubernetes API schema."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ from hpctl.job.spec import JobSpec
 from tests.job.conftest import env_spec
 from tests.support import environment_data, loaded_from
 
-SCHEMA = json.loads((Path(__file__).parent / "hyperpodpytorchjob.schema.json").read_text())
+_HERE = Path(__file__).parent
+# Which fields exist: the HyperPod CLI's model of the CRD (source and commit in the file).
+CRD_SCHEMA = json.loads((_HERE / "hyperpodpytorchjob.crd.schema.json").read_text())
+# What values they may take where the model says only "string" or "integer".
+VALUE_SCHEMA = json.loads((_HERE / "hyperpodpytorchjob.schema.json").read_text())
 # Oldest and newest Kubernetes minors the platform runs (HyperPod EKS supports 1.30-1.33).
 KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")
 KUBERNETES_VERSION = KUBERNETES_VERSIONS[-1]
@@ -39,7 +44,7 @@ VARIANTS: list[dict[str, Any]] = [
             {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
             {"key": "dedicated", "value": "training", "effect": "NoExecute"},
         ],
-        "checkpoint_dirs": {"durable": "/fsx/ckpt/x"},
+        "checkpoint_dirs": {"durable": "/fsx/teams/research/ckpt/x"},
         "tiered_storage": True,
         "clean_pod_policy": "None",
     },
@@ -65,10 +70,31 @@ ENVIRONMENT_SPECS: dict[str, Callable[[], JobSpec]] = {
 }
 
 
-def _validator() -> jsonschema.protocols.Validator:
-    cls = jsonschema.validators.validator_for(SCHEMA)
-    cls.check_schema(SCHEMA)
-    return cls(SCHEMA, format_checker=cls.FORMAT_CHECKER)
+def _errors(manifest: dict[str, Any]) -> list[str]:
+    errors = []
+    for schema in (CRD_SCHEMA, VALUE_SCHEMA):
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        errors += [
+            f"{error.json_path}: {error.message}"
+            for error in validator.iter_errors(_without_pod_security_context(manifest))
+        ]
+    return errors
+
+
+def _without_pod_security_context(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest less each pod's securityContext, which the Kubernetes schema checks instead.
+
+    The CLI's generated model has one `SecurityContext` class for containers and pods alike
+    (its line 975, used for the pod's `securityContext` too), so the pod-level fields of
+    Kubernetes' PodSecurityContext (supplementalGroups, fsGroup, sysctls) are missing there,
+    although the same file's pod descriptions name `spec.securityContext.supplementalGroups`.
+    The operator embeds the real PodTemplateSpec; `_pod_template` validates it strictly."""
+    trimmed = copy.deepcopy(manifest)
+    for replica in trimmed["spec"]["replicaSpecs"]:
+        replica["template"]["spec"].pop("securityContext", None)
+    return trimmed
 
 
 def _pod_template(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -85,10 +111,7 @@ def _pod_template(manifest: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("overrides", VARIANTS)
 def test_custom_resource_matches_the_crd_schema(spec_factory, overrides: dict[str, Any]) -> None:
-    errors = [
-        error.message for error in _validator().iter_errors(render_job(spec_factory(**overrides)))
-    ]
-    assert errors == []
+    assert _errors(render_job(spec_factory(**overrides))) == []
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -103,7 +126,7 @@ def test_pod_template_validates_against_kubernetes(
 @pytest.mark.parametrize("env", sorted(ENVIRONMENT_SPECS))
 def test_environment_jobs_validate(env: str) -> None:
     manifest = render_job(ENVIRONMENT_SPECS[env]())
-    assert [error.message for error in _validator().iter_errors(manifest)] == []
+    assert _errors(manifest) == []
     for version in KUBERNETES_VERSIONS:
         kubernetes_validate.validate(_pod_template(manifest), version, strict=True)
 
@@ -129,7 +152,38 @@ def test_crd_schema_rejects_broken_manifests(
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
-    assert list(_validator().iter_errors(manifest))
+    assert _errors(manifest)
+
+
+_RULE = ("spec", "runPolicy", "logMonitoringConfiguration", 0)
+_CONTAINER = ("spec", "replicaSpecs", 0, "template", "spec", "containers", 0)
+
+
+# `kubectl apply` validates fields strictly: a field the operator does not know fails the apply,
+# at whatever depth it sits.
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ((), "status"),
+        (("spec",), "nprocsPerNode"),
+        (("spec", "replicaSpecs", 0), "spare"),
+        (("spec", "replicaSpecs", 0, "template"), "labels"),
+        (("spec", "runPolicy"), "maxRestarts"),
+        (("spec", "runPolicy", "restartPolicy"), "maxRestarts"),
+        (_RULE, "faultOnMatch"),
+        (_CONTAINER, "gpus"),
+        ((*_CONTAINER, "resources"), "gpus"),
+    ],
+)
+def test_crd_schema_rejects_an_unknown_field(
+    spec_factory, path: tuple[Any, ...], field: str
+) -> None:
+    manifest = copy.deepcopy(render_job(spec_factory(min_tokens_per_s=1000)))
+    node = manifest
+    for key in path:
+        node = node[key]
+    node[field] = True
+    assert [error for error in _errors(manifest) if repr(field) in error]
 
 
 def test_kubernetes_schema_rejects_a_broken_pod_template(spec_factory) -> None:
@@ -141,3 +195,13 @@ def test_kubernetes_schema_rejects_a_broken_pod_template(spec_factory) -> None:
     template["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["name"] = "fsx"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_pod_security_context_is_held_to_the_kubernetes_schema(spec_factory) -> None:
+    manifest = render_job(spec_factory())
+    pod = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
+    assert "supplementalGroups" in pod["securityContext"]
+    kubernetes_validate.validate(_pod_template(manifest), KUBERNETES_VERSION, strict=True)
+    pod["securityContext"]["supplementalGroup"] = [1]  # misspelt: Kubernetes has no such field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(_pod_template(manifest), KUBERNETES_VERSION, strict=True)

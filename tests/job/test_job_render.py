@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from config.node_model import JobAllocation
+from config.teams import TRAINING_GID, TRAINING_UID, team_gid
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from training.config import TierConfig
@@ -161,9 +163,11 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "--preset",
         "1b",
         "--out",
-        "/fsx/runs/llama-8b",
+        "/fsx/teams/research/runs/llama-8b",
         "--set",
         "training.steps=250",
+        "--set",
+        "training.global_batch_size=256",
         "--set",
         "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
         "--set",
@@ -171,7 +175,7 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "--set",
         "checkpoint.fast_storage=local",
         "--set",
-        "checkpoint.durable_dir=/fsx/checkpoints/llama-8b",
+        "checkpoint.durable_dir=/fsx/teams/research/checkpoints/llama-8b",
         "--set",
         "checkpoint.durable_interval=500",
         "--set",
@@ -186,8 +190,11 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         {},
         {"preset": "tiny", "hang_timeout_s": 120, "steps": 12, "checkpoint_intervals": {"fast": 0}},
         {
-            "run_dir": "/fsx/runs/a",
-            "checkpoint_dirs": {"fast": "/fsx/fast/a", "durable": "/fsx/durable/a"},
+            "run_dir": "/fsx/teams/research/runs/a",
+            "checkpoint_dirs": {
+                "fast": "/fsx/teams/research/fast/a",
+                "durable": "/fsx/teams/research/durable/a",
+            },
             "checkpoint_intervals": {"fast": 10, "durable": 100},
             "tiered_storage": True,
         },
@@ -243,7 +250,7 @@ def test_a_tier_added_to_the_trainer_config_is_rendered_and_accepted(
     storage = "managed" if tiered_storage else "local"
     nearline = [
         "--set",
-        "checkpoint.nearline_dir=/fsx/checkpoints/llama-8b-nearline",
+        "checkpoint.nearline_dir=/fsx/teams/research/checkpoints/llama-8b-nearline",
         "--set",
         "checkpoint.nearline_interval=8",
         "--set",
@@ -253,7 +260,7 @@ def test_a_tier_added_to_the_trainer_config_is_rendered_and_accepted(
     assert args[start : start + len(nearline)] == nearline
     # Between the fast and durable tiers' arguments, as in the preset.
     assert args.index("checkpoint.fast_dir=/dev/shm/hptrain-ckpt") < start
-    assert start < args.index("checkpoint.durable_dir=/fsx/checkpoints/llama-8b")
+    assert start < args.index("checkpoint.durable_dir=/fsx/teams/research/checkpoints/llama-8b")
     config, _, _ = parse_args([a.replace("$(HPTRAIN_MANAGED_S3_PATH)", "s3://b/m") for a in args])
     assert [tier.name for tier in config.checkpoint.tiers] == ["fast", "nearline", "durable"]
     assert config.checkpoint.tiers == _rendered_tiers(spec)
@@ -326,7 +333,7 @@ def test_run_policy_defaults(spec_factory) -> None:
     }
     assert policy["cleanPodPolicy"] == "All"
     names = [rule["name"] for rule in policy["logMonitoringConfiguration"]]
-    assert names == ["JobStart", "JobHang", "CudaOutOfMemory", "NcclError", "TrainerWatchdog"]
+    assert names == ["JobStart", "JobHang"]
 
 
 def test_run_policy_follows_the_spec(spec_factory) -> None:
@@ -369,8 +376,20 @@ def test_shutdown_grace_outlasts_the_agent_timeout(spec_factory) -> None:
 
 def test_pod_runs_as_non_root(spec_factory) -> None:
     manifest = render_job(spec_factory())
-    assert _pod(manifest)["securityContext"] == {"runAsNonRoot": True}
+    # The image's user and group, plus the team's group (tests/job/test_team_directories.py
+    # checks them against the directories the platform creates); no fsGroup on Lustre.
+    assert _pod(manifest)["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "supplementalGroups": [team_gid("research")],
+    }
     assert _container(manifest)["securityContext"] == {"allowPrivilegeEscalation": False}
+
+
+def test_the_image_runs_as_the_user_pods_name() -> None:
+    dockerfile = (Path(__file__).parents[2] / "training" / "Dockerfile").read_text()
+    assert f"USER {TRAINING_UID}:{TRAINING_GID}" in dockerfile.splitlines()
 
 
 def test_render_is_pure_and_yaml_round_trips(spec_factory) -> None:

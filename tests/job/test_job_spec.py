@@ -37,7 +37,6 @@ INVALID: list[tuple[str, Any, str]] = [
     ("instance_group", "gpu_p5", "instance group"),
     ("instance_group", "g" * 64, "instance group"),
     ("nodes", 0, "greater than or equal to 1"),
-    ("nodes", 3, "not divisible by world size 24"),
     ("spares", -1, "greater than or equal to 0"),
     ("steps", 0, "greater than or equal to 1"),
     ("preset", "8B", "unknown preset"),
@@ -58,6 +57,20 @@ INVALID: list[tuple[str, Any, str]] = [
     ("checkpoint_dirs", {"nvme": "/fsx/x"}, "unknown checkpoint tier 'nvme'; preset '8b' has fast"),
     ("run_dir", "/tmp/run", "shared by every node"),
     ("run_dir", "/dev/shm/run", "shared by every node"),
+    # Jobs write only inside their own team's directory (the only one its group owns).
+    ("run_dir", "/fsx/runs/x", "outside team research's directory"),
+    ("run_dir", "/fsx/teams/sandbox/runs/x", "use a path under /fsx/teams/research/"),
+    ("run_dir", "/fsx/teams/research", "outside team research's directory"),
+    (
+        "checkpoint_dirs",
+        {"durable": "/fsx/checkpoints/x"},
+        "durable: '/fsx/checkpoints/x' is outside",
+    ),
+    (
+        "checkpoint_dirs",
+        {"fast": "/fsx/teams/sandbox/x"},
+        "fast: '/fsx/teams/sandbox/x' is outside",
+    ),
     ("checkpoint_intervals", {"fast": -1}, "greater than or equal to 0"),
     ("checkpoint_intervals", {"durable": 0}, "durable: 0 would disable the most durable tier"),
     ("checkpoint_intervals", {"durable": 10}, "more frequent than the fast tier (every 50 steps)"),
@@ -127,9 +140,9 @@ def test_unknown_fields_are_forbidden(required_fields) -> None:
         ("instance_type", "ml.trn1.32xlarge"),
         ("instance_group", "GPU-p5--a"),
         ("service_account", "team-a.training"),
-        ("checkpoint_dirs", {"fast": "/fsx/fast/llama"}),
-        ("checkpoint_dirs", {"durable": "/fsx/ckpt/llama"}),
-        ("run_dir", "/fsx/runs/x"),
+        ("checkpoint_dirs", {"fast": "/fsx/teams/research/fast/llama"}),
+        ("checkpoint_dirs", {"durable": "/fsx/teams/research/ckpt/llama"}),
+        ("run_dir", "/fsx/teams/research/runs/x"),
         ("checkpoint_intervals", {"durable": 50}),
         ("checkpoint_intervals", {"fast": 0}),
         ("nodes", 64),
@@ -146,8 +159,8 @@ def test_defaults(spec_factory) -> None:
     spec = spec_factory()
     assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-claim")
     assert spec.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
-    assert spec.tier_dir("durable") == "/fsx/checkpoints/llama-8b"
-    assert spec.out_dir == "/fsx/runs/llama-8b"
+    assert spec.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
+    assert spec.out_dir == "/fsx/teams/research/runs/llama-8b"
     assert spec.min_tokens_per_s is None
     assert spec.tiered_storage is False
     assert (spec.tier_storage("fast"), spec.managed_storage) == ("local", False)
@@ -226,25 +239,26 @@ def test_unknown_tier_names_are_one_error_naming_the_presets_tiers(
 @pytest.mark.parametrize(
     ("tier", "expected"),
     [
-        # The paths jobs have always used: a resubmitted job finds its checkpoints.
+        # The fast tier's path jobs have always used, the durable tier's in the team's
+        # checkpoints: a resubmitted job finds its checkpoints.
         (TierConfig(FAST, per_node=True), "/dev/shm/hptrain-ckpt"),
-        (TierConfig(DURABLE), "/fsx/checkpoints/run-1"),
+        (TierConfig(DURABLE), "/fsx/teams/t/checkpoints/run-1"),
         # Any other tier: beside them, never inside another tier's root.
         (TierConfig("nvme", per_node=True), "/dev/shm/hptrain-ckpt-nvme"),
-        (TierConfig("nearline"), "/fsx/checkpoints/run-1-nearline"),
-        (TierConfig(FAST), "/fsx/checkpoints/run-1-fast"),
+        (TierConfig("nearline"), "/fsx/teams/t/checkpoints/run-1-nearline"),
+        (TierConfig(FAST), "/fsx/teams/t/checkpoints/run-1-fast"),
         (TierConfig(DURABLE, per_node=True), "/dev/shm/hptrain-ckpt-durable"),
     ],
 )
 def test_default_tier_dirs(tier: TierConfig, expected: str) -> None:
-    assert default_tier_dir(tier, "run-1") == expected
+    assert default_tier_dir(tier, "t", "run-1") == expected
 
 
 def test_a_tier_named_in_checkpoint_dirs_uses_that_directory(spec_factory) -> None:
-    spec = spec_factory(checkpoint_dirs={"durable": "/fsx/ckpt/x"})
+    spec = spec_factory(checkpoint_dirs={"durable": "/fsx/teams/research/ckpt/x"})
     assert (spec.tier_dir("fast"), spec.tier_dir("durable")) == (
         "/dev/shm/hptrain-ckpt",
-        "/fsx/ckpt/x",
+        "/fsx/teams/research/ckpt/x",
     )
 
 
@@ -257,11 +271,36 @@ def test_auto_storage_follows_the_clusters_tiered_storage(
     assert spec.managed_storage is tiered_storage
 
 
-def test_world_size_check_follows_the_instance_type(spec_factory) -> None:
-    # 8b's batch of 512 fits 3 x 4 GPUs? No: 12 does not divide 512; 4 x 4 = 16 does.
-    with pytest.raises(ValidationError, match="world size 12"):
-        spec_factory(instance_type="ml.g5.12xlarge", nodes=3)
-    assert spec_factory(instance_type="ml.g5.12xlarge", nodes=4).nodes == 4
+@pytest.mark.parametrize(
+    ("instance_type", "nodes", "world", "batch"),
+    [
+        # 8b's 512 splits over 4 x 4 GPUs as it is; 3 x 4 = 12 ranks run 43 sequences each
+        # (516, nearer than 504); 3 x 8 = 24 ranks run 21 (504, nearer than 528).
+        ("ml.g5.12xlarge", 4, 16, 512),
+        ("ml.g5.12xlarge", 3, 12, 516),
+        ("ml.p5.48xlarge", 3, 24, 504),
+    ],
+)
+def test_the_batch_follows_the_world_of_the_instance_type(
+    spec_factory, instance_type: str, nodes: int, world: int, batch: int
+) -> None:
+    spec = spec_factory(instance_type=instance_type, nodes=nodes)
+    assert (spec.world_size, spec.global_batch_size) == (world, batch)
+
+
+def test_a_world_the_presets_sharding_cannot_split_is_one_line(
+    spec_factory, eight_rank_preset: str
+) -> None:
+    assert spec_factory(preset=eight_rank_preset, nodes=1).world_size == 8
+    with pytest.raises(ValidationError) as caught:
+        spec_factory(preset=eight_rank_preset, nodes=2)
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("nodes",)
+    assert error["msg"] == (
+        f"Value error, 2 node(s) x 8 ranks do not fit preset {eight_rank_preset!r} "
+        "(parallel.dp_replicate=1 x dp_shard=8 does not match world size 16); pick a node "
+        "count its parallel settings split"
+    )
 
 
 def test_numbers_given_as_text_are_converted(spec_factory) -> None:

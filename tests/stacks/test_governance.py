@@ -1,13 +1,21 @@
 """Governance stack: the add-on, one scheduler config, one quota per team, and each team's
-workspace (after the namespace its quota creates), in order, in every environment."""
+workspace (after the namespace its quota creates, with the Job that creates its directories),
+in order, in every environment."""
 
 from __future__ import annotations
 
 import pytest
 
 from config.addons import ADDONS, TASK_GOVERNANCE
+from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
-from config.teams import MANAGED_TIER_PATH_KEY, TEAM_CONFIG_MAP, managed_tier_prefix
+from config.teams import (
+    MANAGED_TIER_PATH_KEY,
+    TEAM_CONFIG_MAP,
+    managed_tier_prefix,
+    team_directories,
+    team_gid,
+)
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
@@ -102,3 +110,25 @@ def test_team_config_map_names_the_checkpoint_buckets_team_prefix(env: SynthResu
         placeholder, key = path.removeprefix("s3://").split("/", 1)
         assert env.exported(tokens[placeholder]) == ("storage", bucket)
         assert key == managed_tier_prefix(team.name)
+
+
+def test_every_team_gets_its_directories_owned_by_the_group_its_jobs_carry(env: SynthResult):
+    jobs = {
+        o["metadata"]["namespace"]: o
+        for o in kubernetes_objects(env.templates["governance"])
+        if o["kind"] == "Job"
+    }
+    teams = [t.name for t in env.config.governance.teams]
+    assert set(jobs) == {team_namespace(t) for t in teams}
+    image = {**pinned_images(env.config.region), **env.config.eks.image_overrides}[TEAM_DIRECTORIES]
+    taints = {t.key for g in env.config.hyperpod.instance_groups for t in g.taints}
+    for team in teams:
+        pod = jobs[team_namespace(team)]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["image"] == image
+        script = container["command"][-1]
+        # The group `hpctl job render` gives the team's pods (hpctl/job/render.py).
+        assert f'chown 0:{team_gid(team)} "$dir"' in script
+        for directory in team_directories(team):
+            assert directory in script
+        assert {t["key"] for t in pod.get("tolerations", [])} == taints

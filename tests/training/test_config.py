@@ -16,6 +16,7 @@ from training.config import (
     checkpoint_roots,
     checkpointed_layers,
     output_dirs,
+    preset_global_batch,
     tier_key,
 )
 from training.model import count_params
@@ -91,13 +92,69 @@ def test_unknown_preset() -> None:
 def test_world_checks() -> None:
     cfg = build_config("tiny")
     cfg.check_world(2)
-    with pytest.raises(ConfigError, match="divisible"):
+    with pytest.raises(ConfigError) as raised:
         cfg.check_world(3)
+    assert str(raised.value) == (
+        "training.global_batch_size=8 is not divisible by world size 3; the nearest batch that "
+        "splits is training.global_batch_size=9"
+    )
     apply_override(cfg, "parallel.dp_replicate=2")
     cfg.check_world(2)
     apply_override(cfg, "parallel.dp_shard=2")
     with pytest.raises(ConfigError, match="does not match"):
         cfg.check_world(2)
+
+
+def _splits(preset: str, batch: int, world: int) -> bool:
+    try:
+        build_config(preset, [f"training.global_batch_size={batch}"]).check_world(world)
+    except ConfigError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("preset", ["tiny", "1b", "8b"])
+def test_batch_for_world_is_the_nearest_batch_the_world_splits(preset: str) -> None:
+    # Every world up to 1024 ranks (128 nodes of 8 GPUs): the batch is one the trainer runs,
+    # and no batch it runs is nearer the preset's (a tie goes up).
+    cfg = build_config(preset)
+    asked = preset_global_batch(preset)
+    assert cfg.training.global_batch_size == asked
+    for world in range(1, 1025):
+        batch = cfg.batch_for_world(world)
+        assert _splits(preset, batch, world), (world, batch)
+        nearer = [
+            b
+            for b in range(world, asked + abs(batch - asked) + 1, world)
+            if (abs(b - asked), -b) < (abs(batch - asked), -batch) and _splits(preset, b, world)
+        ]
+        assert not nearer, (world, batch, nearer)
+
+
+@pytest.mark.parametrize(
+    ("preset", "world", "batch"),
+    [
+        ("8b", 8, 512),  # splits as it is
+        ("8b", 48, 528),  # 10 2/3 a rank: 11 (528) is nearer than 10 (480)
+        ("8b", 96, 480),  # 5 1/3 a rank: 5
+        ("1b", 40, 320),  # 6.4 a rank in passes of 4: 8 (320) is nearer than 4 (160)
+        ("1b", 48, 192),  # 5 1/3 a rank: 4 (192) is nearer than 8 (384)
+        ("1b", 96, 288),  # 2 2/3 a rank, under one pass of 4: one pass of 3
+        ("tiny", 6, 6),  # 1 1/3 a rank: 1
+        ("tiny", 5, 10),  # 1.6 a rank: 2
+        ("tiny", 16, 16),  # fewer sequences than ranks: one a rank, never 0
+    ],
+)
+def test_batch_for_world_examples(preset: str, world: int, batch: int) -> None:
+    assert build_config(preset).batch_for_world(world) == batch
+
+
+def test_batch_for_world_breaks_a_tie_upwards() -> None:
+    # 12 over 8 ranks is 1.5 a rank: 8 and 16 are as near; the larger batch is taken.
+    assert build_config("tiny", ["training.global_batch_size=12"]).batch_for_world(8) == 16
+    # 24 over 4 ranks in passes of 4: 6 a rank, between 4 and 8.
+    cfg = build_config("tiny", ["training.global_batch_size=24", "training.micro_batch_size=4"])
+    assert cfg.batch_for_world(4) == 32
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,9 @@ def test_reference_run(reference_run: LaunchResult) -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", s["final_params_sha256"])
     assert _steps_per_attempt(reference_run) == [list(range(1, STEPS + 1))]
     assert _starts(reference_run) == [(0, "none")]
+    # Every rank's start line names the batch it runs and the preset's: tiny's 8 splits over 2.
+    batches = {(b["batch"], b["preset_batch"]) for b in loglines.find(START, reference_run.stdout)}
+    assert batches == {("8", "8")}
     assert 0 < s["goodput"] <= 1 and s["checkpoint_blocking_s_total"] > 0
     assert (reference_run.out / "final" / "model.pt").is_file()
     # Keep-last-k held during the run: fast keeps 3, durable 2 (10, 20, 30, 40 were written).

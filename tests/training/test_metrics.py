@@ -19,12 +19,13 @@ from training.metrics import AttemptRecord, params_sha256, recovery_stats
 def test_log_line_formats(capsys: pytest.CaptureFixture[str]) -> None:
     # The operator's log monitoring matches these lines: the formats are a fixed contract,
     # pinned here whole, byte for byte.
-    metrics.log_start(1, 2, 20, "durable", "tiny")
+    metrics.log_start(1, 3, 20, "durable", "tiny", 9, 8)
     metrics.log_step(21, 5.123456, 12345.678, 99.999, 0.0456)
     metrics.log_checkpoint(24, "fast", 0.01234, "committed")
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "HPTRAIN start rank=1 world=2 step=20 resumed_from=durable preset=tiny",
+        "HPTRAIN start rank=1 world=3 step=20 resumed_from=durable preset=tiny "
+        "global_batch=9 preset_batch=8",
         "HPTRAIN step=21 loss=5.1235 tokens_per_s=12345.7 samples_per_s=100.00 step_time_s=0.046",
         "HPTRAIN checkpoint step=24 tier=fast blocking_s=0.012 status=committed",
     ]
@@ -40,7 +41,15 @@ def test_log_line_formats(capsys: pytest.CaptureFixture[str]) -> None:
         for p, line in zip((loglines.START, loglines.STEP, loglines.CHECKPOINT), lines, strict=True)
     )
     assert start == [
-        {"rank": "1", "world": "2", "step": "20", "resumed": "durable", "preset": "tiny"}
+        {
+            "rank": "1",
+            "world": "3",
+            "step": "20",
+            "resumed": "durable",
+            "preset": "tiny",
+            "batch": "9",
+            "preset_batch": "8",
+        }
     ]
     assert step == [
         {"step": "21", "loss": "5.1235", "tps": "12345.7", "sps": "100.00", "dt": "0.046"}
