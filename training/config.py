@@ -549,7 +549,9 @@ def _llama_gpu(
                     storage=AUTO_STORAGE,
                     per_node=True,
                 ),
-                TierConfig(DURABLE, dir="/fsx/checkpoints", interval=500, keep=3),
+                # <out>/ckpt/durable: the run directory is on FSx in a job, and a shared root
+                # would mix every run's checkpoints (rendered jobs name the team's directory).
+                TierConfig(DURABLE, interval=500, keep=3),
             )
         ),
         fault=FaultConfig(watchdog_s=900.0, sigterm_grace_s=120.0),
