@@ -16,6 +16,7 @@ the add-on table (`config.addons`) and the vendored manifests
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,9 +239,11 @@ def pod_requests(pod_spec: dict[str, Any]) -> tuple[int, int]:
     return cpu, memory
 
 
+@functools.cache
 def vendored_daemonsets(manifest_dir: Path = MANIFEST_DIR) -> tuple[PodRequests, ...]:
     """Every DaemonSet of the vendored manifests with its requests; KeyError for one whose
-    placement `VENDORED_PLACEMENT` does not know (a new DaemonSet needs its rule)."""
+    placement `VENDORED_PLACEMENT` does not know (a new DaemonSet needs its rule). Read once
+    per process: every node model of every group and job asks for them."""
     found = []
     for path in sorted(manifest_dir.glob("*.yaml")):
         with path.open(encoding="utf-8") as handle:
