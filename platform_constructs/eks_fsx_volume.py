@@ -2,20 +2,18 @@
 
 A PersistentVolume binds to exactly one PersistentVolumeClaim, and a claim lives in one
 namespace. Each namespace that mounts the file system therefore gets its own PV (same
-file system: same volumeAttributes) bound to a claim named `fsx-claim`, so a job spec mounts
-`fsx-claim` whatever team namespace it runs in. `default` gets one here; a team namespace
-(e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's compute quota)
-gets one through `add_namespace`, called after the namespace exists.
+file system: same volumeHandle and attributes) bound to a claim named `fsx-claim`, so a job
+spec mounts `fsx-claim` whatever team namespace it runs in. `default` gets one here; a team
+namespace (e.g. hyperpod-ns-<team>, which HyperPod task governance creates for a team's
+compute quota) gets one through `add_namespace`, called after the namespace exists.
 
-Each PV's volumeHandle is the file system ID with its namespace appended. The kubelet keys a
-CSI volume by driver and handle, so PVs sharing a handle can leave a pod that uses two of them
-on one node in ContainerCreating (kubernetes/kubernetes#132921). The FSx CSI driver reads the
-handle nowhere that matters for a static PV: NodePublishVolume only requires it non-empty and
-uses it in its in-flight key, mounting `<dnsname>@tcp:/<mountname>` from volumeAttributes
-(kubernetes-sigs/aws-fsx-csi-driver, pkg/driver/node.go); it has no ControllerPublishVolume
-(attachRequired: false); DeleteVolume and ControllerExpandVolume, which do take the handle as a
-file system ID (pkg/driver/controller.go), never run for a Retain PV whose claim cannot be
-resized.
+Every PV's volumeHandle is the file system ID. Two volumes with one handle hang a pod in
+ContainerCreating only when that one pod mounts both (kubernetes/kubernetes#132921: the
+kubelet keys a CSI volume by driver and handle); a namespace has exactly one FSx claim and a
+pod mounts only claims of its own namespace, so no pod here can (tests/stacks/
+test_job_contract.py holds both). Pods of different namespaces on one node are distinct
+mounts. A PV's source is immutable once created, so a new handle on the PVs that deployed
+clusters already have would fail every update of these stacks.
 
 Only the PV carries the file system's real capacity. The claim requests a fixed nominal
 size: a statically bound claim (`storageClassName: ""`) cannot be resized, so a request
@@ -50,17 +48,8 @@ class LustreFileSystem:
     capacity_gib: int
 
 
-# Between the file system ID and the namespace in a volumeHandle (see the module docstring).
-HANDLE_SEPARATOR = "::"
-
-
 def persistent_volume_name(namespace: str) -> str:
     return f"fsx-{namespace}"
-
-
-def volume_handle(file_system_id: str, namespace: str) -> str:
-    """The volumeHandle of `namespace`'s PV: distinct per namespace, same file system."""
-    return f"{file_system_id}{HANDLE_SEPARATOR}{namespace}"
 
 
 class FsxStaticVolume(Construct):
@@ -119,7 +108,7 @@ class FsxStaticVolume(Construct):
                 "mountOptions": ["flock"],
                 "csi": {
                     "driver": CSI_DRIVER,
-                    "volumeHandle": volume_handle(self._file_system.file_system_id, namespace),
+                    "volumeHandle": self._file_system.file_system_id,
                     "volumeAttributes": {
                         "dnsname": self._file_system.dns_name,
                         "mountname": self._file_system.mount_name,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from config.kubernetes import DEFAULT_NAMESPACE, FSX_CLAIM_NAME
-from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem, volume_handle
+from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from tests.support import bare_stack, imported_cluster, only, resources_of, template_of
 
 FILE_SYSTEM_ID = "fs-0123456789abcdef0"
@@ -79,14 +79,7 @@ def test_team_namespace_gets_its_own_volume_and_fsx_claim():
     assert (
         volumes["default"]["metadata"]["name"] != volumes["hyperpod-ns-team-a"]["metadata"]["name"]
     )
-    # One file system, a handle of its own per namespace (kubernetes/kubernetes#132921).
-    assert {ns: v["spec"]["csi"]["volumeHandle"] for ns, v in volumes.items()} == {
-        ns: volume_handle(FILE_SYSTEM_ID, ns) for ns in volumes
-    }
-    assert len({v["spec"]["csi"]["volumeHandle"] for v in volumes.values()}) == 2
-    assert {v["spec"]["csi"]["volumeAttributes"]["mountname"] for v in volumes.values()} == {
-        "abcdefgh"
-    }
+    assert {v["spec"]["csi"]["volumeHandle"] for v in volumes.values()} == {FILE_SYSTEM_ID}
     import kubernetes_validate
 
     for objects in by_namespace.values():

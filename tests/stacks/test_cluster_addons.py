@@ -10,7 +10,6 @@ import pytest
 
 from config.addons import ADDONS, FSX_CSI_DRIVER, TRAINING_OPERATOR
 from config.kubernetes import DEFAULT_NAMESPACE, FSX_CLAIM_NAME
-from platform_constructs.eks_fsx_volume import HANDLE_SEPARATOR
 from tests.support import SYNTH_GROUP, SynthResult
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -202,9 +201,7 @@ def test_static_persistent_volume_points_at_the_file_system(env):
     (volume,) = [o for o in objects if o["kind"] == "PersistentVolume"]
     spec = volume["spec"]
     assert spec["csi"]["driver"] == "fsx.csi.aws.com"
-    file_system_id, namespace = spec["csi"]["volumeHandle"].split(HANDLE_SEPARATOR)
-    assert tokens[file_system_id] == stack.resolve(file_system.file_system_id)
-    assert namespace == DEFAULT_NAMESPACE
+    assert tokens[spec["csi"]["volumeHandle"]] == stack.resolve(file_system.file_system_id)
     # dnsname is an attribute of the file system (it may render as several parts).
     assert tokens[spec["csi"]["volumeAttributes"]["mountname"]] == stack.resolve(
         file_system.mount_name

@@ -69,7 +69,6 @@ from config.schema import EnvironmentConfig
 from config.teams import team_capacity
 from hpctl.job.environment import JobRequestError, spec_for_environment
 from hpctl.job.render import render_job
-from platform_constructs.eks_fsx_volume import HANDLE_SEPARATOR
 from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
 from tests.support import (
     SYNTH_GROUP,
@@ -102,9 +101,8 @@ class Platform:
     pod_identities: set[tuple[str, str]] = field(default_factory=set)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     file_system: Any = None
-    # PersistentVolume name -> its CSI volume handle: the (stack, value) its file system ID is
-    # exported from, and the text after that ID.
-    volume_handles: dict[str, tuple[tuple[str, Any], str]] = field(default_factory=dict)
+    # PersistentVolume name -> (stack, value) its CSI volume handle is exported from.
+    volume_handles: dict[str, tuple[str, Any]] = field(default_factory=dict)
     # The `scrape_configs` of every managed Prometheus collector (AWS::APS::Scraper).
     scrape_jobs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -127,9 +125,8 @@ def platform_of(result: SynthResult) -> Platform:
             key = (obj["kind"], meta.get("namespace"), meta["name"])
             platform.objects[key] = _with_tokens(obj, tokens)
             if obj["kind"] == "PersistentVolume":
-                handle = obj["spec"]["csi"]["volumeHandle"]
-                file_system, _, rest = handle.partition(HANDLE_SEPARATOR)
-                platform.volume_handles[meta["name"]] = (result.exported(tokens[file_system]), rest)
+                handle = platform.objects[key]["spec"]["csi"]["volumeHandle"]
+                platform.volume_handles[meta["name"]] = result.exported(handle)
         for resource in template["Resources"].values():
             props = resource.get("Properties", {})
             match resource["Type"]:
@@ -187,7 +184,7 @@ def _pod_problems(pod: dict[str, Any], namespace: str, platform: Platform) -> It
         pv = objects.get(("PersistentVolume", None, claim["spec"]["volumeName"]), {})
         if pv.get("spec", {}).get("claimRef") != {"namespace": namespace, "name": claim_name}:
             yield f"claim {claim_name!r} in {namespace} has no volume reserved for it"
-        elif platform.volume_handles.get(pv["metadata"]["name"], (None, ""))[0] != (
+        elif platform.volume_handles.get(pv["metadata"]["name"]) != (
             "storage",
             platform.file_system,
         ):
@@ -378,6 +375,24 @@ def test_every_rendered_job_names_only_what_the_platform_creates(env: SynthResul
     assert {where: found for where, found in problems.items() if found} == {}
 
 
+def test_no_pod_can_mount_two_volumes_of_one_handle(env: SynthResult):
+    """kubernetes/kubernetes#132921: a pod whose two volumes share a CSI handle never starts.
+    Every PV of the file system has its ID as handle, so each namespace holds exactly one FSx
+    claim (a pod mounts only its own namespace's claims) and every rendered job one claim."""
+    platform = platform_of(env)
+    claims: dict[str, list[str]] = {}
+    for (kind, namespace, name), obj in platform.objects.items():
+        if kind == "PersistentVolumeClaim" and obj["spec"].get("volumeName") in (
+            platform.volume_handles
+        ):
+            claims.setdefault(str(namespace), []).append(name)
+    assert claims and all(len(names) == 1 for names in claims.values()), claims
+    for where, job in rendered_jobs(env):
+        pod = job["spec"]["replicaSpecs"][0]["template"]["spec"]
+        mounted = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+        assert len(mounted) == 1, (where, mounted)
+
+
 # --------------------------------------------------------------------------- room on the node
 
 
@@ -560,14 +575,6 @@ JOB_VIOLATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "job label": (_plant_unlabelled_job, "training_job=''"),
     "metrics port": (_plant_other_metrics_port, "the trainer serves 9999"),
 }
-
-
-def test_every_persistent_volume_has_its_own_handle(env: SynthResult):
-    """The kubelet keys CSI volumes by driver and handle: PVs of one file system that share a
-    handle can hang a pod that mounts two of them (kubernetes/kubernetes#132921)."""
-    handles = platform_of(env).volume_handles
-    assert len(handles) > 1
-    assert len({repr(handle) for handle in handles.values()}) == len(handles), handles
 
 
 @pytest.mark.parametrize("violation", sorted(JOB_VIOLATIONS))
