@@ -11,9 +11,8 @@ sharing on) it may borrow idle capacity up to its borrow limit, in percent of th
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
@@ -50,14 +49,6 @@ TEAM_DIRECTORY_MODE: Final = 0o2770
 TEAMS_ROOT_MODE: Final = 0o755
 RUNS_SUBDIRECTORY: Final = "runs"
 CHECKPOINTS_SUBDIRECTORY: Final = "checkpoints"
-# Team groups: a hash of the team's name into [TEAM_GID_BASE, TEAM_GID_BASE + TEAM_GID_SPAN).
-# Derived from the name, not the team's position in the config, so adding or removing a team
-# never renumbers another team's group (its directories keep their owner), and `hpctl job
-# render` knows a team's group without the environment's config. The range starts above
-# system groups (< 1000), login users (1000-60000), the training image's 10001, nobody
-# (65534) and systemd's dynamic users (61184-65519), and stays well inside 32 bits.
-TEAM_GID_BASE: Final = 200_000
-TEAM_GID_SPAN: Final = 1_000_000
 # Borrow limit the service applies when a LendAndBorrow quota leaves it out (percent).
 SERVICE_DEFAULT_BORROW_LIMIT_PERCENT: Final = 50
 
@@ -70,27 +61,6 @@ def checkpoint_prefix(team: str) -> str:
 def managed_tier_prefix(team: str) -> str:
     """Where managed tiered checkpointing persists `team`'s checkpoints (its S3 tier)."""
     return f"{checkpoint_prefix(team)}managed-tier"
-
-
-def team_gid(team: str) -> int:
-    """The numeric group that owns `team`'s directories and that its pods carry."""
-    digest = hashlib.sha256(team.encode()).digest()
-    return TEAM_GID_BASE + int.from_bytes(digest[:8], "big") % TEAM_GID_SPAN
-
-
-def team_gids(teams: Iterable[str]) -> dict[str, int]:
-    """`team_gid` of each team; two teams that hash to one group would share directories,
-    so that is refused (rename one)."""
-    gids: dict[str, int] = {}
-    for team in teams:
-        gid = team_gid(team)
-        clash = [other for other, taken in gids.items() if taken == gid]
-        if clash:
-            raise ValueError(
-                f"teams {clash[0]} and {team} hash to the same group {gid}; rename one"
-            )
-        gids[team] = gid
-    return gids
 
 
 def team_directory(team: str) -> str:

@@ -21,6 +21,7 @@ from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
+from config.team_groups import team_gids
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
@@ -29,7 +30,6 @@ from config.teams import (
     checkpoint_prefix,
     managed_tier_prefix,
     team_directories,
-    team_gids,
 )
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,

@@ -27,6 +27,7 @@ from config.kubernetes import (
 from config.model import Strict
 from config.schema.base import unique
 from config.schema.hyperpod import InstanceGroupConfig
+from config.team_groups import team_gids
 
 # TeamName and PriorityClass.Name patterns of the two CloudFormation schemas.
 GOVERNANCE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9]){0,39}?$"
@@ -164,6 +165,8 @@ class GovernanceConfig(Strict):
     @classmethod
     def _unique_teams(cls, value: list[TeamConfig]) -> list[TeamConfig]:
         unique([t.name for t in value], "team")
+        # Two teams of one group would share their directories on the shared file system.
+        team_gids(t.name for t in value)
         return value
 
     def teams_by_name(self) -> list[TeamConfig]:

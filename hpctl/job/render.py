@@ -31,12 +31,12 @@ from config.kubernetes import (
     local_queue,
     priority_class,
 )
+from config.team_groups import team_gid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
     TRAINING_GID,
     TRAINING_UID,
-    team_gid,
 )
 from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import SHM_MOUNT, JobSpec

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from config.schema.governance import GOVERNANCE_REGIONS
+from config.team_groups import team_gid
 from tests.support import environment, environment_data, loaded_from, one_error_on
 
 
@@ -57,6 +58,20 @@ def test_team_names_are_unique():
         d["governance"]["teams"][1]["name"] = d["governance"]["teams"][0]["name"]
 
     assert "list each team once" in one_error_on("governance.teams", mutate, base="prod")
+
+
+def test_teams_of_one_group_are_refused_before_synth():
+    # Two names whose hashes fall on one group (found by search; team_gid is the rule).
+    first, second = "team-1152", "team-2081"
+    assert team_gid(first) == team_gid(second)
+
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["name"] = first
+        d["governance"]["teams"][1]["name"] = second
+
+    line = one_error_on("governance.teams", mutate, base="prod")
+    assert f"teams {first} and {second} hash to the same group" in line
+    assert "rename one" in line
 
 
 @pytest.mark.parametrize("name", ["Research", "team_a", "-research"])

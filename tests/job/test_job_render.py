@@ -11,7 +11,8 @@ import yaml
 
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from config.node_model import JobAllocation
-from config.teams import TRAINING_GID, TRAINING_UID, team_gid
+from config.team_groups import team_gid
+from config.teams import TRAINING_GID, TRAINING_UID
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from training.config import TierConfig

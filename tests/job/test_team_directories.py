@@ -18,15 +18,12 @@ from typing import Any
 import pytest
 
 from config.kubernetes import FSX_MOUNT
+from config.team_groups import TEAM_GID_BASE, TEAM_GID_SPAN, team_gid, team_gids
 from config.teams import (
-    TEAM_GID_BASE,
-    TEAM_GID_SPAN,
     TRAINING_GID,
     TRAINING_UID,
     team_checkpoints_directory,
     team_directory,
-    team_gid,
-    team_gids,
     team_runs_directory,
 )
 from hpctl.job.render import render_job
@@ -239,6 +236,6 @@ def test_team_groups_are_stable_and_clear_of_the_image_and_system_groups() -> No
 
 
 def test_teams_that_hash_to_one_group_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("config.teams.team_gid", lambda team: TEAM_GID_BASE)
+    monkeypatch.setattr("config.team_groups.team_gid", lambda team: TEAM_GID_BASE)
     with pytest.raises(ValueError, match="teams a and b hash to the same group"):
         team_gids(["a", "b"])

@@ -9,12 +9,12 @@ import pytest
 from config.addons import ADDONS, TASK_GOVERNANCE
 from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
+from config.team_groups import team_gid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
     managed_tier_prefix,
     team_directories,
-    team_gid,
 )
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
