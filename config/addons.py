@@ -85,33 +85,45 @@ class Addon:
 # a default. Nothing else departs from the add-on defaults, which is what HyperPod expects.
 VPC_CNI_CONFIGURATION: Mapping[str, Any] = {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
 
+# The add-ons' names, for the table below and the code that refers to one (kube-proxy's build
+# must match the cluster's minor; the node model counts their pods).
+VPC_CNI = "vpc-cni"
+KUBE_PROXY = "kube-proxy"
+POD_IDENTITY_AGENT = "eks-pod-identity-agent"
+COREDNS = "coredns"
+CERT_MANAGER = "cert-manager"
+FSX_CSI_DRIVER = "aws-fsx-csi-driver"
+TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
+TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
+OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"
+
 # Minimums: vpc-cni 1.18.3 is the documented HyperPod minimum; the others are the oldest
 # versions this project tested. Service accounts are the ones AWS documents per add-on.
 _TABLE = (
     # The EKS User Guide's latest build for Kubernetes 1.29-1.35.
     Addon(
-        name="vpc-cni",
+        name=VPC_CNI,
         version="v1.21.1-eksbuild.7",
         minimum=(1, 18, 3),
         stack="eks",
         configuration=VPC_CNI_CONFIGURATION,
     ),
     # Built per Kubernetes minor: must match the cluster's (the schema checks it).
-    Addon(name="kube-proxy", version="v1.35.3-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
+    Addon(name=KUBE_PROXY, version="v1.35.3-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
     # EKS's default build for Kubernetes 1.35 (describe-addon-versions, 2026-10), also pinned
     # beside 1.35 in awslabs/global-capacity-orchestrator-on-aws (gco/stacks/constants.py).
     Addon(
-        name="eks-pod-identity-agent",
+        name=POD_IDENTITY_AGENT,
         version="v1.3.10-eksbuild.3",
         minimum=(1, 3, 0),
         stack="eks",
     ),
     # The EKS User Guide's latest build for Kubernetes 1.33, 1.34 and 1.35 alike.
-    Addon(name="coredns", version="v1.13.2-eksbuild.4", minimum=(1, 11, 1), stack="eks"),
+    Addon(name=COREDNS, version="v1.13.2-eksbuild.4", minimum=(1, 11, 1), stack="eks"),
     # The build AWS's references install (awslabs/awsome-distributed-training hyperpod-eks-tf
     # modules/hyperpod_cluster/variables.tf; aws/sagemaker-hyperpod-cli helm_to_addon.sh).
     Addon(
-        name="cert-manager",
+        name=CERT_MANAGER,
         version="v1.18.2-eksbuild.2",
         minimum=(1, 16, 0),
         stack="cluster-addons",
@@ -119,7 +131,7 @@ _TABLE = (
     # Pinned beside Kubernetes 1.35 in awslabs/global-capacity-orchestrator-on-aws
     # (gco/stacks/constants.py); v1.6.0 predates 1.35.
     Addon(
-        name="aws-fsx-csi-driver",
+        name=FSX_CSI_DRIVER,
         version="v1.8.0-eksbuild.2",
         minimum=(1, 2, 0),
         stack="cluster-addons",
@@ -128,7 +140,7 @@ _TABLE = (
     # v1.2.1 is the default build for Kubernetes 1.28-1.35 (awslabs/awsome-distributed-
     # training, hyperpod-eks-tf modules/hyperpod_training_operator/main.tf, 2026-05).
     Addon(
-        name="amazon-sagemaker-hyperpod-training-operator",
+        name=TRAINING_OPERATOR,
         version="v1.2.1-eksbuild.1",
         minimum=(1, 0, 0),
         stack="cluster-addons",
@@ -136,12 +148,12 @@ _TABLE = (
             namespace="aws-hyperpod", name="hp-training-operator-controller-manager"
         ),
         # The operator's webhooks take their certificates from cert-manager.
-        after=("cert-manager",),
+        after=(CERT_MANAGER,),
     ),
     # Installs Kueue and turns the scheduler config and compute quotas into Kueue queues
     # and priority classes (HyperPod task governance setup guide); calls no AWS API itself.
     Addon(
-        name="amazon-sagemaker-hyperpod-taskgovernance",
+        name=TASK_GOVERNANCE,
         version="v1.6.0-eksbuild.1",
         minimum=(1, 5, 0),
         stack="governance",
@@ -151,7 +163,7 @@ _TABLE = (
     # identity agent (HyperPod observability add-on setup guide). v1.0.5 is the first
     # build that tolerates restricted nodes (the add-on's troubleshooting guide).
     Addon(
-        name="amazon-sagemaker-hyperpod-observability",
+        name=OBSERVABILITY,
         version="v1.0.5-eksbuild.1",
         minimum=(1, 0, 5),
         stack="observability",
@@ -163,14 +175,6 @@ _TABLE = (
 )
 
 ADDONS: Mapping[str, Addon] = MappingProxyType({addon.name: addon for addon in _TABLE})
-
-# Add-ons other code refers to by name (kube-proxy's build must match the cluster's minor).
-KUBE_PROXY = "kube-proxy"
-COREDNS = "coredns"
-FSX_CSI_DRIVER = "aws-fsx-csi-driver"
-TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
-TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
-OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"
 
 
 class AddonVersions(Protocol):

@@ -26,12 +26,15 @@ import yaml
 
 from config.addons import (
     ADDONS,
+    CERT_MANAGER,
     COREDNS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
     OBSERVABILITY,
+    POD_IDENTITY_AGENT,
     TASK_GOVERNANCE,
     TRAINING_OPERATOR,
+    VPC_CNI,
 )
 from config.instance_types import InstanceType, lookup
 
@@ -127,7 +130,7 @@ ADDON_DAEMONSETS: tuple[PodRequests, ...] = (
         name="aws-node",
         cpu_millicores=50,
         memory_mib=0,
-        addon="vpc-cni",
+        addon=VPC_CNI,
         source="amazon-vpc-cni-k8s chart values: aws-node requests cpu 25m (+25m node agent)",
     ),
     PodRequests(
@@ -141,7 +144,7 @@ ADDON_DAEMONSETS: tuple[PodRequests, ...] = (
         name="eks-pod-identity-agent",
         cpu_millicores=0,
         memory_mib=0,
-        addon="eks-pod-identity-agent",
+        addon=POD_IDENTITY_AGENT,
         source="aws/eks-pod-identity-agent charts values.yaml: resources {}",
     ),
     # fsx-plugin 10m/40Mi, node-driver-registrar 10m/32Mi, liveness-probe 10m/32Mi.
@@ -187,7 +190,7 @@ SYSTEM_PODS: tuple[PodRequests, ...] = (
         cpu_millicores=0,
         memory_mib=0,
         replicas=3,  # controller, cainjector, webhook
-        addon="cert-manager",
+        addon=CERT_MANAGER,
         source="cert-manager chart values: resources {} for all three",
     ),
     PodRequests(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.instance_types import lookup
 from config.node_model import (
     EVICTION_HARD_MEMORY_MIB,
     SYSTEM_RESERVED_CPU_MILLICORES,
@@ -77,6 +78,12 @@ def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
             }
             for p in system_pods(config)
         ],
+        # The groups the system pods run on; none: they share the accelerated nodes.
+        "system_groups": [
+            g.name
+            for g in config.hyperpod.instance_groups
+            if not lookup(g.instance_type).has_accelerators
+        ],
         "system_pods_fit": None if problem is None else f"{problem[0]}: {problem[1]}",
     }
 
@@ -137,7 +144,13 @@ def format_report(report: dict[str, Any]) -> str:
         ],
     )  # fmt: skip
     fit = report["system_pods_fit"]
-    lines += ["", "System pods fit: yes" if fit is None else f"System pods do not fit: {fit}"]
+    if fit is not None:
+        verdict = f"System pods do not fit: {fit}"
+    elif report["system_groups"]:
+        verdict = f"System pods fit on {', '.join(report['system_groups'])}: yes"
+    else:
+        verdict = "No group without accelerators: system pods share the accelerated nodes"
+    lines += ["", verdict]
     return "\n".join(lines) + "\n"
 
 

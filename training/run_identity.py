@@ -50,7 +50,7 @@ class RunIdentity:
     def of(cls, cfg: JobConfig, world_size: int) -> RunIdentity:
         config = cfg.to_dict()
         # How the run is operated, not what it trains (and per node: each node of a job may
-        # have its own fast_dir).
+        # have its own directory of every per-node tier).
         for section in ("preset", *OPERATIONAL):
             config.pop(section, None)
         return cls(cfg.preset, world_size, config)

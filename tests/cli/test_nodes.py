@@ -7,8 +7,10 @@ import json
 
 from hpctl.errors import ExitCode
 from hpctl.job.render import render_job
+from hpctl.nodes import format_report, nodes_report
 from tests.cli.conftest import expect_failure, hpctl
 from tests.job.conftest import env_spec
+from tests.support import variant_of
 
 PREFIX = "hpctl nodes: "
 
@@ -58,7 +60,20 @@ def test_dev_text_names_every_column_and_the_system_fit() -> None:
     system = next(line for line in lines if line.startswith("system "))  # the first table
     # dev's m5.xlarge with one thread per core: 2 CPUs, 70m kube-reserved.
     assert system.split()[2:6] == ["4", "1", "2", "0.07"]
-    assert lines[-1] == "System pods fit: yes"
+    assert lines[-1] == "System pods fit on system: yes"
+
+
+def test_without_a_system_group_the_report_says_where_system_pods_run() -> None:
+    report = nodes_report(variant_of("dev", _accelerated_only).config)
+    assert report["system_groups"] == []
+    assert format_report(report).splitlines()[-1] == (
+        "No group without accelerators: system pods share the accelerated nodes"
+    )
+
+
+def _accelerated_only(data: dict) -> None:
+    groups = data["hyperpod"]["instance_groups"]
+    data["hyperpod"]["instance_groups"] = [g for g in groups if g["name"] != "system"]
 
 
 def test_unknown_environment_is_one_usage_line() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from config.addons import ADDONS
 from config.instance_types import lookup
 from config.node_model import (
     ADDON_DAEMONSETS,
@@ -136,3 +137,27 @@ def test_system_pods_that_outgrow_the_system_nodes_are_named() -> None:
     assert field == "hyperpod.instance_groups[1].instance_type"
     assert "big-controller" in message
     assert "ml.m5.xlarge" in message
+
+
+def test_every_counted_pod_belongs_to_an_add_on_of_the_table() -> None:
+    # A renamed row would silently drop its pods from every node model.
+    assert {p.addon for p in (*ADDON_DAEMONSETS, *SYSTEM_PODS)} <= set(ADDONS)
+
+
+@pytest.mark.parametrize(
+    ("env", "group", "cpu_millicores", "memory_mib", "kube_reserved"),
+    [
+        # 96 CPUs (192 vCPUs, one thread per core) - 310m kube-reserved - 990m DaemonSets
+        # - 1040m system pods; 2048 GiB less 7.5%, 1355 MiB kube-reserved, 100 MiB eviction,
+        # 20% tiered storage, 1148 MiB DaemonSets, 1500 MiB system pods.
+        ("prod", "gpu-p5", 93_660, 1_516_332, (310, 1_355)),
+        ("dev", "gpu-g5", 21_840, 170_752, (130, 8_362)),
+    ],
+)
+def test_the_job_figures_of_the_shipped_groups(
+    env: str, group: str, cpu_millicores: int, memory_mib: int, kube_reserved: tuple[int, int]
+) -> None:
+    # Absolute figures, so a wrong constant anywhere in the model fails here.
+    model = group_model(environment(env).config, group)
+    assert (model.job.cpu_millicores, model.job.memory_mib) == (cpu_millicores, memory_mib)
+    assert (model.kube_reserved_cpu_millicores, model.kube_reserved_memory_mib) == kube_reserved

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from config.kubernetes import METRICS_PORT
+from config.teams import TRAINING_GID, TRAINING_UID
 from hpctl.job.render import AGENT_PORT, TRAINER_MODULE
 from tools import REPO, TRAINING_DIR, torch_source
 
@@ -209,6 +210,8 @@ def test_runs_as_numeric_non_root_user(dockerfile) -> None:
     user = _args(dockerfile, "USER")[-1]
     uid = user.split(":", 1)[0]
     assert uid.isdigit() and int(uid) != 0, user
+    # The user and group rendered pods name, and the team directories are made for.
+    assert user == f"{TRAINING_UID}:{TRAINING_GID}"
     # Nothing runs after the switch that would need root.
     last_user = max(i for i, (key, _) in enumerate(dockerfile) if key == "USER")
     assert not [key for key, _ in dockerfile[last_user:] if key in ("RUN", "COPY", "ADD")]

@@ -67,7 +67,7 @@ from config.node_model import (
 )
 from config.schema import EnvironmentConfig
 from config.teams import team_capacity
-from hpctl.job.environment import JobRequestError, spec_for_environment
+from hpctl.job.environment import spec_for_environment
 from hpctl.job.render import render_job
 from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
 from tests.support import (
@@ -456,8 +456,8 @@ def fit_problems(
 
 
 def sized_jobs(result: SynthResult) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(description, manifest) for every team x usable accelerated group x node count the
-    renderer accepts (1 up to the team's largest job there)."""
+    """(description, manifest) for every team x usable accelerated group x node count from 1
+    up to the team's largest job there: the renderer accepts every one (a refusal fails)."""
     config = result.config
     governance = config.governance
     assert governance is not None
@@ -466,17 +466,14 @@ def sized_jobs(result: SynthResult) -> Iterator[tuple[str, dict[str, Any]]]:
             if not INSTANCE_TYPES[capacity.instance_type].has_accelerators:
                 continue
             for nodes in range(1, capacity.max_job_nodes + 1):
-                try:
-                    spec = spec_for_environment(
-                        config,
-                        team=team.name,
-                        instance_group=capacity.instance_group,
-                        nodes=nodes,
-                        image=IMAGE,
-                        clock=lambda: datetime(2026, 11, 23, tzinfo=UTC),
-                    )
-                except JobRequestError:
-                    continue  # a count the preset cannot split: the renderer refuses it
+                spec = spec_for_environment(
+                    config,
+                    team=team.name,
+                    instance_group=capacity.instance_group,
+                    nodes=nodes,
+                    image=IMAGE,
+                    clock=lambda: datetime(2026, 11, 23, tzinfo=UTC),
+                )
                 yield f"{team.name} on {capacity.instance_group} x{nodes}", render_job(spec)
 
 

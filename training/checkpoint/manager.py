@@ -223,8 +223,6 @@ class CheckpointManager:
             for key, obj in self.app_state.items()
         }
 
-    # ---- schedule -------------------------------------------------------------------------
-
     def has_committed(self, step: int) -> bool:
         return step in self.last_committed_step.values()
 
