@@ -42,7 +42,6 @@ from config.teams import (
 from training.config import (
     AUTO_STORAGE,
     DURABLE,
-    FAST,
     LOCAL_STORAGE,
     MANAGED_STORAGE,
     PRESETS,
@@ -400,18 +399,17 @@ class JobSpec(BaseModel):
 
 
 def default_tier_dir(tier: TierConfig, team: str, job_name: str) -> str:
-    """A tier's directory when the job names none: per-node tiers in pod memory, shared tiers
-    on FSx in the team's checkpoint directory, under the job's name."""
+    """A tier's directory when the job names none: a per-node tier in pod memory (the
+    preset's own directory when it names one there, else one per tier), a shared tier on FSx
+    in the team's checkpoint directory, under the job's name."""
     if tier.per_node:
-        root, kept = f"{SHM_MOUNT}/hptrain-ckpt", FAST
-    else:
-        root, kept = f"{team_checkpoints_directory(team)}/{job_name}", DURABLE
-    # A job resubmitted under the same name finds its checkpoints: the fast and durable
-    # tiers keep these roots; any other tier gets its own root beside them (a suffix, never
-    # a directory inside another tier's root). The durable root moved into the team's
-    # directory (from /fsx/checkpoints/<job>, which no job can write): a job resubmitted
-    # across that change starts from step 0.
-    return root if tier.name == kept else f"{root}-{tier.name}"
+        return tier.dir if _under(tier.dir, SHM_MOUNT) else f"{SHM_MOUNT}/hptrain-ckpt-{tier.name}"
+    root = f"{team_checkpoints_directory(team)}/{job_name}"
+    # A job resubmitted under the same name finds its durable checkpoints there; any other
+    # shared tier gets its own root beside it (a suffix, never inside another tier's root).
+    # The durable root moved into the team's directory (from /fsx/checkpoints/<job>, which
+    # no job can write): a job resubmitted across that change starts from step 0.
+    return root if tier.name == DURABLE else f"{root}-{tier.name}"
 
 
 def _check_tier_names(names: Iterable[str], preset: str, checkpoint: CheckpointConfig) -> None:

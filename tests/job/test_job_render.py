@@ -260,7 +260,7 @@ def test_a_tier_added_to_the_trainer_config_is_rendered_and_accepted(
     start = args.index(nearline[1]) - 1
     assert args[start : start + len(nearline)] == nearline
     # Between the fast and durable tiers' arguments, as in the preset.
-    assert args.index("checkpoint.fast_dir=/dev/shm/hptrain-ckpt") < start
+    assert args.index("checkpoint.fast_dir=/dev/shm/hptrain-ckpt-fast") < start
     assert start < args.index("checkpoint.durable_dir=/fsx/teams/research/checkpoints/llama-8b")
     config, _, _ = parse_args([a.replace("$(HPTRAIN_MANAGED_S3_PATH)", "s3://b/m") for a in args])
     assert [tier.name for tier in config.checkpoint.tiers] == ["fast", "nearline", "durable"]

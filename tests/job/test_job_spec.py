@@ -239,9 +239,11 @@ def test_unknown_tier_names_are_one_error_naming_the_presets_tiers(
 @pytest.mark.parametrize(
     ("tier", "expected"),
     [
-        # The fast tier's path jobs have always used, the durable tier's in the team's
-        # checkpoints: a resubmitted job finds its checkpoints.
-        (TierConfig(FAST, per_node=True), "/dev/shm/hptrain-ckpt"),
+        # A per-node tier: the preset's own directory in pod memory, else one per tier.
+        (TierConfig(FAST, dir="/dev/shm/hptrain-ckpt", per_node=True), "/dev/shm/hptrain-ckpt"),
+        (TierConfig(FAST, dir="/fsx/x", per_node=True), "/dev/shm/hptrain-ckpt-fast"),
+        (TierConfig(FAST, per_node=True), "/dev/shm/hptrain-ckpt-fast"),
+        # The durable tier in the team's checkpoints: a resubmitted job finds its checkpoints.
         (TierConfig(DURABLE), "/fsx/teams/t/checkpoints/run-1"),
         # Any other tier: beside them, never inside another tier's root.
         (TierConfig("nvme", per_node=True), "/dev/shm/hptrain-ckpt-nvme"),
