@@ -4,12 +4,13 @@
 # every new node from the downloaded lifecycle prefix.
 #
 # Reads lifecycle_config.json next to this file, then:
-#   1. nvme       - wait for the data volume HyperPod mounts at /opt/sagemaker
-#                   (fatal on a GPU node without the NVMe instance store)
-#   2. containerd - containerd data root on the data volume
-#   3. kubelet    - /var/lib/kubelet bind-mounted from the data volume
-#   4. lustre     - Lustre client modules, LNet over EFA, lctl tunables
-#                   (best effort: a failure is logged, the node still joins)
+#   1. data_volume - where containerd and kubelet go: the EBS volume at
+#                    /opt/sagemaker, else the instance store at /opt/dlami/nvme,
+#                    else the root volume (no layout fails the node)
+#   2. containerd  - containerd data root on the data volume
+#   3. kubelet     - /var/lib/kubelet bind-mounted from the data volume
+#   4. lustre      - Lustre client modules, LNet over EFA, lctl tunables
+#                    (best effort: a failure is logged, the node still joins)
 # Safe to run again: every step checks before it changes anything.
 # Downloads nothing; everything it needs is on the HyperPod AMI.
 #
@@ -27,8 +28,8 @@ if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 LIFECYCLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib/common.sh
 source "$LIFECYCLE_DIR/lib/common.sh"
-# shellcheck source=steps/nvme.sh
-source "$LIFECYCLE_DIR/steps/nvme.sh"
+# shellcheck source=steps/data_volume.sh
+source "$LIFECYCLE_DIR/steps/data_volume.sh"
 # shellcheck source=steps/containerd.sh
 source "$LIFECYCLE_DIR/steps/containerd.sh"
 # shellcheck source=steps/kubelet.sh
@@ -56,12 +57,13 @@ main() {
   begin_step main
   log_info "[start] on_create.sh"
   load_config "$LIFECYCLE_DIR/lifecycle_config.json"
-  log_info "config: nvme_mount_point=$CFG_NVME_MOUNT_POINT containerd_on_nvme=$CFG_CONTAINERD_ON_NVME" \
-    "kubelet_on_nvme=$CFG_KUBELET_ON_NVME require_nvme=$CFG_REQUIRE_NVME" \
-    "require_nvme_on_gpu=$CFG_REQUIRE_NVME_ON_GPU lustre_enabled=$CFG_LUSTRE_ENABLED" \
+  log_info "config: ebs_volume_mount_point=$CFG_EBS_VOLUME_MOUNT_POINT" \
+    "instance_store_mount_point=$CFG_INSTANCE_STORE_MOUNT_POINT" \
+    "containerd_on_data_volume=$CFG_CONTAINERD_ON_DATA_VOLUME" \
+    "kubelet_on_data_volume=$CFG_KUBELET_ON_DATA_VOLUME lustre_enabled=$CFG_LUSTRE_ENABLED" \
     "fsx_efa_enabled=$CFG_FSX_EFA_ENABLED"
 
-  step_nvme
+  step_data_volume
   step_containerd
   step_kubelet
   run_best_effort lustre step_lustre \

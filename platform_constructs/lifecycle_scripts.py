@@ -37,19 +37,11 @@ class LifecycleSettings:
     default.
     """
 
-    # Where HyperPod mounts a node's local storage at boot: the NVMe instance-store disks
-    # (LVM volume group vg.01) and the group's secondary EBS volume. The AWS sample lifecycle
-    # scripts for HyperPod EKS key on the same path.
-    nvme_mount_point: str = "/opt/sagemaker"
-    # Image layers and pod scratch space go to the large, fast local storage.
-    containerd_on_nvme: bool = True
-    kubelet_on_nvme: bool = True
-    # A node with NVIDIA GPUs (found on its PCI bus) fails on_create when the instance store
-    # is missing or not behind the mount: its images and pod data do not fit the root volume.
-    require_nvme_on_gpu: bool = True
-    # Other groups may lack both instance store and secondary EBS volume: they fall back to
-    # the root volume instead of failing.
-    require_nvme: bool = False
+    # Image layers and pod data leave the root volume for the node's data volume: the group's
+    # EBS volume when mounted, else the instance store, else they stay (lifecycle/README.md).
+    # The mount points keep the scripts' defaults, the paths HyperPod and its AMI use.
+    containerd_on_data_volume: bool = True
+    kubelet_on_data_volume: bool = True
     # Every environment mounts FSx for Lustre, so the client is always configured. Best
     # effort on the node: a failure is logged and the node joins without the client.
     lustre_enabled: bool = True

@@ -269,7 +269,14 @@ class InstanceGroupConfig(Strict):
     count: int = Field(ge=0, le=6758)
     min_count: int | None = Field(default=None, ge=0)
     threads_per_core: Literal[1, 2] = 1
-    ebs_volume_gib: int = Field(default=500, ge=1, le=16384)
+    ebs_volume_gib: int = Field(
+        default=500,
+        ge=1,
+        le=16384,
+        description="The group's extra EBS volume, which HyperPod mounts at /opt/sagemaker; "
+        "the lifecycle scripts put containerd's images and kubelet's data there "
+        "(lifecycle/README.md).",
+    )
     deep_health_checks: list[Literal["InstanceStress", "InstanceConnectivity"]] = Field(
         default_factory=list
     )

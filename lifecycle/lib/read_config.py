@@ -32,7 +32,17 @@ IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
 # Fields this reader no longer accepts, with what replaced them. Refused rather than
 # ignored: an old file must not silently lose its meaning.
+_DISK_LAYOUT = (
+    "HyperPod mounts the group's EBS volume at ebs_volume_mount_point and the instance store "
+    "is mounted at instance_store_mount_point; the scripts choose between them (README.md)"
+)
 REMOVED: dict[str, str] = {
+    "nvme_mount_point": f"removed: {_DISK_LAYOUT}",
+    "containerd_on_nvme": "renamed to containerd_on_data_volume",
+    "kubelet_on_nvme": "renamed to kubelet_on_data_volume",
+    "nvme_wait_seconds": "renamed to mount_wait_seconds",
+    "require_nvme": f"removed: no disk layout fails a node any more; {_DISK_LAYOUT}",
+    "require_nvme_on_gpu": f"removed: no disk layout fails a node any more; {_DISK_LAYOUT}",
     "log_dir": (
         "removed: HyperPod uploads only /var/log/provision/provisioning.log to CloudWatch, "
         "so the log always goes there"
@@ -156,13 +166,14 @@ def as_nids(field: str, value: object) -> list[str]:
 
 # field -> (required, default, checker). Defaults are documented in README.md.
 SCHEMA: dict[str, tuple[bool, Any, Callable[[str, Any], str | list[str]]]] = {
-    "nvme_mount_point": (True, None, as_path),
-    "containerd_on_nvme": (True, None, as_bool),
-    "kubelet_on_nvme": (True, None, as_bool),
+    "containerd_on_data_volume": (True, None, as_bool),
+    "kubelet_on_data_volume": (True, None, as_bool),
     "fsx_efa_enabled": (True, None, as_bool),
-    "require_nvme": (False, False, as_bool),
-    "require_nvme_on_gpu": (False, True, as_bool),
-    "nvme_wait_seconds": (False, 60, as_int(0, 3600)),
+    # API reference, ClusterEbsVolumeConfig: the group's EBS volume is "mounted to /opt/sagemaker".
+    "ebs_volume_mount_point": (False, "/opt/sagemaker", as_path),
+    # Where AWS's HyperPod lifecycle scripts find the instance store (README.md).
+    "instance_store_mount_point": (False, "/opt/dlami/nvme", as_path),
+    "mount_wait_seconds": (False, 60, as_int(0, 3600)),
     "lustre_enabled": (False, True, as_bool),
     "lustre_module_options": (False, {}, as_module_options),
     "lustre_tuning": (False, {}, as_tuning),

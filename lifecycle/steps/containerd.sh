@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Step: put containerd's data root on the data volume.
 #
-# The data root becomes <nvme_mount_point>/containerd/data-root. How the
+# The data root becomes <data volume>/containerd/data-root. How the
 # setting reaches containerd depends on the OS image (/etc/os-release), as in
 # the AWS sample lifecycle script for HyperPod EKS:
 #
@@ -65,16 +65,16 @@ detect_os_image() {
 
 step_containerd() {
   begin_step containerd
-  if [[ "$CFG_CONTAINERD_ON_NVME" != true ]]; then
-    log_info "containerd_on_nvme is false: containerd keeps its default root"
+  if [[ "$CFG_CONTAINERD_ON_DATA_VOLUME" != true ]]; then
+    log_info "containerd_on_data_volume is false: containerd keeps its default root"
     return 0
   fi
-  if ! nvme_available; then
+  if ! data_volume_chosen; then
     log_warn "no data volume: containerd keeps its default root"
     return 0
   fi
 
-  local data_root="$CFG_NVME_MOUNT_POINT/containerd/data-root" image file
+  local data_root="$DATA_VOLUME/containerd/data-root" image file
   detect_os_image
   image=$OS_IMAGE
   # (source, destination) pairs: the destination gets the source with the
@@ -136,9 +136,9 @@ ExecStart=
 ExecStart=$CONTAINERD_BINARY --config $CONTAINERD_OWN_CONFIG"
   fi
   write_file "$(sys_path "$CONTAINERD_DROPIN")" 0644 <<UNIT
-# Managed by the HyperPod lifecycle scripts: containerd data lives on $CFG_NVME_MOUNT_POINT.
+# Managed by the HyperPod lifecycle scripts: containerd data lives on $DATA_VOLUME.
 [Unit]
-RequiresMountsFor=$CFG_NVME_MOUNT_POINT$exec_start
+RequiresMountsFor=$DATA_VOLUME$exec_start
 UNIT
   if file_changed; then
     run systemctl daemon-reload

@@ -56,12 +56,11 @@ def test_nodes_read_only_the_lifecycle_prefix():
 
 
 def test_generated_config_uses_the_hyperpod_storage_layout_and_the_scripts_accept_it():
-    """HyperPod mounts a node's instance store (and secondary EBS volume) at /opt/sagemaker;
-    GPU nodes must have the instance store; the log goes to the one file HyperPod uploads."""
+    """containerd and kubelet go to the data volume, whose mount points are the scripts' own
+    defaults (the group's EBS volume at /opt/sagemaker, the instance store at
+    /opt/dlami/nvme); the log goes to the one file HyperPod uploads."""
     settings = LifecycleSettings(fsx_efa_enabled=False).as_json()
-    assert settings["nvme_mount_point"] == "/opt/sagemaker"
-    assert settings["require_nvme_on_gpu"] is True
-    assert settings["require_nvme"] is False
+    assert settings["containerd_on_data_volume"] is settings["kubelet_on_data_volume"] is True
     assert "log_dir" not in settings
     spec = importlib.util.spec_from_file_location(
         "read_config", LIFECYCLE_DIR / "lib/read_config.py"
@@ -71,5 +70,5 @@ def test_generated_config_uses_the_hyperpod_storage_layout_and_the_scripts_accep
     spec.loader.exec_module(reader)
     values, warnings = reader.parse(json.dumps(settings))
     assert warnings == []
-    assert values["nvme_mount_point"] == "/opt/sagemaker"
-    assert values["require_nvme_on_gpu"] == "true"
+    assert values["ebs_volume_mount_point"] == "/opt/sagemaker"
+    assert values["instance_store_mount_point"] == "/opt/dlami/nvme"

@@ -82,14 +82,12 @@ case "$name" in
     command -p cp "$@"; exit ;;
   mountpoint)
     grep -qxF -- "${@: -1}" "$STUB_STATE/mounts" || exit 32 ;;
-  findmnt)
-    printf '%s\n' "${STUB_FINDMNT_SOURCE:-}" ;;
   mount)
     if [[ "$1" == --bind ]]; then printf '%s\n' "$3" >>"$STUB_STATE/mounts"; fi ;;
   systemctl)
     if [[ "$1" == is-active && " ${STUB_ACTIVE_UNITS:-} " != *" ${@: -1} "* ]]; then exit 3; fi ;;
   lsblk)
-    if [[ "$1" == -s ]]; then printf '%s' "${STUB_LSBLK_UNDER:-}"; else printf '%s' "${STUB_LSBLK:-}"; fi ;;
+    printf '%s' "${STUB_LSBLK:-}" ;;
   ip)
     printf '%s\n' "${STUB_IP_ROUTE:-}" ;;
   lnetctl)
@@ -140,28 +138,20 @@ OS_RELEASE = {
 
 FSTAB = "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
 
-DATA_MOUNT = "/opt/sagemaker"
+# Where the group's EBS volume and the instance store are mounted (the scripts' defaults).
+EBS_MOUNT = "/opt/sagemaker"
+INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
 
 BASE_CONFIG = {
-    "nvme_mount_point": DATA_MOUNT,
-    "containerd_on_nvme": True,
-    "kubelet_on_nvme": True,
+    "containerd_on_data_volume": True,
+    "kubelet_on_data_volume": True,
     "fsx_efa_enabled": False,
-    "nvme_wait_seconds": 10,
+    "mount_wait_seconds": 10,
     "lustre_module_options": {"ptlrpc": "ptlrpcd_per_cpt_max=64"},
 }
 
 EBS_DISK = "Amazon Elastic Block Store\n"
 INSTANCE_STORE_DISK = "Amazon EC2 NVMe Instance Storage\n"
-# lsblk -d: the root volume and two instance-store disks (a GPU node).
-LSBLK_WITH_INSTANCE_STORE = EBS_DISK + INSTANCE_STORE_DISK * 2
-# lsblk -s on the mounted volume: the LVM volume and the disks under it.
-LV_SOURCE = "/dev/mapper/vg.01-lv_ephemeral"
-LSBLK_UNDER_INSTANCE_STORE = (
-    "vg.01-lv_ephemeral \n"
-    "nvme1n1 Amazon EC2 NVMe Instance Storage\n"
-    "nvme2n1 Amazon EC2 NVMe Instance Storage\n"
-)
 DEFAULT_ROUTE = "default via 10.1.0.1 dev ens5 proto dhcp src 10.1.0.10 metric 512"
 
 
@@ -206,9 +196,6 @@ class Sandbox:
             "STUB_CALLS": str(self.calls_file),
             "STUB_STATE": str(self.state),
             "STUB_ACTIVE_UNITS": "containerd kubelet",
-            "STUB_LSBLK": LSBLK_WITH_INSTANCE_STORE,
-            "STUB_LSBLK_UNDER": LSBLK_UNDER_INSTANCE_STORE,
-            "STUB_FINDMNT_SOURCE": LV_SOURCE,
             "STUB_IP_ROUTE": DEFAULT_ROUTE,
         }
         self._make_node()
@@ -226,8 +213,7 @@ class Sandbox:
             "/var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause", "pause"
         )
         self.write("/var/lib/kubelet/kubeconfig", "apiVersion: v1\n")
-        self.path(DATA_MOUNT).mkdir(parents=True)
-        self.set_nvme_mounted(True)
+        self.set_layout(ebs=True, instance_store=True)
         self.set_nvidia_gpus(2)
         self.set_efa_devices(4)
 
@@ -264,9 +250,23 @@ class Sandbox:
     def read(self, system_path: str) -> str:
         return self.path(system_path).read_text()
 
-    def set_nvme_mounted(self, mounted: bool):
-        mount_point = str(self.path(DATA_MOUNT))
-        (self.state / "mounts").write_text(mount_point + "\n" if mounted else "")
+    def set_layout(self, *, ebs: bool, instance_store: bool):
+        """The node's disks and mounts: the root volume, plus the group's EBS volume mounted
+        at EBS_MOUNT and/or two instance-store disks mounted at INSTANCE_STORE_MOUNT (a p5
+        with an EBS volume has both)."""
+        self.env["STUB_LSBLK"] = EBS_DISK * (2 if ebs else 1) + (
+            INSTANCE_STORE_DISK * 2 if instance_store else ""
+        )
+        self.set_mounted(
+            *([EBS_MOUNT] if ebs else []), *([INSTANCE_STORE_MOUNT] if instance_store else [])
+        )
+
+    def set_mounted(self, *mount_points: str):
+        """Exactly these system paths are mount points (their directories exist either way)."""
+        for mount_point in (EBS_MOUNT, INSTANCE_STORE_MOUNT):
+            self.path(mount_point).mkdir(parents=True, exist_ok=True)
+        lines = "".join(f"{self.path(m)}\n" for m in mount_points)
+        (self.state / "mounts").write_text(lines)
 
     def set_efa_devices(self, count: int):
         ib = self.path("/sys/class/infiniband")

@@ -15,14 +15,15 @@ import pytest
 
 from tests.lifecycle.conftest import (
     AL2_CONTAINERD_TOML,
-    EBS_DISK,
+    EBS_MOUNT,
+    INSTANCE_STORE_MOUNT,
     NODEADM_CONTAINERD_TOML,
 )
 
 LIFECYCLE_SRC = Path(__file__).resolve().parents[2] / "lifecycle"
 
 TIMESTAMPED = re.compile(
-    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[(INFO|WARN|ERROR)\] \[[a-z]+\] "
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[(INFO|WARN|ERROR)\] \[[a-z_]+\] "
 )
 KUBELET_FSTAB = (
     "/opt/sagemaker/kubelet /var/lib/kubelet none "
@@ -33,10 +34,6 @@ OWN_CONFIG = "/etc/containerd/hyperpod-lifecycle-config.toml"
 CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/50-lifecycle-storage.conf"
 KUBELET_DROPIN = "/etc/systemd/system/kubelet.service.d/50-lifecycle-storage.conf"
 AL2_TEMPLATE = "/etc/eks/containerd/containerd-config.toml"
-# A CPU node's disks: the root volume and the group's secondary EBS volume.
-LSBLK_EBS_ONLY = EBS_DISK * 2
-# What lsblk -s shows under /opt/sagemaker when it is the secondary EBS volume.
-LSBLK_UNDER_EBS = "nvme1n1 Amazon Elastic Block Store\n"
 
 
 def assert_no_network_tools(sandbox):
@@ -57,20 +54,13 @@ def containerd_root(sandbox, path):
     return tomllib.loads(sandbox.read(path))["root"]
 
 
-def cpu_node(sandbox, *, secondary_ebs=True):
-    """A CPU node: no GPU, no instance store; /opt/sagemaker is the group's secondary EBS
-    volume when it has one."""
-    sandbox.set_nvidia_gpus(0)
-    sandbox.env["STUB_LSBLK"] = LSBLK_EBS_ONLY if secondary_ebs else EBS_DISK
-    sandbox.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
-    sandbox.set_nvme_mounted(secondary_ebs)
-
-
 # --- success paths --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("image", ["al2023", "al2"])
-def test_gpu_node_puts_containerd_and_kubelet_on_the_instance_store(sandbox, image):
+def test_gpu_node_with_ebs_volume_and_instance_store_uses_the_ebs_volume(sandbox, image):
+    """The sandbox's default node: a GPU node (p5) with the group's EBS volume at
+    /opt/sagemaker and its instance store at /opt/dlami/nvme."""
     sandbox.set_os(image)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -119,8 +109,6 @@ def test_gpu_node_puts_containerd_and_kubelet_on_the_instance_store(sandbox, ima
 
     calls = sandbox.call_lines()
     data, kubelet = sandbox.path("/opt/sagemaker"), sandbox.path("/var/lib/kubelet")
-    # The instance store was checked to be what backs /opt/sagemaker.
-    assert "lsblk -s -n -o NAME,MODEL /dev/mapper/vg.01-lv_ephemeral" in calls
     stop_c, start_c = (
         index_of(calls, "systemctl stop containerd"),
         index_of(calls, "systemctl start containerd"),
@@ -145,23 +133,67 @@ def test_gpu_node_puts_containerd_and_kubelet_on_the_instance_store(sandbox, ima
     log = sandbox.log_text().splitlines()
     assert log and all(TIMESTAMPED.match(line) for line in log), log
     assert log == result.stdout.splitlines()
-    assert "2 NVIDIA GPUs" in sandbox.log_text()
+    assert "data volume: the EBS volume at /opt/sagemaker" in sandbox.log_text()
+    assert not sandbox.path(INSTANCE_STORE_MOUNT + "/containerd").exists()
     assert f"OS image {image}" in sandbox.log_text()
     assert "[stop] on_create.sh completed" in log[-1]
     assert_no_network_tools(sandbox)
 
 
-def test_cpu_node_uses_the_secondary_ebs_volume(sandbox):
-    """/opt/sagemaker without instance store (a CPU group's secondary EBS volume) still takes
-    containerd and kubelet; nothing checks for an instance store there."""
-    cpu_node(sandbox)
+# Where containerd and kubelet go for each disk layout: (EBS volume, instance store, data
+# volume). None: the root volume.
+LAYOUTS = {
+    "ebs-only": (True, False, EBS_MOUNT),
+    "instance-store-only": (False, True, INSTANCE_STORE_MOUNT),
+    "both": (True, True, EBS_MOUNT),
+    "neither": (False, False, None),
+}
+
+
+@pytest.mark.parametrize("gpus", [8, 0], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_disk_layout_boots(sandbox, layout, gpus):
+    """No layout fails a node, GPU or not; the data volume is the EBS volume when mounted,
+    else the instance store, else the root volume; a second run changes nothing."""
+    ebs, instance_store, data_volume = LAYOUTS[layout]
+    sandbox.set_nvidia_gpus(gpus)
+    sandbox.set_layout(ebs=ebs, instance_store=instance_store)
     result = sandbox.run()
-    assert result.returncode == 0, result.stdout
-    assert containerd_root(sandbox, OWN_CONFIG) == DATA_ROOT
-    assert sandbox.read("/etc/fstab").splitlines()[-1] == KUBELET_FSTAB
+    assert result.returncode == 0, result.stdout + result.stderr
     calls = sandbox.call_lines()
-    assert not any(c.startswith(("findmnt", "lsblk -s")) for c in calls)
-    assert "0 NVIDIA GPUs" in sandbox.log_text()
+    assert "sleep 5" not in calls  # every attached volume is mounted: nothing to wait for
+    log = sandbox.log_text()
+    if data_volume is None:
+        assert (
+            "[WARN] [data_volume] neither an EBS volume at /opt/sagemaker nor the instance" in log
+        )
+        assert "containerd and kubelet stay on the root volume" in log
+        assert sandbox.read("/etc/containerd/config.toml") == NODEADM_CONTAINERD_TOML
+        assert not sandbox.path(OWN_CONFIG).exists()
+        assert not sandbox.path(CONTAINERD_DROPIN).exists()
+        assert sandbox.read("/etc/fstab") == "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
+        assert not any(c.startswith(("mount ", "systemctl stop")) for c in calls)
+    else:
+        data_root = f"{data_volume}/containerd/data-root"
+        assert containerd_root(sandbox, OWN_CONFIG) == data_root
+        assert f"RequiresMountsFor={data_volume}" in sandbox.read(CONTAINERD_DROPIN)
+        assert sandbox.read(data_root + "/io.containerd.content.v1.content/blobs/sha256/pause")
+        assert sandbox.read("/etc/fstab").splitlines()[-1] == (
+            f"{data_volume}/kubelet /var/lib/kubelet none "
+            f"bind,nofail,x-systemd.requires-mounts-for={data_volume} 0 0"
+        )
+        kubelet = sandbox.path("/var/lib/kubelet")
+        assert f"mount --bind {sandbox.path(data_volume)}/kubelet {kubelet}" in calls
+        assert sandbox.read(f"{data_volume}/kubelet/kubeconfig") == "apiVersion: v1\n"
+        for other in {EBS_MOUNT, INSTANCE_STORE_MOUNT} - {data_volume}:
+            assert list(sandbox.path(other).iterdir()) == []
+    assert "[stop] on_create.sh completed" in log.splitlines()[-1]
+
+    after_first = sandbox.tree_hash()
+    sandbox.reset_calls()
+    assert sandbox.run().returncode == 0
+    assert sandbox.tree_hash() == after_first
+    assert not any(c.startswith(("systemctl stop", "mount ")) for c in sandbox.call_lines())
 
 
 def test_success_with_efa_configures_lnet(sandbox):
@@ -250,57 +282,38 @@ def test_al2023_containerd_v3_config_gets_the_root_too(sandbox):
     assert sandbox.read("/etc/containerd/config.toml") == v3
 
 
-def test_cpu_node_without_data_volume_falls_back_to_root_volume(sandbox):
-    cpu_node(sandbox, secondary_ebs=False)
-    sandbox.run()
-    before = sandbox.tree_hash()
-    sandbox.reset_calls()
+def test_root_volume_only_node_still_runs_the_lustre_step(sandbox):
+    sandbox.set_layout(ebs=False, instance_store=False)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout
-    log = sandbox.log_text()
-    assert "[WARN]" in log and "stay on the root volume" in log
-    assert sandbox.tree_hash() == before
-    assert sandbox.read("/etc/containerd/config.toml") == NODEADM_CONTAINERD_TOML
-    assert not sandbox.path(OWN_CONFIG).exists()
-    assert not sandbox.path(CONTAINERD_DROPIN).exists()
-    assert sandbox.read("/etc/fstab") == "UUID=0b7a-root / xfs defaults,noatime 1 1\n"
-    calls = sandbox.call_lines()
-    # Only the root disk: nothing to wait for.
-    assert not any(c.startswith(("mount ", "sleep ", "systemctl stop")) for c in calls)
-    assert "modprobe lustre" in calls  # the Lustre step still runs
+    assert "modprobe lustre" in sandbox.call_lines()
 
 
-def test_data_volume_not_yet_mounted_is_waited_for(sandbox):
-    # A CPU node whose secondary EBS volume never shows up: wait, then fall back.
-    cpu_node(sandbox)
-    sandbox.set_nvme_mounted(False)
-    sandbox.write_config(nvme_wait_seconds=10)
+def test_ebs_volume_not_yet_mounted_is_waited_for_then_the_instance_store_is_used(sandbox):
+    """Both attached, the EBS volume never mounted: wait for it, then take the instance
+    store (already mounted, so no further wait)."""
+    sandbox.set_mounted(INSTANCE_STORE_MOUNT)
+    sandbox.write_config(mount_wait_seconds=10)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout
     assert sandbox.call_lines().count("sleep 5") == 2
-    assert "waiting for /opt/sagemaker to be mounted" in sandbox.log_text()
-    assert "nothing is mounted at /opt/sagemaker" in sandbox.log_text()
+    log = sandbox.log_text()
+    assert "waiting for /opt/sagemaker to be mounted" in log
+    assert "/opt/sagemaker is not mounted after 10s although its disks are attached" in log
+    assert "data volume: the instance store at /opt/dlami/nvme" in log
+    assert containerd_root(sandbox, OWN_CONFIG) == "/opt/dlami/nvme/containerd/data-root"
 
 
-def test_gpu_node_may_opt_out_of_the_instance_store(sandbox):
-    sandbox.env["STUB_LSBLK"] = EBS_DISK
-    sandbox.set_nvme_mounted(False)
-    sandbox.write_config(require_nvme_on_gpu=False)
+def test_gpu_node_whose_volumes_never_mount_stays_on_the_root_volume(sandbox):
+    """Disks attached but nothing mounted within mount_wait_seconds: one shared wait, a WARN
+    line, and the node still joins."""
+    sandbox.set_mounted()
+    sandbox.write_config(mount_wait_seconds=10)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout
+    assert sandbox.call_lines().count("sleep 5") == 2
     assert "stay on the root volume" in sandbox.log_text()
     assert not sandbox.path(OWN_CONFIG).exists()
-
-
-def test_non_required_mount_off_the_instance_store_is_used_with_a_warning(sandbox):
-    sandbox.set_nvidia_gpus(0)
-    sandbox.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
-    result = sandbox.run()
-    assert result.returncode == 0, result.stdout
-    assert "[WARN] [nvme] /opt/sagemaker is not on the instance store: using it anyway" in (
-        sandbox.log_text()
-    )
-    assert containerd_root(sandbox, OWN_CONFIG) == DATA_ROOT
 
 
 def test_data_left_by_an_earlier_root_volume_is_replaced(sandbox):
@@ -323,18 +336,12 @@ def test_data_left_by_an_earlier_root_volume_is_replaced(sandbox):
 
 
 def test_steps_can_be_switched_off(sandbox):
-    # A GPU node still checks its instance store, but changes nothing.
-    sandbox.write_config(containerd_on_nvme=False, kubelet_on_nvme=False, lustre_enabled=False)
+    sandbox.write_config(
+        containerd_on_data_volume=False, kubelet_on_data_volume=False, lustre_enabled=False
+    )
     before = sandbox.tree_hash()
     result = sandbox.run()
     assert result.returncode == 0, result.stdout
-    assert sandbox.tree_hash() == before
-    assert {c[0] for c in sandbox.calls()} == {"lsblk", "mountpoint", "findmnt"}
-
-    sandbox.set_nvidia_gpus(0)
-    before = sandbox.tree_hash()
-    sandbox.reset_calls()
-    assert sandbox.run().returncode == 0
     assert sandbox.tree_hash() == before
     assert sandbox.calls() == []
 
@@ -388,7 +395,6 @@ def test_second_run_changes_nothing(sandbox, efa):
 STORAGE_FAILURES = [
     # (command that fails, text the ERROR line must contain)
     ("lsblk -d *", "'lsblk -d -n -o MODEL' failed"),
-    ("findmnt *", "'findmnt -n -o SOURCE --mountpoint"),
     ("systemctl stop containerd", "'systemctl stop containerd' failed"),
     ("systemctl daemon-reload", "'systemctl daemon-reload' failed"),
     ("systemctl start containerd", "'systemctl start containerd' failed"),
@@ -411,7 +417,7 @@ def test_failing_storage_command_stops_the_script(sandbox, pattern, message):
 
 # Lustre-step failures skip the storage steps: they are covered above and only slow the run
 # down.
-LUSTRE = {"containerd_on_nvme": False, "kubelet_on_nvme": False, "require_nvme_on_gpu": False}
+LUSTRE = {"containerd_on_data_volume": False, "kubelet_on_data_volume": False}
 EFA = dict(LUSTRE, fsx_efa_enabled=True)
 
 LUSTRE_FAILURES = [
@@ -605,25 +611,6 @@ def test_not_running_as_root_still_waits_for_log_upload(tmp_path):
         shutil.rmtree(prefix)
 
 
-def gpu_node_without_instance_store(s):
-    # e.g. a p5 whose instance store is missing: only the root EBS volume.
-    s.env["STUB_LSBLK"] = EBS_DISK
-
-
-def gpu_node_instance_store_not_mounted(s):
-    s.set_nvme_mounted(False)
-
-
-def gpu_node_data_volume_not_on_instance_store(s):
-    # /opt/sagemaker is mounted, but from the secondary EBS volume only.
-    s.env["STUB_LSBLK_UNDER"] = LSBLK_UNDER_EBS
-
-
-def cpu_node_without_data_volume_but_required(s):
-    cpu_node(s, secondary_ebs=False)
-    s.write_config(require_nvme=True)
-
-
 def al2023_without_nodeadm_config(s):
     s.path("/etc/containerd/config.toml").unlink()
 
@@ -648,22 +635,8 @@ def config_file_missing(s):
     s.config_path.unlink()
 
 
-GPU = "this node has 2 NVIDIA GPUs and require_nvme_on_gpu is true"
 ENVIRONMENT_FAILURES = [
     # (node setup, text the ERROR line must contain)
-    (gpu_node_without_instance_store, f"no NVMe instance-store disk is attached, but {GPU}"),
-    (
-        gpu_node_instance_store_not_mounted,
-        f"nothing is mounted at nvme_mount_point=/opt/sagemaker after 10s, but {GPU}",
-    ),
-    (
-        gpu_node_data_volume_not_on_instance_store,
-        f"/opt/sagemaker is not on the NVMe instance store, but {GPU}",
-    ),
-    (
-        cpu_node_without_data_volume_but_required,
-        "no NVMe instance-store disk is attached, but require_nvme is true",
-    ),
     (
         al2023_without_nodeadm_config,
         "Amazon Linux 2023 without /etc/containerd/config.toml: nodeadm has not configured",
@@ -675,10 +648,6 @@ ENVIRONMENT_FAILURES = [
 ]
 # Found before containerd or kubelet is touched: the node is left as the AMI made it.
 FAILS_BEFORE_ANY_CHANGE = {
-    gpu_node_without_instance_store,
-    gpu_node_instance_store_not_mounted,
-    gpu_node_data_volume_not_on_instance_store,
-    cpu_node_without_data_volume_but_required,
     al2023_without_nodeadm_config,
     al2_without_bootstrap_template,
     unsupported_os_image,
@@ -706,31 +675,6 @@ def test_unusable_node_fails_loudly(sandbox, setup, message):
     assert_no_network_tools(sandbox)
 
 
-def test_mount_lsblk_cannot_walk_counts_as_off_the_instance_store(sandbox):
-    """A source lsblk cannot walk down to disks is not the instance store: fatal on a GPU
-    node, a warning elsewhere."""
-    result = sandbox.run(STUB_FAIL="lsblk -s *", STUB_FAIL_RC=32)
-    assert result.returncode != 0
-    log = sandbox.log_text()
-    assert "[WARN] [nvme] 'lsblk -s -n -o NAME,MODEL /dev/mapper/vg.01-lv_ephemeral' failed" in log
-    assert f"/opt/sagemaker is not on the NVMe instance store, but {GPU}" in log
-
-    sandbox.set_nvidia_gpus(0)
-    result = sandbox.run(STUB_FAIL="lsblk -s *", STUB_FAIL_RC=32)
-    assert result.returncode == 0, result.stdout
-    assert "/opt/sagemaker is not on the instance store: using it anyway" in sandbox.log_text()
-
-
-def test_gpu_detection_ignores_other_pci_devices(sandbox):
-    """NVIDIA's HDMI audio function and Amazon's NVMe controllers are on the bus too; only
-    NVIDIA display controllers count as GPUs."""
-    sandbox.set_nvidia_gpus(0)
-    sandbox.env["STUB_LSBLK"] = EBS_DISK
-    sandbox.set_nvme_mounted(False)
-    assert sandbox.run().returncode == 0, sandbox.log_text()
-    assert "0 NVIDIA GPUs" in sandbox.log_text()
-
-
 def test_relative_sandbox_root_is_rejected(sandbox):
     result = sandbox.run(LIFECYCLE_ROOT="relative/dir")
     assert result.returncode != 0
@@ -739,26 +683,32 @@ def test_relative_sandbox_root_is_rejected(sandbox):
 
 MISSING = object()
 MINIMAL_CONFIG = {
-    "nvme_mount_point": "/opt/sagemaker",
-    "containerd_on_nvme": True,
-    "kubelet_on_nvme": True,
+    "containerd_on_data_volume": True,
+    "kubelet_on_data_volume": True,
     "fsx_efa_enabled": False,
 }
 
 BAD_CONFIGS = [
     # (id, config text or changes to MINIMAL_CONFIG, text of the error)
-    ("not-json", "{nvme_mount_point: ", "not valid JSON"),
+    ("not-json", "{containerd_on_data_volume: ", "not valid JSON"),
     ("not-object", "[]", "top level must be a JSON object"),
-    ("missing-nvme_mount_point", {"nvme_mount_point": MISSING}, "'nvme_mount_point': is required"),
     (
-        "missing-containerd_on_nvme",
-        {"containerd_on_nvme": MISSING},
-        "'containerd_on_nvme': is required",
+        "missing-containerd_on_data_volume",
+        {"containerd_on_data_volume": MISSING},
+        "'containerd_on_data_volume': is required",
     ),
-    ("missing-kubelet_on_nvme", {"kubelet_on_nvme": MISSING}, "'kubelet_on_nvme': is required"),
+    (
+        "missing-kubelet_on_data_volume",
+        {"kubelet_on_data_volume": MISSING},
+        "'kubelet_on_data_volume': is required",
+    ),
     ("missing-fsx_efa_enabled", {"fsx_efa_enabled": MISSING}, "'fsx_efa_enabled': is required"),
-    ("string-bool", {"containerd_on_nvme": "true"}, "'containerd_on_nvme': must be a boolean"),
-    ("int-bool", {"kubelet_on_nvme": 1}, "'kubelet_on_nvme': must be a boolean"),
+    (
+        "string-bool",
+        {"containerd_on_data_volume": "true"},
+        "'containerd_on_data_volume': must be a boolean",
+    ),
+    ("int-bool", {"kubelet_on_data_volume": 1}, "'kubelet_on_data_volume': must be a boolean"),
     (
         "null-bool",
         {"fsx_efa_enabled": None},
@@ -766,39 +716,43 @@ BAD_CONFIGS = [
     ),
     (
         "relative-path",
-        {"nvme_mount_point": "opt/sagemaker"},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "opt/sagemaker"},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
     (
         "dotdot-path",
-        {"nvme_mount_point": "/opt/../etc"},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt/../etc"},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
-    ("root-path", {"nvme_mount_point": "/"}, "'nvme_mount_point': must be an absolute path"),
-    ("dot-path", {"nvme_mount_point": "/."}, "'nvme_mount_point': must be an absolute path"),
+    ("root-path", {"ebs_volume_mount_point": "/"}, "'ebs_volume_mount_point': must be an absolute"),
+    (
+        "dot-path",
+        {"instance_store_mount_point": "/."},
+        "'instance_store_mount_point': must be an absolute path",
+    ),
     (
         "dot-segment-path",
-        {"nvme_mount_point": "/opt/./sagemaker"},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt/./sagemaker"},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
     (
         "trailing-dot-path",
-        {"nvme_mount_point": "/opt/sagemaker/."},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt/sagemaker/."},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
     (
         "trailing-dotdot-path",
-        {"nvme_mount_point": "/opt/sagemaker/.."},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt/sagemaker/.."},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
     (
         "double-slash-path",
-        {"nvme_mount_point": "/opt//nvme"},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt//nvme"},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
     (
         "nan-tuning",
-        '{"nvme_mount_point": "/opt/sagemaker", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '{"containerd_on_data_volume": true, "kubelet_on_data_volume": true, '
         '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": NaN}}',
         "'lustre_tuning': numbers must be finite",
     ),
@@ -809,29 +763,53 @@ BAD_CONFIGS = [
     ),
     (
         "negative-infinity-wait",
-        {"nvme_wait_seconds": float("-inf")},
-        "'nvme_wait_seconds': numbers must be finite",
+        {"mount_wait_seconds": float("-inf")},
+        "'mount_wait_seconds': numbers must be finite",
     ),
     (
         "overflow-tuning",
-        '{"nvme_mount_point": "/opt/sagemaker", "containerd_on_nvme": true, "kubelet_on_nvme": true, '
+        '{"containerd_on_data_volume": true, "kubelet_on_data_volume": true, '
         '"fsx_efa_enabled": false, "lustre_tuning": {"max_dirty_mb": 1e999}}',
         "'lustre_tuning': numbers must be finite",
     ),
     ("nan-unknown-field", {"extra": [1, {"x": float("nan")}]}, "'extra': numbers must be finite"),
     (
         "space-path",
-        {"nvme_mount_point": "/opt/my data"},
-        "'nvme_mount_point': must be an absolute path",
+        {"ebs_volume_mount_point": "/opt/my data"},
+        "'ebs_volume_mount_point': must be an absolute path",
     ),
-    ("number-path", {"nvme_mount_point": 5}, "'nvme_mount_point': must be a string"),
-    ("negative-wait", {"nvme_wait_seconds": -1}, "'nvme_wait_seconds': must be between 0 and 3600"),
-    ("bool-wait", {"nvme_wait_seconds": True}, "'nvme_wait_seconds': must be an integer"),
-    ("bool-require", {"require_nvme": "yes"}, "'require_nvme': must be a boolean"),
+    ("number-path", {"ebs_volume_mount_point": 5}, "'ebs_volume_mount_point': must be a string"),
     (
-        "bool-require-on-gpu",
-        {"require_nvme_on_gpu": 1},
-        "'require_nvme_on_gpu': must be a boolean",
+        "negative-wait",
+        {"mount_wait_seconds": -1},
+        "'mount_wait_seconds': must be between 0 and 3600",
+    ),
+    ("bool-wait", {"mount_wait_seconds": True}, "'mount_wait_seconds': must be an integer"),
+    (
+        "removed-require_nvme_on_gpu",
+        {"require_nvme_on_gpu": True},
+        "'require_nvme_on_gpu': removed: no disk layout fails a node any more",
+    ),
+    ("removed-require_nvme", {"require_nvme": False}, "'require_nvme': removed: no disk layout"),
+    (
+        "removed-nvme_mount_point",
+        {"nvme_mount_point": "/opt/sagemaker"},
+        "'nvme_mount_point': removed",
+    ),
+    (
+        "renamed-containerd_on_nvme",
+        {"containerd_on_nvme": True},
+        "'containerd_on_nvme': renamed to containerd_on_data_volume",
+    ),
+    (
+        "renamed-kubelet_on_nvme",
+        {"kubelet_on_nvme": True},
+        "'kubelet_on_nvme': renamed to kubelet_on_data_volume",
+    ),
+    (
+        "renamed-nvme_wait_seconds",
+        {"nvme_wait_seconds": 60},
+        "'nvme_wait_seconds': renamed to mount_wait_seconds",
     ),
     (
         "removed-log_dir",
@@ -886,7 +864,8 @@ BAD_CONFIGS = [
 # The end-to-end runs cover one case of each kind; the rest are checked in-process.
 END_TO_END = {
     "not-json",
-    "missing-containerd_on_nvme",
+    "missing-containerd_on_data_volume",
+    "removed-require_nvme_on_gpu",
     "string-bool",
     "relative-path",
     "efa-without-lustre",
@@ -931,13 +910,12 @@ def test_config_defaults(read_config):
     values, warnings = read_config.parse(json.dumps(MINIMAL_CONFIG))
     assert warnings == []
     assert values == {
-        "nvme_mount_point": "/opt/sagemaker",
-        "containerd_on_nvme": "true",
-        "kubelet_on_nvme": "true",
+        "containerd_on_data_volume": "true",
+        "kubelet_on_data_volume": "true",
         "fsx_efa_enabled": "false",
-        "require_nvme": "false",
-        "require_nvme_on_gpu": "true",
-        "nvme_wait_seconds": "60",
+        "ebs_volume_mount_point": "/opt/sagemaker",
+        "instance_store_mount_point": "/opt/dlami/nvme",
+        "mount_wait_seconds": "60",
         "lustre_enabled": "true",
         "lustre_module_options": [],
         "lustre_tuning": [],
@@ -977,4 +955,5 @@ def test_example_config_is_valid():
         text=True,
     )
     assert result.returncode == 0, result.stdout
-    assert "CFG_NVME_MOUNT_POINT=/opt/sagemaker" in result.stdout.splitlines()
+    assert "CFG_EBS_VOLUME_MOUNT_POINT=/opt/sagemaker" in result.stdout.splitlines()
+    assert "CFG_INSTANCE_STORE_MOUNT_POINT=/opt/dlami/nvme" in result.stdout.splitlines()

@@ -30,7 +30,7 @@ def test_lifecycle_has_the_expected_scripts():
     assert {
         "on_create.sh",
         "lib/common.sh",
-        "steps/nvme.sh",
+        "steps/data_volume.sh",
         "steps/containerd.sh",
         "steps/kubelet.sh",
         "steps/lustre.sh",

@@ -376,8 +376,7 @@ def test_lifecycle_config_carries_the_environments_values(env):
     settings = json.loads(deployed_files(env)["lifecycle_config.json"].read_text())
     assert settings["fsx_efa_enabled"] is config.storage.fsx.efa_enabled
     assert settings == LifecycleSettings(fsx_efa_enabled=config.storage.fsx.efa_enabled).as_json()
-    assert settings["nvme_mount_point"] == "/opt/sagemaker"
-    assert settings["containerd_on_nvme"] is settings["kubelet_on_nvme"] is True
+    assert settings["containerd_on_data_volume"] is settings["kubelet_on_data_volume"] is True
 
 
 def test_generated_lifecycle_config_is_accepted_by_the_scripts(prod):
