@@ -33,8 +33,6 @@ class InstanceType:
     # whatever ENIs HyperPod attaches (awslabs/amazon-eks-ami
     # nodeadm/internal/kubelet/instance-info.jsonl, `defaultMaxENIs`).
     default_enis: int
-    # Instance-store NVMe the lifecycle scripts move containerd/kubelet onto.
-    has_nvme: bool
 
     @property
     def has_accelerators(self) -> bool:
@@ -78,57 +76,57 @@ def _gpu(name: str, **kw: object) -> InstanceType:
 _TABLE: tuple[InstanceType, ...] = (
     # NVIDIA training instances
     _gpu("ml.p4d.24xlarge", vcpus=96, memory_gib=1152, accelerator_count=8,
-         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=15, has_nvme=True),
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=15),
     _gpu("ml.p4de.24xlarge", vcpus=96, memory_gib=1152, accelerator_count=8,
-         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=15, has_nvme=True),
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=15),
     _gpu("ml.p5.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, default_enis=2, has_nvme=True),
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, default_enis=2),
     _gpu("ml.p5e.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, default_enis=2, has_nvme=True),
+         network_cards=32, efa_interfaces=32, ipv4_per_eni=50, default_enis=2),
     _gpu("ml.p5en.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=16, efa_interfaces=16, ipv4_per_eni=50, default_enis=4, has_nvme=True),
+         network_cards=16, efa_interfaces=16, ipv4_per_eni=50, default_enis=4),
     _gpu("ml.p6-b200.48xlarge", vcpus=192, memory_gib=2048, accelerator_count=8,
-         network_cards=8, efa_interfaces=8, ipv4_per_eni=50, default_enis=4, has_nvme=True),
+         network_cards=8, efa_interfaces=8, ipv4_per_eni=50, default_enis=4),
     # NVIDIA development / inference-class instances
     _gpu("ml.g5.8xlarge", vcpus=32, memory_gib=128, accelerator_count=1,
-         network_cards=1, efa_interfaces=1, ipv4_per_eni=30, default_enis=8, has_nvme=True),
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=30, default_enis=8),
     _gpu("ml.g5.12xlarge", vcpus=48, memory_gib=192, accelerator_count=4,
-         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=15, has_nvme=True),
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=15),
     _gpu("ml.g5.24xlarge", vcpus=96, memory_gib=384, accelerator_count=4,
-         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=15, has_nvme=True),
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=15),
     _gpu("ml.g5.48xlarge", vcpus=192, memory_gib=768, accelerator_count=8,
-         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=7, has_nvme=True),
+         network_cards=1, efa_interfaces=1, ipv4_per_eni=50, default_enis=7),
     _gpu("ml.g6e.48xlarge", vcpus=192, memory_gib=1536, accelerator_count=8,
-         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=10, has_nvme=True),
+         network_cards=4, efa_interfaces=4, ipv4_per_eni=50, default_enis=10),
     # AWS Trainium
     InstanceType(name="ml.trn1.32xlarge", vcpus=128, memory_gib=512, accelerator="neuron",
                  accelerator_count=16, network_cards=8, efa_interfaces=8, ipv4_per_eni=50,
-                 default_enis=5, has_nvme=True),
+                 default_enis=5),
     InstanceType(name="ml.trn1n.32xlarge", vcpus=128, memory_gib=512, accelerator="neuron",
                  accelerator_count=16, network_cards=16, efa_interfaces=16, ipv4_per_eni=50,
-                 default_enis=5, has_nvme=True),
+                 default_enis=5),
     InstanceType(name="ml.trn2.48xlarge", vcpus=192, memory_gib=2048, accelerator="neuron",
                  accelerator_count=16, network_cards=16, efa_interfaces=16, ipv4_per_eni=50,
-                 default_enis=2, has_nvme=True),
+                 default_enis=2),
     # CPU instances for system pods, controllers and data preparation
     InstanceType(name="ml.m5.xlarge", vcpus=4, memory_gib=16, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=15,
-                 default_enis=4, has_nvme=False),
+                 default_enis=4),
     InstanceType(name="ml.m5.2xlarge", vcpus=8, memory_gib=32, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=15,
-                 default_enis=4, has_nvme=False),
+                 default_enis=4),
     InstanceType(name="ml.m5.4xlarge", vcpus=16, memory_gib=64, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
-                 default_enis=8, has_nvme=False),
+                 default_enis=8),
     InstanceType(name="ml.m5.12xlarge", vcpus=48, memory_gib=192, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
-                 default_enis=8, has_nvme=False),
+                 default_enis=8),
     InstanceType(name="ml.c5.4xlarge", vcpus=16, memory_gib=32, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=0, ipv4_per_eni=30,
-                 default_enis=8, has_nvme=False),
+                 default_enis=8),
     InstanceType(name="ml.c5n.18xlarge", vcpus=72, memory_gib=192, accelerator="none",
                  accelerator_count=0, network_cards=1, efa_interfaces=1, ipv4_per_eni=50,
-                 default_enis=15, has_nvme=False),
+                 default_enis=15),
 )
 # fmt: on
 
