@@ -108,10 +108,12 @@ _TABLE = (
         stack="eks",
         configuration=VPC_CNI_CONFIGURATION,
     ),
-    # Built per Kubernetes minor: must match the cluster's (the schema checks it).
-    Addon(name=KUBE_PROXY, version="v1.35.3-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
-    # EKS's default build for Kubernetes 1.35 (describe-addon-versions, 2026-10), also pinned
-    # beside 1.35 in awslabs/global-capacity-orchestrator-on-aws (gco/stacks/constants.py).
+    # Built per Kubernetes minor: must match the cluster's (the schema checks it). The EKS
+    # User Guide's latest build for Kubernetes 1.34 (Manage kube-proxy, kube-proxy versions).
+    Addon(name=KUBE_PROXY, version="v1.34.6-eksbuild.2", minimum=(1, 33, 0), stack="eks"),
+    # EKS's default build for Kubernetes 1.34 and 1.35 alike (describe-addon-versions,
+    # 2026-06 for 1.34, 2026-10 for 1.35; also pinned beside 1.35 in
+    # awslabs/global-capacity-orchestrator-on-aws, gco/stacks/constants.py).
     Addon(
         name=POD_IDENTITY_AGENT,
         version="v1.3.10-eksbuild.3",

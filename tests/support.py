@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS
 from config.errors import ConfigError
 from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment, parse_config, plan_layout
 from stacks.toolchain import use_bundled_node
@@ -56,6 +57,12 @@ VARIANTS_GROUP = "variants"
 
 ACCOUNT = "111111111111"
 REGION = "us-west-2"
+# The oldest and newest Kubernetes minors the platform runs (config/eks_versions.py), named
+# as kubernetes_validate names its schemas: manifests are validated against both.
+KUBERNETES_VALIDATE_VERSIONS = tuple(
+    f"{version}.0"
+    for version in (SUPPORTED_KUBERNETES_VERSIONS[0], SUPPORTED_KUBERNETES_VERSIONS[-1])
+)
 
 Mutation = Callable[[dict[str, Any]], object]
 

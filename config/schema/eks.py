@@ -53,9 +53,10 @@ class EksConfig(Strict):
     def _k8s_supported(cls, value: str) -> str:
         if value not in SUPPORTED_KUBERNETES_VERSIONS:
             raise ValueError(
-                f"{value!r} is not supported (the platform runs the versions HyperPod "
-                "supports, its bundled kubectl manages and EKS supports for at least "
-                f"{eks_versions.RETIREMENT_NOTICE.days} more days); use one of "
+                f"{value!r} is not supported (the platform runs the versions the SageMaker "
+                "HyperPod documentation supports, its bundled kubectl manages and EKS supports "
+                f"for at least {eks_versions.RETIREMENT_NOTICE.days} more days: "
+                "config/eks_versions.py); use one of "
                 f"{', '.join(SUPPORTED_KUBERNETES_VERSIONS)}"
             )
         return value

@@ -1,8 +1,10 @@
-"""kubernetes-version: eks.kubernetes_version is in EKS standard support."""
+"""kubernetes-version: what EKS offers this account for eks.kubernetes_version (offered at
+all, standard or extended support, until when), and which newer versions EKS offers that the
+platform's table (config/eks_versions.py) lacks because HyperPod does not document them."""
 
 from __future__ import annotations
 
-from config.schema.eks import SUPPORTED_KUBERNETES_VERSIONS
+from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS, version_key
 from hpctl.aws import AwsCallError, paginate
 from hpctl.preflight.context import OK, PROBLEM, CheckContext, Row, day, failure_row
 
@@ -14,8 +16,15 @@ _LEGACY_VERSION_STATUS = {
 }
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
+def _newer_than_the_table(status_of: dict[str, str]) -> list[str]:
+    """The versions EKS offers (not yet unsupported) beyond the newest in the table."""
+    newest = version_key(max(SUPPORTED_KUBERNETES_VERSIONS, key=version_key))
+    offered = [
+        v
+        for v, status in status_of.items()
+        if status != "UNSUPPORTED" and v.replace(".", "").isdigit() and v.count(".") == 1
+    ]
+    return sorted((v for v in offered if version_key(v) > newest), key=version_key)
 
 
 def kubernetes_version_rows(context: CheckContext) -> list[Row]:
@@ -35,13 +44,21 @@ def kubernetes_version_rows(context: CheckContext) -> list[Row]:
     }
     standard = sorted(
         (v for v in SUPPORTED_KUBERNETES_VERSIONS if status_of.get(v) == "STANDARD_SUPPORT"),
-        key=_version_key,
+        key=version_key,
+    )
+    newer = _newer_than_the_table(status_of)
+    undocumented = (
+        f"; EKS also offers {', '.join(newer)}, which HyperPod does not document "
+        "(config/eks_versions.py)"
+        if newer
+        else ""
     )
     upgrade = (
-        f"set eks.kubernetes_version to {standard[-1]} (standard support, supported by the "
-        "platform), one minor version at a time"
+        f"set eks.kubernetes_version to {standard[-1]} (standard support, documented by "
+        "HyperPod), one minor version at a time"
         if standard
-        else "move the platform to a version in standard support (config/schema/eks.py)"
+        else "add a version HyperPod documents that is in EKS standard support to "
+        "config/eks_versions.py"
     )
     info = next((v for v in versions if v.get("clusterVersion") == version), None)
     if info is None:
@@ -63,7 +80,7 @@ def kubernetes_version_rows(context: CheckContext) -> list[Row]:
                 KUBERNETES_VERSION,
                 version,
                 OK,
-                f"standard support until {standard_end}",
+                f"standard support until {standard_end}{undocumented}",
             )
         ]
     if status == "EXTENDED_SUPPORT":
@@ -73,4 +90,4 @@ def kubernetes_version_rows(context: CheckContext) -> list[Row]:
         )
     else:
         detail = f"status {status} (extended support ended {extended_end})"
-    return [Row(KUBERNETES_VERSION, version, PROBLEM, detail, upgrade)]
+    return [Row(KUBERNETES_VERSION, version, PROBLEM, detail + undocumented, upgrade)]

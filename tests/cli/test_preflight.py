@@ -378,7 +378,7 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("admin-role", BREAK_GLASS, "ok"),
         ("image", "nvidia-device-plugin", "ok"),
         ("image", "team-directories", "ok"),
-        ("kubernetes-version", "1.35", "ok"),
+        ("kubernetes-version", "1.34", "ok"),
     ]
     details = {(r["check"], r["subject"]): r["detail"] for r in report["checks"]}
     assert details[("training-plan", f"gpu-p5: {PLAN}")] == (
@@ -402,7 +402,11 @@ def test_prod_all_ok_json(stubs: Stubs):
     )
     assert details[("admin-role", ADMIN)] == "exists (AROAEXAMPLEID0000001)"
     assert details[("image", "nvidia-device-plugin")] == f"{IMAGE} exists (sha256:abababababab)"
-    assert details[("kubernetes-version", "1.35")] == "standard support until 2027-03-27"
+    # What the account offers beyond the table is reported, not a problem.
+    assert details[("kubernetes-version", "1.34")] == (
+        "standard support until 2026-12-02; EKS also offers 1.35, which HyperPod does not "
+        "document (config/eks_versions.py)"
+    )
     assert all(r["fix"] == "" for r in report["checks"])
     # Every client is built once, for the environment's Region, STS first.
     assert sorted(stubs.clients) == sorted((service, REGION) for service in ("sts", *SERVICES))
@@ -909,37 +913,55 @@ def test_extended_support_is_a_problem_naming_the_upgrade(
         "subject": "1.33",
         "status": "problem",
         "detail": "in extended support since 2026-07-29, until 2027-07-29 "
-        "(billed at the extended support rate)",
-        "fix": "set eks.kubernetes_version to 1.35 (standard support, supported by the "
-        "platform), one minor version at a time",
+        "(billed at the extended support rate); EKS also offers 1.35, which HyperPod does not "
+        "document (config/eks_versions.py)",
+        # 1.35 is in standard support too, but HyperPod does not document it.
+        "fix": "set eks.kubernetes_version to 1.34 (standard support, documented by "
+        "HyperPod), one minor version at a time",
     }
     others_ok(report, "kubernetes-version")
 
 
 @pytest.mark.parametrize(
-    ("versions", "detail"),
+    ("versions", "detail", "fix"),
     [
         (
-            [v for v in VERSIONS if v["clusterVersion"] != "1.35"],
-            "EKS in us-east-1 does not list Kubernetes 1.35",
+            [v for v in VERSIONS if v["clusterVersion"] != "1.34"],
+            "EKS in us-east-1 does not list Kubernetes 1.34",
+            # 1.33 is offered in extended support only, 1.35 is not documented by HyperPod.
+            "add a version HyperPod documents that is in EKS standard support to "
+            "config/eks_versions.py",
         ),
         (
             [
-                version("1.35", "UNSUPPORTED", "2025-03-23", "2026-03-23"),
-                version("1.34", "STANDARD_SUPPORT", "2026-12-02", "2027-12-02"),
+                version("1.34", "UNSUPPORTED", "2025-03-23", "2026-03-23"),
+                version("1.33", "STANDARD_SUPPORT", "2026-07-29", "2027-07-29"),
+                version("1.36", "UNSUPPORTED", "2025-03-23", "2026-03-23"),
             ],
             "status UNSUPPORTED (extended support ended 2026-03-23)",
+            "set eks.kubernetes_version to 1.33 (standard support, documented by HyperPod), "
+            "one minor version at a time",
         ),
     ],
     ids=["unknown", "unsupported"],
 )
-def test_unknown_or_unsupported_version(stubs: Stubs, versions: list[dict[str, Any]], detail: str):
+def test_unknown_or_unsupported_version(
+    stubs: Stubs, versions: list[dict[str, Any]], detail: str, fix: str
+):
     queue_prod(stubs, skip=("kubernetes-version",))
     queue_versions(stubs, versions)
     report = run_json("--env", "prod", code=ExitCode.FAILED)
-    found = row(report, "kubernetes-version", "1.35")
-    assert (found["status"], found["detail"]) == ("problem", detail)
-    assert found["fix"].startswith("set eks.kubernetes_version to 1.3")
+    found = row(report, "kubernetes-version", "1.34")
+    # An unsupported newer version is not reported as offered.
+    assert (found["status"], found["detail"], found["fix"]) == ("problem", detail, fix)
+
+
+def test_no_newer_version_offered_reports_standard_support_alone(stubs: Stubs):
+    queue_prod(stubs, skip=("kubernetes-version",))
+    queue_versions(stubs, [v for v in VERSIONS if v["clusterVersion"] != "1.35"])
+    report = run_json("--env", "prod")
+    found = row(report, "kubernetes-version", "1.34")
+    assert (found["status"], found["detail"]) == ("ok", "standard support until 2026-12-02")
 
 
 # ------------------------------------------------------------------ AWS failures
@@ -993,9 +1015,9 @@ def test_throttling_is_one_clear_row(stubs: Stubs):
         expected_params={"includeAll": True},
     )
     report = run_json("--env", "prod", code=ExitCode.FAILED)
-    assert row(report, "kubernetes-version", "1.35") == {
+    assert row(report, "kubernetes-version", "1.34") == {
         "check": "kubernetes-version",
-        "subject": "1.35",
+        "subject": "1.34",
         "status": "problem",
         "detail": "ThrottlingException: eks:DescribeClusterVersions was still throttled after "
         "retries",

@@ -171,16 +171,17 @@ def test_override_of_an_unknown_add_on_is_rejected():
 
 
 def test_kube_proxy_minor_must_match_the_cluster():
-    line = one_error_on("eks.addons.kube-proxy", _override("kube-proxy", "v1.34.6-eksbuild.2"))
-    assert "1.34" in line and "1.35" in line
+    line = one_error_on("eks.addons.kube-proxy", _override("kube-proxy", "v1.33.10-eksbuild.2"))
+    assert "built for Kubernetes 1.33 but kubernetes_version is 1.34" in line
 
 
 def test_other_cluster_versions_need_the_matching_kube_proxy(monkeypatch):
-    # On a day 1.34 is in standard support, so the version itself is fine.
+    # 1.33 is in extended support on the day the table was checked: opted in, the version
+    # itself is fine.
     monkeypatch.setattr(eks_versions, "today", lambda: eks_versions.CALENDAR_CHECKED)
-    line = one_error_on(
-        "eks.addons.kube-proxy", lambda d: d["eks"].update(kubernetes_version="1.34")
-    )
+    older = {"kubernetes_version": "1.33", "allow_extended_support": True}
+    line = one_error_on("eks.addons.kube-proxy", lambda d: d["eks"].update(older))
     assert ADDONS[KUBE_PROXY].version in line
-    eks = eks_config(kubernetes_version="1.34", addons={KUBE_PROXY: "v1.34.6-eksbuild.2"})
-    assert eks.addon_version(KUBE_PROXY) == "v1.34.6-eksbuild.2"
+    # The EKS User Guide's latest kube-proxy build for 1.33 (Manage kube-proxy).
+    eks = eks_config(**older, addons={KUBE_PROXY: "v1.33.10-eksbuild.2"})
+    assert eks.addon_version(KUBE_PROXY) == "v1.33.10-eksbuild.2"

@@ -27,10 +27,14 @@ def _on(monkeypatch, day: datetime.date) -> None:
     monkeypatch.setattr(eks_versions, "today", lambda: day)
 
 
-@pytest.mark.parametrize("version", ["1.29", "1.31", "1.32"])
+# 1.35: EKS offers it, HyperPod does not document it. 1.31: EKS retires it. 1.32: HyperPod
+# documents it, the bundled kubectl cannot manage it.
+@pytest.mark.parametrize("version", ["1.29", "1.31", "1.32", "1.35"])
 def test_kubernetes_version_outside_supported_set_is_rejected(version):
     line = one_error_on("eks.kubernetes_version", _eks(kubernetes_version=version))
-    assert all(v in line for v in SUPPORTED_KUBERNETES_VERSIONS)
+    assert f"'{version}' is not supported" in line
+    assert "SageMaker HyperPod documentation" in line
+    assert line.endswith(f"use one of {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}")
 
 
 # ------------------------------------------------------------------- the EKS calendar
@@ -45,9 +49,19 @@ def test_calendar_is_eks_release_calendar():
     assert ends == {
         "1.33": ("2026-07-29", "2027-07-29"),
         "1.34": ("2026-12-02", "2027-12-02"),
-        "1.35": ("2027-03-27", "2028-03-27"),
     }
-    assert SUPPORTED_KUBERNETES_VERSIONS == ("1.33", "1.34", "1.35")
+    assert SUPPORTED_KUBERNETES_VERSIONS == ("1.33", "1.34")
+    assert all("kubernetes-versions" in r.eks_calendar.url for r in KUBERNETES_RELEASES.values())
+
+
+def test_every_version_cites_hyperpod_documentation_naming_it():
+    for release in KUBERNETES_RELEASES.values():
+        source = release.hyperpod_support
+        assert "sagemaker-hyperpod" in source.url, release
+        assert "HyperPod" in source.title, release
+        # The version is named in what the document says, not as a prefix of another one.
+        named = source.says.replace(",", " ").split()
+        assert release.version in named, release
 
 
 def test_no_supported_version_leaves_extended_support_within_the_notice():
@@ -55,7 +69,10 @@ def test_no_supported_version_leaves_extended_support_within_the_notice():
         assert release.extended_support_ends - RETIREMENT_NOTICE > CALENDAR_CHECKED, release
 
 
-def test_the_default_is_the_newest_version_in_standard_support():
+def test_the_default_is_the_newest_version_hyperpod_documents():
+    assert DEFAULT_KUBERNETES_VERSION == "1.34"
+    assert SUPPORTED_KUBERNETES_VERSIONS[-1] == DEFAULT_KUBERNETES_VERSION
+    # On the day the table was checked it is also the newest in EKS standard support.
     assert eks_versions.newest_in_standard_support(CALENDAR_CHECKED) == DEFAULT_KUBERNETES_VERSION
     assert KUBERNETES_RELEASES[DEFAULT_KUBERNETES_VERSION].standard_support_ends > CALENDAR_CHECKED
 
@@ -70,27 +87,32 @@ def test_every_environment_runs_the_default_without_extended_support(env_name, m
 
 
 def test_extended_support_is_an_error_without_the_opt_in(monkeypatch):
-    _on(monkeypatch, datetime.date(2027, 3, 27))  # 1.35 leaves standard support
+    _on(monkeypatch, datetime.date(2026, 12, 2))  # 1.34 leaves standard support
     line = one_error_on("eks.kubernetes_version", _eks())
-    assert "left EKS standard support on 2027-03-27" in line
-    assert "extended-support rate until 2028-03-27" in line
+    assert "left EKS standard support on 2026-12-02" in line
+    assert "extended-support rate until 2027-12-02" in line
     assert "eks.allow_extended_support: true" in line
+    # No version HyperPod documents is newer: the fix is a new row or the opt-in.
+    assert (
+        "add a version HyperPod documents that is in EKS standard support to "
+        "config/eks_versions.py, or set eks.allow_extended_support: true" in line
+    )
 
 
 def test_extended_support_is_accepted_when_opted_in(monkeypatch):
-    _on(monkeypatch, datetime.date(2027, 3, 27))
+    _on(monkeypatch, datetime.date(2026, 12, 2))
     data = environment_data("dev")
     data["eks"]["allow_extended_support"] = True
     assert loaded_from(data).config.eks.allow_extended_support is True
 
 
 def test_standard_support_needs_no_opt_in(monkeypatch):
-    _on(monkeypatch, datetime.date(2027, 3, 26))
+    _on(monkeypatch, datetime.date(2026, 12, 1))
     loaded_from(environment_data("dev"))
 
 
 def test_a_version_close_to_the_end_of_extended_support_is_rejected_even_opted_in(monkeypatch):
-    ends = KUBERNETES_RELEASES["1.35"].extended_support_ends
+    ends = KUBERNETES_RELEASES[DEFAULT_KUBERNETES_VERSION].extended_support_ends
     _on(monkeypatch, ends - RETIREMENT_NOTICE)
     line = one_error_on("eks.kubernetes_version", _eks(allow_extended_support=True))
     assert f"leaves EKS extended support on {ends}" in line
@@ -98,14 +120,14 @@ def test_a_version_close_to_the_end_of_extended_support_is_rejected_even_opted_i
 
 
 def test_the_fix_names_the_newest_version_in_standard_support(monkeypatch):
-    _on(monkeypatch, datetime.date(2026, 12, 2))  # 1.34 leaves standard support
+    _on(monkeypatch, datetime.date(2026, 7, 29))  # 1.33 leaves standard support
     data = environment_data("dev")
-    data["eks"].update(kubernetes_version="1.34", addons={"kube-proxy": "v1.34.6-eksbuild.2"})
+    data["eks"].update(kubernetes_version="1.33", addons={"kube-proxy": "v1.33.10-eksbuild.2"})
     from tests.support import config_errors
 
     (line,) = config_errors(lambda d: d.update(data))
-    assert line.startswith("eks.kubernetes_version: 1.34 left EKS standard support")
-    assert "upgrade to 1.35, one minor version at a time" in line
+    assert line.startswith("eks.kubernetes_version: 1.33 left EKS standard support")
+    assert "upgrade to 1.34, one minor version at a time" in line
 
 
 def test_admin_role_arn_must_be_a_role_arn():

@@ -134,7 +134,7 @@ def test_a_file_larger_than_the_limit_is_refused(tmp_path):
     ("old", "new", "expected"),
     [
         (
-            'kubernetes_version: "1.35"',
+            'kubernetes_version: "1.34"',
             "kubernetes_version: 1.30",
             "eks.kubernetes_version: 1.3 is a number in YAML (1.30 lost its trailing zero); "
             'quote it: "1.30"',

@@ -19,15 +19,20 @@ from platform_constructs.team_workspace import (
     TeamWorkspaceProps,
     directory_job,
 )
-from tests.support import bare_stack, imported_cluster, only, resources_of, template_of
+from tests.support import (
+    KUBERNETES_VALIDATE_VERSIONS,
+    bare_stack,
+    imported_cluster,
+    only,
+    resources_of,
+    template_of,
+)
 
 NAMESPACE = "hyperpod-ns-research"
 GID = 437786
 DIRECTORIES = ("/fsx/teams/research", "/fsx/teams/research/runs")
 IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 TOLERATION = {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
-# Oldest and newest Kubernetes minors the platform runs (as tests/job/test_job_manifest_schema.py).
-KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")
 PREFIX = "teams/research/"
 OBJECT_VALUE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -186,7 +191,7 @@ def test_metrics_only_into_the_training_namespace():
 def test_every_object_passes_the_kubernetes_schema():
     import kubernetes_validate
 
-    for version in KUBERNETES_VERSIONS:
+    for version in KUBERNETES_VALIDATE_VERSIONS:
         for obj in _objects():
             # The handler's prune label is applied as is; strict: no unknown fields.
             kubernetes_validate.validate(obj, version, strict=True)

@@ -17,16 +17,14 @@ import pytest
 from hpctl.job.render import render_job
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import env_spec
-from tests.support import environment_data, loaded_from
+from tests.support import KUBERNETES_VALIDATE_VERSIONS, environment_data, loaded_from
 
 _HERE = Path(__file__).parent
 # Which fields exist: the HyperPod CLI's model of the CRD (source and commit in the file).
 CRD_SCHEMA = json.loads((_HERE / "hyperpodpytorchjob.crd.schema.json").read_text())
 # What values they may take where the model says only "string" or "integer".
 VALUE_SCHEMA = json.loads((_HERE / "hyperpodpytorchjob.schema.json").read_text())
-# Oldest and newest Kubernetes minors the platform runs (HyperPod EKS supports 1.30-1.33).
-KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")
-KUBERNETES_VERSION = KUBERNETES_VERSIONS[-1]
+KUBERNETES_VERSION = KUBERNETES_VALIDATE_VERSIONS[-1]
 
 VARIANTS: list[dict[str, Any]] = [
     {},
@@ -114,7 +112,7 @@ def test_custom_resource_matches_the_crd_schema(spec_factory, overrides: dict[st
     assert _errors(render_job(spec_factory(**overrides))) == []
 
 
-@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("version", KUBERNETES_VALIDATE_VERSIONS)
 @pytest.mark.parametrize("overrides", VARIANTS)
 def test_pod_template_validates_against_kubernetes(
     spec_factory, overrides: dict[str, Any], version: str
@@ -127,7 +125,7 @@ def test_pod_template_validates_against_kubernetes(
 def test_environment_jobs_validate(env: str) -> None:
     manifest = render_job(ENVIRONMENT_SPECS[env]())
     assert _errors(manifest) == []
-    for version in KUBERNETES_VERSIONS:
+    for version in KUBERNETES_VALIDATE_VERSIONS:
         kubernetes_validate.validate(_pod_template(manifest), version, strict=True)
 
 
