@@ -15,11 +15,10 @@ document; 1.31 (extended support ends 2026-11-26); 1.32 (documented by HyperPod,
 the bundled kubectl 1.34's window, and extended support ends 2027-03-23).
 
 The default is the newest version HyperPod documents. 1.34 leaves EKS standard support on
-2026-12-02 and HyperPod documents no later version: from that day every environment fails
-validation until the table gains a newer version HyperPod documents, or the environment sets
-`eks.allow_extended_support: true` (config/schema/eks.py), so the extended-support cost is a
-reviewed choice in the environment's file, not something the platform drifts into when a
-date passes.
+2026-12-02 and HyperPod documents no later version, so the shipped environments set
+`eks.allow_extended_support: true` (config/schema/eks.py): the extended-support cost is a
+reviewed choice in each environment's file, not something the platform drifts into when a
+date passes, and an environment without it fails validation from that day.
 """
 
 from __future__ import annotations

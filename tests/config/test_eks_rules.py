@@ -78,17 +78,22 @@ def test_the_default_is_the_newest_version_hyperpod_documents():
 
 
 @pytest.mark.parametrize("env_name", ENVIRONMENTS)
-def test_every_environment_runs_the_default_without_extended_support(env_name, monkeypatch):
-    _on(monkeypatch, CALENDAR_CHECKED)
+def test_every_environment_runs_the_default_and_outlives_its_standard_support(
+    env_name, monkeypatch
+):
+    # The default is the newest version HyperPod documents; each environment accepts its
+    # extended support, so the files stay valid when standard support ends (2026-12-02).
     data = environment_data(env_name)
     assert data["eks"]["kubernetes_version"] == DEFAULT_KUBERNETES_VERSION
-    assert "allow_extended_support" not in data["eks"]
-    loaded_from(data)
+    assert data["eks"]["allow_extended_support"] is True
+    for day in (CALENDAR_CHECKED, datetime.date(2027, 6, 1)):
+        _on(monkeypatch, day)
+        loaded_from(data)
 
 
 def test_extended_support_is_an_error_without_the_opt_in(monkeypatch):
     _on(monkeypatch, datetime.date(2026, 12, 2))  # 1.34 leaves standard support
-    line = one_error_on("eks.kubernetes_version", _eks())
+    line = one_error_on("eks.kubernetes_version", _eks(allow_extended_support=False))
     assert "left EKS standard support on 2026-12-02" in line
     assert "extended-support rate until 2027-12-02" in line
     assert "eks.allow_extended_support: true" in line
@@ -108,7 +113,9 @@ def test_extended_support_is_accepted_when_opted_in(monkeypatch):
 
 def test_standard_support_needs_no_opt_in(monkeypatch):
     _on(monkeypatch, datetime.date(2026, 12, 1))
-    loaded_from(environment_data("dev"))
+    data = environment_data("dev")
+    data["eks"]["allow_extended_support"] = False
+    loaded_from(data)
 
 
 def test_a_version_close_to_the_end_of_extended_support_is_rejected_even_opted_in(monkeypatch):
@@ -122,7 +129,11 @@ def test_a_version_close_to_the_end_of_extended_support_is_rejected_even_opted_i
 def test_the_fix_names_the_newest_version_in_standard_support(monkeypatch):
     _on(monkeypatch, datetime.date(2026, 7, 29))  # 1.33 leaves standard support
     data = environment_data("dev")
-    data["eks"].update(kubernetes_version="1.33", addons={"kube-proxy": "v1.33.10-eksbuild.2"})
+    data["eks"].update(
+        kubernetes_version="1.33",
+        addons={"kube-proxy": "v1.33.10-eksbuild.2"},
+        allow_extended_support=False,
+    )
     from tests.support import config_errors
 
     (line,) = config_errors(lambda d: d.update(data))
