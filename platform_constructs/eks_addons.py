@@ -27,6 +27,7 @@ from config.addons import (
     ServiceAccount,
     placed_in,
 )
+from platform_constructs.nag import acknowledge
 
 
 class PinnedAddon(Construct):
@@ -162,7 +163,6 @@ class IdentityContext:
     """The resources add-on permissions name, as far as the placing stack has them: an
     identity that needs one the stack did not give fails to build."""
 
-    file_system_arn: str | None = None
     hyperpod_cluster_arn: str | None = None
     workspace_arn: str | None = None
 
@@ -181,20 +181,22 @@ class AddonIdentity:
     construct_id: str
     description: str
     statements: tuple[iam.PolicyStatement, ...]
+    # Why a statement grants on "*" (an action with no resource type); acknowledges the
+    # cdk-nag wildcard finding on the identity's role.
+    unscoped_reason: str | None = None
 
 
-def _fsx_csi_driver(context: IdentityContext) -> AddonIdentity:
+def _fsx_csi_driver(_context: IdentityContext) -> AddonIdentity:
     # Volumes are provisioned statically (the platform owns the file system), so the
-    # controller never creates or deletes file systems: it may only describe the one it serves.
+    # controller never creates or deletes file systems: it may only describe them.
+    # DescribeFileSystems has no resource type (service authorization reference, Amazon FSx):
+    # a grant on one file system's ARN never matches, so it is granted on "*".
     return AddonIdentity(
         construct_id="FsxCsiDriver",
-        description="FSx CSI controller: describe the platform's Lustre file system",
-        statements=(
-            iam.PolicyStatement(
-                actions=["fsx:DescribeFileSystems"],
-                resources=[context.require("file_system_arn")],
-            ),
-        ),
+        description="FSx CSI controller: describe the account's file systems",
+        statements=(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]),),
+        unscoped_reason="fsx:DescribeFileSystems supports no resource-level permissions; the "
+        "controller only reads file system descriptions.",
     )
 
 
@@ -303,6 +305,13 @@ def place_addons(
             configuration=configuration,
             removal_policy=removal_policy,
         )
+        if identity.unscoped_reason:
+            acknowledge(
+                with_identity.identity.role,
+                "IAM5",
+                identity.unscoped_reason,
+                finding="Resource::*",
+            )
         placed.identities[addon.name] = with_identity
         placed.addons[addon.name] = with_identity.addon
     for addon in rows:

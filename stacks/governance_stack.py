@@ -129,9 +129,7 @@ class GovernanceStack(cdk.Stack):
             versions=eks,
             cluster_name=eks_cluster_name,
             removal_policy=removal_policy,
-            context=IdentityContext(
-                file_system_arn=file_system.arn, hyperpod_cluster_arn=hyperpod_cluster_arn
-            ),
+            context=IdentityContext(hyperpod_cluster_arn=hyperpod_cluster_arn),
         )
         self.addons: dict[str, PinnedAddon] = placed.addons
         self.identities: dict[str, AddonWithPodIdentity] = placed.identities

@@ -26,15 +26,13 @@ from platform_constructs.eks_addons import (
 )
 from tests.support import bare_stack, eks_config, resources_of, template_of
 
-FILE_SYSTEM_ARN = "arn:aws:fsx:us-west-2:111111111111:file-system/fs-0123456789abcdef0"
 CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111111111111:cluster/abcdef012345"
 WORKSPACE_ARN = "arn:aws:aps:us-west-2:111111111111:workspace/ws-01234567-89ab-cdef-0123"
-CONTEXT = IdentityContext(
-    file_system_arn=FILE_SYSTEM_ARN, hyperpod_cluster_arn=CLUSTER_ARN, workspace_arn=WORKSPACE_ARN
-)
+CONTEXT = IdentityContext(hyperpod_cluster_arn=CLUSTER_ARN, workspace_arn=WORKSPACE_ARN)
 # What each identity may do, on which resource (AWS documents one permission per controller).
+# DescribeFileSystems has no resource type: on "*" or it grants nothing.
 PERMISSIONS = {
-    FSX_CSI_DRIVER: ("fsx:DescribeFileSystems", FILE_SYSTEM_ARN),
+    FSX_CSI_DRIVER: ("fsx:DescribeFileSystems", "*"),
     TRAINING_OPERATOR: ("sagemaker:DescribeClusterNode", CLUSTER_ARN),
     OBSERVABILITY: ("aps:RemoteWrite", WORKSPACE_ARN),
 }
@@ -155,7 +153,7 @@ def test_identity_add_ons_grant_exactly_their_documented_permission(name):
 
 def test_an_identity_fails_without_the_resource_it_names():
     with pytest.raises(ValueError, match="hyperpod_cluster_arn"):
-        ADDON_IDENTITIES[TRAINING_OPERATOR](IdentityContext(file_system_arn=FILE_SYSTEM_ARN))
+        ADDON_IDENTITIES[TRAINING_OPERATOR](IdentityContext(workspace_arn=WORKSPACE_ARN))
 
 
 # --------------------------------------------------------------------------- placement
