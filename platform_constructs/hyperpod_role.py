@@ -1,23 +1,36 @@
 """IAM roles of a HyperPod cluster: the node execution role and the autoscaler's cluster role.
 
-The execution role follows AWS's list for HyperPod with EKS orchestration (the statements of
-AmazonSageMakerClusterInstanceRolePolicy plus the VPC CNI, ECR and Pod Identity permissions),
-written as inline statements scoped as far as each API allows (this VPC, its cluster subnets,
-this cluster's log group, the EKS cluster) instead of attaching the broad managed policy.
+The execution role is what AWS's own HyperPod EKS templates give it
+(aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/sagemaker-iam-role-template.yaml;
+awsome-distributed-training hyperpod-eks-tf modules/sagemaker_iam_role): the AWS-managed
+AmazonSageMakerClusterInstanceRolePolicy, which AWS extends when its node agents need more
+(node logs and metrics under /aws/sagemaker/Clusters, Session Manager channels), plus inline
+VPC CNI, ECR, Pod Identity and lifecycle-script statements, scoped as far as each API allows
+(this VPC, its cluster subnets, the EKS cluster) where the templates use account-wide ARNs.
+The managed policy's own grants (logs of every cluster under /aws/sagemaker/Clusters, not
+only this one's) are not repeated inline: a narrower copy beside it would narrow nothing.
 Nodes get no checkpoint access: training pods cannot use the node role (only host-network
 pods reach instance metadata), and each team's pods get their own prefix through EKS Pod
-Identity (platform_constructs/team_workspace.py). Actions that AWS does not authorize per resource (EC2 Describe*,
-ecr:GetAuthorizationToken, cloudwatch:PutMetricData, ssmmessages) keep `*`, narrowed by a
-condition key where one exists, and every wildcard is acknowledged on its own.
+Identity (platform_constructs/team_workspace.py). Actions that AWS does not authorize per
+resource (EC2 Describe*, ecr:GetAuthorizationToken) keep `*`, narrowed by a condition key
+where one exists, and every wildcard is acknowledged on its own.
 
-Against AmazonSageMakerClusterInstanceRolePolicy (SageMaker developer guide, AWS managed
-policies for HyperPod), statement by statement: log streams and the log group under
-/aws/sagemaker/Clusters (here this cluster's only), PutMetricData in the
-/aws/sagemaker/Clusters namespace, the four ssmmessages channel actions, and s3:ListBucket /
-s3:GetObject for lifecycle scripts (the managed policy allows any sagemaker-* bucket of the
-account; here the stack grants read on the scripts' prefix of the artifact bucket). Not
-granted although AWS's templates add it: ec2:AttachNetworkInterface, with which the VPC CNI
-attaches further ENIs; a HyperPod node keeps its one ENI, as the capacity plan assumes.
+Against the templates' inline statements, permission by permission:
+- ec2:AttachNetworkInterface: granted, on ENIs of this VPC and on node instances (the VPC CNI
+  attaches further ENIs with it).
+- ENI create/assign/modify/delete and their permission actions: granted on ENIs conditioned on
+  ec2:Vpc = this VPC, creation also on the cluster subnets and security group (the templates
+  name the VPC ARN as a resource, which these actions are not authorized on).
+- ec2:CreateTags: on ENIs of this VPC (the templates: any ENI of any account).
+- ec2:Describe* (instances, instance types, tags, ENIs, subnets, VPCs, DHCP options, security
+  groups): on "*", limited to this Region.
+- ecr pulls and GetAuthorizationToken: pulls on repositories of this Region (the templates:
+  "*"); the token has no resource type.
+- cloudwatch:DescribeAlarms: only on the rollback alarms instance groups name
+  (platform_constructs/hyperpod_cluster.py); the templates grant every alarm.
+- eks-auth:AssumeRoleForPodIdentity: on this EKS cluster, as the templates do.
+- s3:ListBucket / s3:GetObject: the lifecycle scripts' prefix of the artifact bucket (the
+  templates: the whole scripts bucket).
 """
 
 from __future__ import annotations
@@ -32,10 +45,10 @@ from constructs import Construct, IConstruct
 
 from platform_constructs.nag import acknowledge, acknowledge_resource
 
-# HyperPod writes node logs to /aws/sagemaker/Clusters/<cluster name>/<cluster id> and metrics
-# to this namespace.
+# HyperPod writes node logs to /aws/sagemaker/Clusters/<cluster name>/<cluster id>.
 LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters"
-METRICS_NAMESPACE = "/aws/sagemaker/Clusters"
+# What AWS's HyperPod templates attach to the execution role.
+CLUSTER_INSTANCE_ROLE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 
 
 class HyperPodExecutionRole(Construct):
@@ -73,12 +86,6 @@ class HyperPodExecutionRole(Construct):
         repositories = stack.format_arn(
             service="ecr", resource="repository", resource_name="*", account="*"
         )
-        log_group = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=f"{LOG_GROUP_PREFIX}/{cluster_name}/*",
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
 
         statements = [
             # HyperPod attaches each node to the VPC through an ENI it creates in a cluster
@@ -89,12 +96,14 @@ class HyperPodExecutionRole(Construct):
                 resources=[network_interfaces, security_group_arn, *subnet_arns],
                 conditions=in_this_vpc,
             ),
-            # The VPC CNI assigns pod addresses on the node's ENI; HyperPod shares the ENI
-            # with its own account and removes it with the node. Only ENIs in this VPC.
+            # The VPC CNI assigns pod addresses on the node's ENI and attaches further ENIs;
+            # HyperPod shares the ENI with its own account and removes it with the node.
+            # Only ENIs in this VPC.
             iam.PolicyStatement(
                 sid="ManageNodeInterfaces",
                 actions=[
                     "ec2:AssignPrivateIpAddresses",
+                    "ec2:AttachNetworkInterface",
                     "ec2:UnassignPrivateIpAddresses",
                     "ec2:CreateNetworkInterfacePermission",
                     "ec2:DeleteNetworkInterfacePermission",
@@ -106,12 +115,17 @@ class HyperPodExecutionRole(Construct):
                 resources=[network_interfaces],
                 conditions=in_this_vpc,
             ),
-            # Detach and attribute changes also name the instance (owned by HyperPod's
-            # service account, so no account can be pinned) and may set the cluster group;
-            # the ENI half of the authorization above still limits them to this VPC.
+            # Attach, detach and attribute changes also name the instance (owned by
+            # HyperPod's service account, so no account can be pinned) and may set the
+            # cluster group; the ENI half of the authorization above still limits them to
+            # this VPC.
             iam.PolicyStatement(
                 sid="NodeInterfaceAttachments",
-                actions=["ec2:DetachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"],
+                actions=[
+                    "ec2:AttachNetworkInterface",
+                    "ec2:DetachNetworkInterface",
+                    "ec2:ModifyNetworkInterfaceAttribute",
+                ],
                 resources=[instances, security_group_arn],
             ),
             # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
@@ -157,35 +171,6 @@ class HyperPodExecutionRole(Construct):
                 actions=["eks-auth:AssumeRoleForPodIdentity"],
                 resources=[eks_cluster_arn],
             ),
-            # Lifecycle and agent logs go to this cluster's log group only.
-            iam.PolicyStatement(
-                sid="ClusterLogGroup",
-                actions=["logs:CreateLogGroup"],
-                resources=[log_group],
-            ),
-            iam.PolicyStatement(
-                sid="ClusterLogStreams",
-                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-                resources=[f"{log_group}:log-stream:*"],
-            ),
-            iam.PolicyStatement(
-                sid="ClusterMetrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": METRICS_NAMESPACE}},
-            ),
-            # Session Manager is how operators reach HyperPod nodes; the channel actions
-            # have no resource type.
-            iam.PolicyStatement(
-                sid="SessionManagerChannels",
-                actions=[
-                    "ssmmessages:CreateControlChannel",
-                    "ssmmessages:CreateDataChannel",
-                    "ssmmessages:OpenControlChannel",
-                    "ssmmessages:OpenDataChannel",
-                ],
-                resources=["*"],
-            ),
         ]
 
         self.role = iam.Role(
@@ -193,6 +178,9 @@ class HyperPodExecutionRole(Construct):
             "Role",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"Nodes of HyperPod cluster {cluster_name}",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(CLUSTER_INSTANCE_ROLE_POLICY)
+            ],
             inline_policies={"HyperPodNode": iam.PolicyDocument(statements=statements)},
         )
         # Policies attached later (lifecycle read access) are kept with the role too.
@@ -201,7 +189,6 @@ class HyperPodExecutionRole(Construct):
             network_interfaces=network_interfaces,
             instances=instances,
             repositories=repositories,
-            log_group=log_group,
         )
 
     def _acknowledge(
@@ -210,7 +197,6 @@ class HyperPodExecutionRole(Construct):
         network_interfaces: str,
         instances: str,
         repositories: str,
-        log_group: str,
     ) -> None:
         role = self.role
         for resource, reason in (
@@ -229,25 +215,22 @@ class HyperPodExecutionRole(Construct):
                 "Kubelet pulls add-on images from AWS-owned ECR registries in other accounts; "
                 "pulls are read-only and limited to this region.",
             ),
-            (
-                log_group,
-                "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the "
-                "id is assigned at creation, so the grant stops at this cluster's name.",
-            ),
-            (
-                f"{log_group}:log-stream:*",
-                "Log streams are named per instance group and instance at launch; limited to "
-                "this cluster's log group.",
-            ),
         ):
             acknowledge_resource(role, "IAM5", reason, resource=resource)
         acknowledge(
             role,
             "IAM5",
-            "EC2 Describe*, ecr:GetAuthorizationToken, cloudwatch:PutMetricData and the "
-            "ssmmessages channel actions support no resource-level permissions; each is "
-            "limited by region or metric namespace where a condition key exists.",
+            "EC2 Describe* and ecr:GetAuthorizationToken support no resource-level "
+            "permissions; the Describe calls are limited to this region.",
             finding="Resource::*",
+        )
+        acknowledge(
+            role,
+            "IAM4",
+            "AWS's HyperPod EKS templates attach this AWS-maintained policy to the execution "
+            "role; AWS extends it when HyperPod's node agents need new permissions (node logs "
+            "and metrics under /aws/sagemaker/Clusters, Session Manager channels).",
+            finding=f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLUSTER_INSTANCE_ROLE_POLICY}",
         )
 
 

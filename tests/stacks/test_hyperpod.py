@@ -31,11 +31,6 @@ STAR_RESOURCE_ACTIONS = {
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeTags",
     "ecr:GetAuthorizationToken",
-    "cloudwatch:PutMetricData",
-    "ssmmessages:CreateControlChannel",
-    "ssmmessages:CreateDataChannel",
-    "ssmmessages:OpenControlChannel",
-    "ssmmessages:OpenDataChannel",
 }
 ENI_ACTIONS = {
     "ec2:CreateNetworkInterface",
@@ -404,7 +399,19 @@ def test_execution_role_is_narrow(env):
             "Principal": {"Service": "sagemaker.amazonaws.com"},
         }
     ]
-    assert "ManagedPolicyArns" not in role
+    # The one managed policy is the one AWS's HyperPod templates attach (and extend).
+    assert role["ManagedPolicyArns"] == [
+        {
+            "Fn::Join": [
+                "",
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":iam::aws:policy/AmazonSageMakerClusterInstanceRolePolicy",
+                ],
+            ]
+        }
+    ]
     statements = role_statements(env, role_id)
     assert statements
     for statement in statements:
@@ -417,9 +424,6 @@ def test_execution_role_is_narrow(env):
         if set(actions) & ENI_ACTIONS:
             assert "ec2:Vpc" in statement["Condition"]["StringEquals"], statement
     sids = by_sid(statements)
-    assert sids["ClusterMetrics"]["Condition"] == {
-        "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Clusters"}
-    }
     assert sids["DescribeNetwork"]["Condition"] == {
         "StringEquals": {"aws:RequestedRegion": env.config.region}
     }
@@ -441,41 +445,54 @@ def test_the_vpc_cni_reads_its_instance_its_limits_and_eni_tags(env):
     assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": env.config.region}}
 
 
-# AmazonSageMakerClusterInstanceRolePolicy, statement by statement (SageMaker developer
-# guide, "AWS managed policy: AmazonSageMakerClusterInstanceRolePolicy"), and the role's
-# statement granting each (narrower: this cluster's log group, the lifecycle prefix).
-CLUSTER_INSTANCE_ROLE_POLICY = {
-    "CloudwatchLogStreamPublishPermissions": (
-        {"logs:PutLogEvents", "logs:CreateLogStream", "logs:DescribeLogStreams"},
-        "ClusterLogStreams",
-    ),
-    "CloudwatchLogGroupCreationPermissions": ({"logs:CreateLogGroup"}, "ClusterLogGroup"),
-    "CloudwatchPutMetricDataAccess": ({"cloudwatch:PutMetricData"}, "ClusterMetrics"),
-    "DataRetrievalFromS3BucketPermissions": (
-        {"s3:ListBucket", "s3:GetObject"},
-        ("ListLifecycleScripts", "ReadLifecycleScripts"),
-    ),
-    "SSMConnectivityPermissions": (
-        {
-            "ssmmessages:CreateControlChannel",
-            "ssmmessages:CreateDataChannel",
-            "ssmmessages:OpenControlChannel",
-            "ssmmessages:OpenDataChannel",
-        },
-        "SessionManagerChannels",
-    ),
+# What AWS's HyperPod EKS templates grant inline beside the managed policy
+# (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/sagemaker-iam-role-template.yaml;
+# awsome-distributed-training hyperpod-eks-tf sagemaker_iam_role), each action with the
+# statement that grants it here. cloudwatch:DescribeAlarms is granted only on the rollback
+# alarms groups name (test_no_alarm_grant_where_no_group_names_rollback_alarms).
+AWS_TEMPLATE_GRANTS = {
+    "ec2:AttachNetworkInterface": ("ManageNodeInterfaces", "NodeInterfaceAttachments"),
+    "ec2:AssignPrivateIpAddresses": ("ManageNodeInterfaces",),
+    "ec2:UnassignPrivateIpAddresses": ("ManageNodeInterfaces",),
+    "ec2:CreateNetworkInterface": ("CreateNodeInterfaces",),
+    "ec2:CreateNetworkInterfacePermission": ("ManageNodeInterfaces",),
+    "ec2:DeleteNetworkInterface": ("ManageNodeInterfaces",),
+    "ec2:DeleteNetworkInterfacePermission": ("ManageNodeInterfaces",),
+    "ec2:DetachNetworkInterface": ("ManageNodeInterfaces", "NodeInterfaceAttachments"),
+    "ec2:ModifyNetworkInterfaceAttribute": ("ManageNodeInterfaces", "NodeInterfaceAttachments"),
+    "ec2:CreateTags": ("ManageNodeInterfaces",),
+    "ec2:DescribeInstances": ("DescribeNetwork",),
+    "ec2:DescribeTags": ("DescribeNetwork",),
+    "ec2:DescribeNetworkInterfaces": ("DescribeNetwork",),
+    "ec2:DescribeInstanceTypes": ("DescribeNetwork",),
+    "ec2:DescribeSubnets": ("DescribeNetwork",),
+    "ec2:DescribeVpcs": ("DescribeNetwork",),
+    "ec2:DescribeDhcpOptions": ("DescribeNetwork",),
+    "ec2:DescribeSecurityGroups": ("DescribeNetwork",),
+    "ecr:BatchCheckLayerAvailability": ("PullImages",),
+    "ecr:BatchGetImage": ("PullImages",),
+    "ecr:GetDownloadUrlForLayer": ("PullImages",),
+    "ecr:GetAuthorizationToken": ("RegistryLogin",),
+    "eks-auth:AssumeRoleForPodIdentity": ("PodIdentity",),
+    "s3:ListBucket": ("ListLifecycleScripts",),
+    "s3:GetObject": ("ReadLifecycleScripts",),
 }
 
 
-def test_execution_role_covers_the_cluster_instance_role_policy(prod):
+def test_execution_role_grants_what_aws_templates_grant(prod):
     statements = by_sid(role_statements(prod, execution_role_id(prod)))
-    for managed_sid, (actions, sids) in CLUSTER_INSTANCE_ROLE_POLICY.items():
-        granted = {
-            a
-            for sid in ([sids] if isinstance(sids, str) else sids)
-            for a in listed(statements[sid]["Action"])
-        }
-        assert actions <= granted, managed_sid
+    for action, sids in AWS_TEMPLATE_GRANTS.items():
+        for sid in sids:
+            assert action in listed(statements[sid]["Action"]), (action, sid)
+
+
+def test_the_managed_policys_grants_are_not_repeated_inline(prod):
+    # Logs, metrics and Session Manager come with AmazonSageMakerClusterInstanceRolePolicy.
+    actions = {
+        a for s in role_statements(prod, execution_role_id(prod)) for a in listed(s["Action"])
+    }
+    assert not {a for a in actions if a.split(":")[0] in ("logs", "ssmmessages")}
+    assert "cloudwatch:PutMetricData" not in actions
 
 
 def join_parts(value: Any) -> list[Any]:
@@ -515,15 +532,8 @@ def test_eni_permissions_are_scoped_to_this_vpc_and_its_cluster_subnets(prod):
     assert [prod.exported(parts[-1])[1] for parts in groups] == [efa_group_value(prod)]
 
 
-def test_logs_pod_identity_and_images_are_scoped(prod):
+def test_pod_identity_and_images_are_scoped(prod):
     statements = by_sid(role_statements(prod, execution_role_id(prod)))
-    log_group = join_parts(statements["ClusterLogGroup"]["Resource"])
-    assert log_group == [
-        "arn:aws:logs:us-east-1:333333333333:log-group:/aws/sagemaker/Clusters/hyperpod-prod/*"
-    ]
-    assert join_parts(statements["ClusterLogStreams"]["Resource"]) == [
-        f"{log_group[0]}:log-stream:*"
-    ]
     assert prod.exported(statements["PodIdentity"]["Resource"]) == (
         "eks",
         prod.resolved("eks", prod.platform.eks.cluster_arn),
