@@ -20,6 +20,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
+from platform_constructs.log_groups import stack_log_key
 from platform_constructs.nag import acknowledge
 
 # Every control-plane log type: HyperPod support cases and security reviews need the audit
@@ -124,13 +125,17 @@ class EksCluster(Construct):
             removal_policy=removal,
         )
 
-        # EKS writes control-plane logs to this fixed group name; creating it first puts its
-        # retention under our control instead of EKS's never-expire default.
+        # EKS writes control-plane logs to this fixed group name and creates it, unencrypted
+        # and never expiring, if it is missing (EKS User Guide, "Send control plane logs to
+        # CloudWatch Logs"); created first, its key and retention are ours, as
+        # terraform-aws-modules/terraform-aws-eks does (`cloudwatch_log_group_kms_key_id`).
+        self.log_key = stack_log_key(self, removal_policy=removal)
         self.log_group = logs.CfnLogGroup(
             self,
             "ControlPlaneLogs",
             log_group_name=f"/aws/eks/{cluster_name}/cluster",
             retention_in_days=log_retention_days,
+            kms_key_id=self.log_key.key_arn,
         )
         self.log_group.apply_removal_policy(removal)
 

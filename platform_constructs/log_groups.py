@@ -13,9 +13,16 @@ its per-stack singleton handler only from the deployment that happens to create 
   L2 `lambda.Function`, a `SingletonFunction`, a raw `CfnResource`): a function without a log
   group gets an `AWS::Logs::LogGroup` next to it, with the retention and removal policy
   given, and `LoggingConfig.LogGroup` referencing it.
-- A construct that wants more (its own key, as the network stack's groups) creates the group
-  and calls `log_to`, or gives an L2 function `log_group=`; the aspect leaves such functions
+- A construct that wants more (the network's groups share its key) creates the group and
+  calls `log_to`, or gives an L2 function `log_group=`; the aspect leaves such functions
   alone.
+
+Every group is encrypted with a customer managed key (checkov CKV_AWS_158). `log_key` is the
+one key policy: CloudWatch Logs of the stack's Region may use the key, only in the encryption
+context of a log group of this account and Region (CloudWatch Logs User Guide, "Encrypt log
+data in CloudWatch Logs using AWS KMS"). The writers (Lambda, EKS, the Prometheus workspace)
+need no key permission: CloudWatch Logs encrypts. `stack_log_key` is the one key per stack
+for groups that have no other: the aspect's, the EKS control plane's, the workspace's.
 
 The reference orders the template: the group exists before the function, so before any
 custom resource can invoke it, and outlives it on deletion. The groups take generated names,
@@ -33,6 +40,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import jsii
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
@@ -44,6 +52,68 @@ FUNCTION_TYPE = "AWS::Lambda::Function"
 # Node metadata (cloud assembly only, not the template) marking a function `log_to` wired:
 # a property override is invisible to the aspect otherwise.
 LOG_GROUP_METADATA = "hyperpod:log-group"
+# Construct ID of a stack's own log key, at the stack's root (`stack_log_key`).
+STACK_LOG_KEY_ID = "LogKey"
+# The deletion policy a removal policy writes (RemovalPolicy.SNAPSHOT is not used here).
+_DELETION_POLICY = {
+    cdk.RemovalPolicy.RETAIN: cdk.CfnDeletionPolicy.RETAIN,
+    cdk.RemovalPolicy.DESTROY: cdk.CfnDeletionPolicy.DELETE,
+}
+
+
+def log_key(scope: Construct, construct_id: str, *, removal_policy: cdk.RemovalPolicy) -> kms.Key:
+    """A rotated key that CloudWatch Logs may use for the log groups of this account and
+    Region only. Keep it as long as its groups: their events are unreadable without it."""
+    stack = cdk.Stack.of(scope)
+    key = kms.Key(
+        scope,
+        construct_id,
+        description=f"Encrypts the CloudWatch Logs groups of {stack.stack_name}",
+        enable_key_rotation=True,
+        removal_policy=removal_policy,
+    )
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="AllowCloudWatchLogsForThisAccountsLogGroups",
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            actions=[
+                "kms:Encrypt*",
+                "kms:Decrypt*",
+                "kms:ReEncrypt*",
+                "kms:GenerateDataKey*",
+                "kms:Describe*",
+            ],
+            resources=["*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                        service="logs",
+                        resource="log-group",
+                        resource_name="*",
+                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                }
+            },
+        )
+    )
+    return key
+
+
+def stack_log_key(scope: Construct, *, removal_policy: cdk.RemovalPolicy) -> kms.Key:
+    """The log key of `scope`'s stack (`log_key` at the stack's root), created on first use."""
+    stack = cdk.Stack.of(scope)
+    existing = stack.node.try_find_child(STACK_LOG_KEY_ID)
+    if existing is None:
+        return log_key(stack, STACK_LOG_KEY_ID, removal_policy=removal_policy)
+    if not isinstance(existing, kms.Key):
+        raise TypeError(f"{existing.node.path} is taken by something other than the log key")
+    resource = existing.node.default_child
+    if not isinstance(resource, cdk.CfnResource) or (
+        resource.cfn_options.deletion_policy != _DELETION_POLICY[removal_policy]
+    ):
+        # Groups kept past the stack need their key kept too, and the other way round.
+        raise ValueError(f"{existing.node.path} exists with another removal policy")
+    return existing
 
 
 def has_log_group(function: cdk.CfnResource) -> bool:
@@ -63,10 +133,11 @@ def log_group(
     *,
     retention_days: int,
     removal_policy: cdk.RemovalPolicy,
-    encryption_key: kms.IKey | None = None,
+    encryption_key: kms.IKey,
 ) -> logs.LogGroup:
-    """A log group whose events expire after `retention_days` (a period CloudWatch Logs
-    accepts; `logs.RetentionDays` is a named enum, so the number is set on the resource)."""
+    """A log group encrypted with `encryption_key` (a `log_key`) whose events expire after
+    `retention_days` (a period CloudWatch Logs accepts; `logs.RetentionDays` is a named enum,
+    so the number is set on the resource)."""
     _check_retention(retention_days)
     group = logs.LogGroup(
         scope,
@@ -121,6 +192,7 @@ class FunctionLogGroups:
             construct_id,
             retention_days=self.retention_days,
             removal_policy=self.removal_policy,
+            encryption_key=stack_log_key(scope, removal_policy=self.removal_policy),
         )
         log_to(node, group)
 

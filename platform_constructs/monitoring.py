@@ -1,6 +1,7 @@
 """Where the platform's metrics and alerts go: an Amazon Managed Service for Prometheus
 workspace (KMS-encrypted, its alert rules and Alertmanager definition from files in the
-repository) and the alarm topic everything notifies.
+repository; its log group encrypted with the stack's log key) and the alarm topic everything
+notifies.
 
 The topic is encrypted with the same key; the services that publish to it (CloudWatch
 alarms, EventBridge rules, the workspace's Alertmanager) get the key through its policy and
@@ -17,11 +18,11 @@ from aws_cdk import aws_aps as aps
 from aws_cdk import aws_grafana as grafana
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from platform_constructs.log_groups import log_group, stack_log_key
 from platform_constructs.nag import acknowledge
 
 # Services that publish to the alarm topic and therefore encrypt with its key.
@@ -87,7 +88,7 @@ class RuleGroups:
 
 class PrometheusWorkspace(Construct):
     """The workspace, its rule groups and Alertmanager (routing to `topic`), and its log
-    group. Exposes `workspace`, `arn`, `remote_write_base` (the endpoint without a trailing
+    group (`log_group`, encrypted with `log_key`). Exposes `workspace`, `arn`, `remote_write_base` (the endpoint without a trailing
     slash, as the observability add-on expects it)."""
 
     def __init__(
@@ -99,13 +100,20 @@ class PrometheusWorkspace(Construct):
         topic: sns.ITopic,
         rules: RuleGroups,
         retention_days: int,
-        log_retention: logs.RetentionDays,
+        log_retention_days: int,
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        self.log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=removal_policy
+        # Encrypted with the stack's log key: `key` (the workspace's and topic's) does not
+        # admit CloudWatch Logs.
+        self.log_key = stack_log_key(self, removal_policy=removal_policy)
+        self.log_group = log_group(
+            self,
+            "Logs",
+            retention_days=log_retention_days,
+            removal_policy=removal_policy,
+            encryption_key=self.log_key,
         )
         self.workspace = aps.CfnWorkspace(
             self,

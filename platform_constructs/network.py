@@ -37,7 +37,6 @@ import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
@@ -45,7 +44,7 @@ from constructs import Construct
 from config.capacity import NetworkLayout
 from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
 from platform_constructs.l1 import default_resource
-from platform_constructs.log_groups import has_log_group, log_group, log_to
+from platform_constructs.log_groups import has_log_group, log_group, log_key, log_to
 from platform_constructs.nag import acknowledge
 
 PUBLIC_GROUP = "public"
@@ -256,38 +255,7 @@ class ClusterNetwork(Construct):
         }
 
         # One key for this stack's log groups (flow logs, the prefix-list lookup's logs).
-        self.log_key = kms.Key(
-            self,
-            "LogKey",
-            description=f"Encrypts the CloudWatch Logs groups of {stack.stack_name}",
-            enable_key_rotation=True,
-            removal_policy=removal_policy,
-        )
-        # CloudWatch Logs may use the key only for log groups of this account and region.
-        self.log_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchLogsForThisAccountsLogGroups",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-                actions=[
-                    "kms:Encrypt*",
-                    "kms:Decrypt*",
-                    "kms:ReEncrypt*",
-                    "kms:GenerateDataKey*",
-                    "kms:Describe*",
-                ],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                            service="logs",
-                            resource="log-group",
-                            resource_name="*",
-                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    }
-                },
-            )
-        )
+        self.log_key = log_key(self, "LogKey", removal_policy=removal_policy)
         self.flow_log_group = self._log_group(
             "FlowLogGroup", flow_log_retention_days, removal_policy
         )

@@ -15,7 +15,6 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.addons import OBSERVABILITY
@@ -39,7 +38,7 @@ from platform_constructs.monitoring import (
 from platform_constructs.observability import rule_files
 
 # The workspace's own log group (alert and rule evaluation errors).
-WORKSPACE_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
+WORKSPACE_LOG_RETENTION_DAYS = 90
 
 
 def addon_configuration(
@@ -108,7 +107,7 @@ class ObservabilityStack(cdk.Stack):
                 files={path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
             ),
             retention_days=observability.prometheus_retention_days,
-            log_retention=WORKSPACE_LOG_RETENTION,
+            log_retention_days=WORKSPACE_LOG_RETENTION_DAYS,
             removal_policy=removal_policy,
         )
         placed = place_addons(

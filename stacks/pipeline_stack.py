@@ -26,7 +26,6 @@ from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_codestarnotifications as notifications
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -39,9 +38,8 @@ from config.loader import LoadedEnvironment
 from config.schema.pipeline import PipelineConfig
 from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.l1 import default_resource
-from platform_constructs.log_groups import FunctionLogGroups
+from platform_constructs.log_groups import FunctionLogGroups, log_group, stack_log_key
 from platform_constructs.nag import acknowledge_known_wildcards
-from platform_constructs.retention import RETENTION_DAYS
 from platform_constructs.storage import AccessLogBucket
 from stacks.platform import PlatformStacks, build_platform, cdk_json_context
 
@@ -137,11 +135,12 @@ class PipelineStack(cdk.Stack):
         )
         # Every CodeBuild project of the pipeline (synth, guards, asset publishing,
         # self-mutation) logs here instead of a never-expiring /aws/codebuild/<project>.
-        self.build_logs = logs.LogGroup(
+        self.build_logs = log_group(
             self,
             "BuildLogs",
-            retention=RETENTION_DAYS[PIPELINE_LOG_RETENTION_DAYS],
+            retention_days=PIPELINE_LOG_RETENTION_DAYS,
             removal_policy=cdk.RemovalPolicy.RETAIN,
+            encryption_key=stack_log_key(self, removal_policy=cdk.RemovalPolicy.RETAIN),
         )
         self.pipeline = pipelines.CodePipeline(
             self,

@@ -1,6 +1,7 @@
 """Function log groups on a bare stack: the aspect gives every function without one a group
-of its template (L2 functions and raw CfnResource providers alike), keeps what a function
-already has, and `log_to` wires a function by hand so the aspect leaves it alone."""
+of its template (L2 functions and raw CfnResource providers alike), encrypted with the
+stack's log key, keeps what a function already has, and `log_to` wires a function by hand so
+the aspect leaves it alone. The log key admits CloudWatch Logs for this account's groups only."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from platform_constructs.log_groups import (
     has_log_group,
     log_group,
     log_to,
+    stack_log_key,
 )
 from tests.support import bare_stack, inline_function, only, resources_of, template_of
 
@@ -29,6 +31,17 @@ def _with_aspect(stack: cdk.Stack, days: int = 90, retain: bool = True) -> dict[
         priority=cdk.AspectPriority.MUTATING,
     )
     return template_of(stack).to_json()
+
+
+def _log_group(stack: cdk.Stack, construct_id: str, days: int = 7) -> logs.LogGroup:
+    destroy = cdk.RemovalPolicy.DESTROY
+    return log_group(
+        stack,
+        construct_id,
+        retention_days=days,
+        removal_policy=destroy,
+        encryption_key=stack_log_key(stack, removal_policy=destroy),
+    )
 
 
 def _provider_handler(stack: cdk.Stack, tmp_path: Path) -> cdk.CfnResource:
@@ -51,8 +64,14 @@ def test_an_l2_function_gets_a_group_with_retention_and_removal_policy():
     template = _with_aspect(stack, days=30, retain=False)
     group_id = stack.get_logical_id(function.node.find_child("LogGroup").node.default_child)
     group = template["Resources"][group_id]
-    assert group["Properties"] == {"RetentionInDays": 30}
+    key_id = stack.get_logical_id(stack.node.find_child("LogKey").node.default_child)
+    assert group["Properties"] == {
+        "RetentionInDays": 30,
+        "KmsKeyId": {"Fn::GetAtt": [key_id, "Arn"]},
+    }
     assert group["DeletionPolicy"] == group["UpdateReplacePolicy"] == "Delete"
+    key = template["Resources"][key_id]
+    assert key["DeletionPolicy"] == key["UpdateReplacePolicy"] == "Delete"
     # The rest of the function's LoggingConfig stays.
     assert only(resources_of(template, "AWS::Lambda::Function"))["Properties"]["LoggingConfig"] == {
         "LogFormat": "JSON",
@@ -74,7 +93,7 @@ def test_a_raw_provider_function_gets_a_group_beside_it(tmp_path):
 
 def test_a_function_with_its_own_group_is_left_alone(tmp_path):
     stack = bare_stack()
-    own = log_group(stack, "Own", retention_days=7, removal_policy=cdk.RemovalPolicy.DESTROY)
+    own = _log_group(stack, "Own")
     inline_function(stack, "Fn", log_group=own)
     by_hand = _provider_handler(stack, tmp_path)
     log_to(by_hand, own)
@@ -90,7 +109,7 @@ def test_a_function_with_its_own_group_is_left_alone(tmp_path):
 
 def test_log_to_refuses_a_second_group_and_what_is_no_function(tmp_path):
     stack = bare_stack()
-    group = log_group(stack, "Logs", retention_days=7, removal_policy=cdk.RemovalPolicy.DESTROY)
+    group = _log_group(stack, "Logs")
     handler = _provider_handler(stack, tmp_path)
     log_to(handler, group)
     with pytest.raises(ValueError, match="already logs"):
@@ -111,4 +130,40 @@ def test_only_periods_cloudwatch_logs_accepts():
     with pytest.raises(ValueError, match="not a CloudWatch Logs retention period"):
         FunctionLogGroups(retention_days=100, removal_policy=cdk.RemovalPolicy.DESTROY)
     with pytest.raises(ValueError, match="not a CloudWatch Logs retention period"):
-        log_group(bare_stack(), "L", retention_days=0, removal_policy=cdk.RemovalPolicy.DESTROY)
+        _log_group(bare_stack(), "L", days=0)
+
+
+def test_the_log_key_admits_cloudwatch_logs_for_this_accounts_groups_only():
+    stack = bare_stack()
+    key = stack_log_key(stack, removal_policy=cdk.RemovalPolicy.RETAIN)
+    template = template_of(stack).to_json()
+    resource = template["Resources"][stack.get_logical_id(key.node.default_child)]
+    assert resource["Properties"]["EnableKeyRotation"] is True
+    (logs_statement,) = [
+        s
+        for s in resource["Properties"]["KeyPolicy"]["Statement"]
+        if s.get("Sid") == "AllowCloudWatchLogsForThisAccountsLogGroups"
+    ]
+    assert logs_statement["Principal"] == {"Service": f"logs.{stack.region}.amazonaws.com"}
+    assert logs_statement["Condition"] == {
+        "ArnLike": {
+            "kms:EncryptionContext:aws:logs:arn": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        f":logs:{stack.region}:{stack.account}:log-group:*",
+                    ],
+                ]
+            }
+        }
+    }
+
+
+def test_a_stack_has_one_log_key_kept_as_long_as_its_groups():
+    stack = bare_stack()
+    key = stack_log_key(stack, removal_policy=cdk.RemovalPolicy.RETAIN)
+    assert stack_log_key(stack, removal_policy=cdk.RemovalPolicy.RETAIN) is key
+    with pytest.raises(ValueError, match="another removal policy"):
+        stack_log_key(stack, removal_policy=cdk.RemovalPolicy.DESTROY)

@@ -1,6 +1,7 @@
 """Log retention over every template the platform deploys: each Lambda function logs to a log
 group of its own template (never Lambda's never-expiring `/aws/lambda/<function>`), and
-every log group has a retention and an explicit removal policy. The checker is proven on a
+every log group has a retention, an explicit removal policy and a KMS key (checkov
+CKV_AWS_158). The checker is proven on a
 bare stack with a planted function; the pipeline app (each environment a Stage, with its own
 aspects) is checked as well."""
 
@@ -22,6 +23,7 @@ from tests.support import (
     SynthResult,
     bare_stack,
     inline_function,
+    resources_of,
     template_of,
 )
 
@@ -32,7 +34,7 @@ REMOVAL_POLICIES = ("Retain", "Delete")
 
 def log_retention_findings(template: dict[str, Any]) -> list[str]:
     """One line per function without a log group of `template`, and per log group without a
-    valid retention or an explicit deletion and replacement policy."""
+    valid retention, an explicit deletion and replacement policy, or a KMS key."""
     resources: dict[str, dict[str, Any]] = template.get("Resources", {})
     groups = {k for k, v in resources.items() if v["Type"] == LOG_GROUP}
     findings = []
@@ -46,9 +48,12 @@ def log_retention_findings(template: dict[str, Any]) -> list[str]:
             elif target["Ref"] not in groups:
                 findings.append(f"{logical}: logs to {target['Ref']}, not a log group here")
         elif resource["Type"] == LOG_GROUP:
-            days = resource.get("Properties", {}).get("RetentionInDays")
+            properties = resource.get("Properties", {})
+            days = properties.get("RetentionInDays")
             if days not in LOG_RETENTION_DAYS:
                 findings.append(f"{logical}: RetentionInDays {days!r}")
+            if "KmsKeyId" not in properties:
+                findings.append(f"{logical}: no KmsKeyId (not encrypted with a key of ours)")
             for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
                 if resource.get(policy) not in REMOVAL_POLICIES:
                     findings.append(f"{logical}: {policy} {resource.get(policy)!r}")
@@ -66,14 +71,27 @@ def test_the_checker_catches_a_planted_function_without_a_log_group():
     assert findings[0].startswith("Planted") and "no LoggingConfig.LogGroup" in findings[0]
 
 
-def test_the_checker_catches_a_log_group_without_retention_or_removal_policy():
+def test_the_checker_catches_a_log_group_without_retention_removal_policy_or_key():
     stack = bare_stack("Planted")
     logs.CfnLogGroup(stack, "Forever")
     assert log_retention_findings(template_of(stack).to_json()) == [
         "Forever: RetentionInDays None",
+        "Forever: no KmsKeyId (not encrypted with a key of ours)",
         "Forever: DeletionPolicy None",
         "Forever: UpdateReplacePolicy None",
     ]
+
+
+def test_the_checker_catches_a_planted_unencrypted_group_with_retention():
+    stack = bare_stack("Planted")
+    logs.LogGroup(
+        stack,
+        "Plain",
+        retention=logs.RetentionDays.ONE_MONTH,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    (finding,) = log_retention_findings(template_of(stack).to_json())
+    assert finding.startswith("Plain") and "no KmsKeyId" in finding
 
 
 def test_the_checker_wants_a_group_of_the_same_template():
@@ -98,9 +116,12 @@ def test_the_aspect_clears_the_planted_function():
 
 
 @pytest.mark.xdist_group(SYNTH_GROUP)
-def test_every_function_of_every_environment_logs_to_a_group_with_retention(env: SynthResult):
+def test_every_log_group_of_every_environment_is_encrypted_and_expires(env: SynthResult):
     findings = {name: log_retention_findings(t) for name, t in env.templates.items()}
     assert {name: f for name, f in findings.items() if f} == {}
+    # Among them the network's, the EKS control plane's and the Prometheus workspace's.
+    with_groups = {n for n, t in env.templates.items() if resources_of(t, LOG_GROUP)}
+    assert {"network", "eks", "observability"} <= with_groups
     # The functions' groups expire and stay (or go) per environment.
     days = env.config.network.flow_log_retention_days
     policy = "Retain" if env.config.retain_stateful else "Delete"

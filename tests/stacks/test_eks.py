@@ -35,12 +35,6 @@ GITHUB_HOSTS = ("github.com", "raw.githubusercontent.com", "githubusercontent")
 PINNED_IMAGE = re.compile(r"^[^@\s]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
 
 
-def only_id(template: Template, type_: str) -> str:
-    found = resources_of(template, type_)
-    assert len(found) == 1, list(found)
-    return next(iter(found))
-
-
 def daemonsets(template: Template) -> dict[str, dict]:
     return {
         o["metadata"]["name"]: o for o in kubernetes_objects(template) if o["kind"] == "DaemonSet"
@@ -98,18 +92,21 @@ def test_all_control_plane_log_types_with_governed_retention(env):
         "AWS::EKS::Cluster",
         {"Logging": {"ClusterLogging": {"EnabledTypes": [{"Type": t} for t in LOG_TYPES]}}},
     )
+    # Encrypted with the stack's log key, which CloudWatch Logs may use (log_groups.py).
+    log_key = env.logical_id("eks", env.stacks["eks"].cluster.log_key)
     template.has_resource_properties(
         "AWS::Logs::LogGroup",
         {
             "LogGroupName": f"/aws/eks/hyperpod-{env.env_name}-eks/cluster",
             "RetentionInDays": env.config.eks.log_retention_days,
+            "KmsKeyId": {"Fn::GetAtt": [log_key, "Arn"]},
         },
     )
 
 
 def test_secrets_are_encrypted_with_a_rotated_key_retained_with_stateful_resources(env):
     template = env.template("eks")
-    key_id = only_id(template, "AWS::KMS::Key")
+    key_id = env.logical_id("eks", env.stacks["eks"].cluster.secrets_key)
     template.has_resource_properties(
         "AWS::EKS::Cluster",
         {

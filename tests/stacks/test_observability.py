@@ -26,6 +26,7 @@ from platform_constructs.metrics_scraper import (
     scrape_configuration,
 )
 from platform_constructs.observability import rule_files
+from stacks.observability_stack import WORKSPACE_LOG_RETENTION_DAYS
 from tests.support import SYNTH_GROUP, SynthResult, only, security_group_rules
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -51,8 +52,17 @@ def test_every_environment_is_observed_after_its_cluster_add_ons(env: SynthResul
 def test_workspace_is_encrypted_keeps_samples_and_loads_every_rules_file(env: SynthResult):
     ((workspace_id, workspace),) = _resources(env, "AWS::APS::Workspace").items()
     props = workspace["Properties"]
-    (key_id,) = _resources(env, "AWS::KMS::Key")
+    prometheus = env.stacks["observability"].workspace
+    # The alarm topic's key; the workspace's logs have the stack's log key (CloudWatch Logs
+    # may use it, the alarm key admits no CloudWatch Logs).
+    log_key = env.logical_id("observability", prometheus.log_key)
+    (key_id,) = set(_resources(env, "AWS::KMS::Key")) - {log_key}
     assert props["KmsKeyArn"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    group_id = env.logical_id("observability", prometheus.log_group)
+    assert props["LoggingConfiguration"]["LogGroupArn"] == {"Fn::GetAtt": [group_id, "Arn"]}
+    group = only(_resources(env, "AWS::Logs::LogGroup"))
+    assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [log_key, "Arn"]}
+    assert group["Properties"]["RetentionInDays"] == WORKSPACE_LOG_RETENTION_DAYS
     retention = props["WorkspaceConfiguration"]["RetentionPeriodInDays"]
     assert retention == env.config.observability.prometheus_retention_days
     namespaces = {
