@@ -1,12 +1,24 @@
 """HyperPod task governance: the cluster's scheduler config (priority classes, fair share,
 idle-resource sharing) and one compute quota per team.
 
-Both are SageMaker resources that reference the HyperPod cluster by ARN; the task
-governance add-on turns them into Kueue objects (ClusterQueue, LocalQueue
-`hyperpod-ns-<team>-localqueue`, WorkloadPriorityClass `<class>-priority`) and creating a
-quota creates the team's namespace `hyperpod-ns-<team>`. aws-cdk-lib 2.275 has no L1 class
-for AWS::SageMaker::ComputeQuota, so it is a `CfnResource` built from the typed props here;
-cfn-lint checks it against the CloudFormation schema.
+Both are SageMaker resources that reference the HyperPod cluster by ARN; they become Kueue
+objects (ClusterQueue, LocalQueue `hyperpod-ns-<team>-localqueue`, WorkloadPriorityClass
+`<class>-priority`) and creating a quota creates the team's namespace `hyperpod-ns-<team>`
+(aws/sagemaker-hyperpod-cli, examples/end_to_end_walkthrough/00-getting-started/00-setup.md).
+
+Neither may be created before Kueue serves: the walkthrough reports a scheduler config
+created before the task governance add-on is fully installed ending CreateFailed, and AWS's
+Terraform module for HyperPod on EKS (awslabs/awsome-distributed-training,
+1.architectures/7.sagemaker-hyperpod-eks/terraform-modules/hyperpod-eks-tf/modules/
+task_governance/main.tf, `wait_for_kueue_webhook`) waits, after the add-on and before any
+quota, for the deployment `kueue-controller-manager` in `kueue-system` to be available, at
+most 300 s. `kueue_controller_available` is that wait. The controller is a Deployment: it
+has an available replica only once a node runs it, so with continuous provisioning (the
+cluster InService before its nodes) this is where the governance stack waits for nodes.
+
+aws-cdk-lib 2.275 has no L1 class for AWS::SageMaker::ComputeQuota, so it is a
+`CfnResource` built from the typed props here; cfn-lint checks it against the CloudFormation
+schema.
 """
 
 from __future__ import annotations
@@ -16,10 +28,42 @@ from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_sagemaker as sagemaker
-from constructs import Construct
+from constructs import Construct, IDependable
 
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
+
+# The task governance add-on's Kueue controller and how long AWS's Terraform module waits
+# for it (`kubectl wait --for=condition=available ... --timeout=300s`; see above).
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_CONTROLLER = "kueue-controller-manager"
+KUEUE_WAIT = cdk.Duration.minutes(5)
+# The construct ID is the logical ID's prefix CloudFormation shows next to the failure, and
+# the handler's message names the command: "Timeout waiting for output from kubectl command:
+# ['get', '-n', 'kueue-system', 'deployment', 'kueue-controller-manager', ...]". Check the
+# add-on (`aws eks describe-addon`) and whether any node is Ready to run its controller.
+KUEUE_WAIT_ID = "KueueControllerAvailable"
+
+
+def kueue_controller_available(
+    scope: Construct, *, cluster: eks_v2.ICluster, after: Sequence[IDependable]
+) -> eks_v2.KubernetesObjectValue:
+    """Waits, after `after` (the task governance add-on), until Kueue's controller has an
+    available replica; the scheduler config and the quotas go after it."""
+    wait = eks_v2.KubernetesObjectValue(
+        scope,
+        KUEUE_WAIT_ID,
+        cluster=cluster,
+        object_type="deployment",
+        object_name=KUEUE_CONTROLLER,
+        object_namespace=KUEUE_NAMESPACE,
+        # Absent (empty output, so the handler keeps polling) until a replica is available.
+        json_path=".status.availableReplicas",
+        timeout=KUEUE_WAIT,
+    )
+    wait.node.add_dependency(*after)
+    return wait
 
 
 @dataclass(frozen=True, kw_only=True)

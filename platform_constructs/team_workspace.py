@@ -1,9 +1,11 @@
 """What one task-governance team's jobs need inside its namespace.
 
 Creating a team's compute quota makes HyperPod task governance create the namespace
-`hyperpod-ns-<team>` (with its LocalQueue); it does so asynchronously, after CloudFormation
-reports the quota created. So the workspace first waits for the namespace to be Active (a
-`KubernetesObjectValue` polls it), then applies what the team's jobs name:
+`hyperpod-ns-<team>` (with its LocalQueue). The quota is created only once the add-on's Kueue
+controller is available (`task_governance.kueue_controller_available`), and the namespace
+may appear after CloudFormation reports the quota created. So the workspace first waits for
+the namespace to be Active (a `KubernetesObjectValue` polls it; see NAMESPACE_WAIT for what
+is known of that step), then applies what the team's jobs name:
 
 - the FSx claim (through `FsxStaticVolume.add_namespace`),
 - the service account training pods run as, mapped by EKS Pod Identity to a role that may
@@ -52,8 +54,16 @@ from platform_constructs.eks_addons import PodIdentity
 from platform_constructs.eks_fsx_volume import FsxStaticVolume
 from platform_constructs.nag import acknowledge, acknowledge_resource
 
-# Task governance creates the namespace within seconds of the quota; the kubectl handler
-# polls every 10 s and must finish inside its Lambda's 15 minutes.
+# Known: creating a quota creates `hyperpod-ns-<team>` (aws/sagemaker-hyperpod-cli,
+# examples/end_to_end_walkthrough/00-getting-started/00-setup.md), and by then Kueue's
+# controller is available, so nodes exist. Not documented by AWS: which component creates
+# the namespace, or how long after the quota. The bound is the one AWS's Terraform module
+# gives a quota to reach Created (awslabs/awsome-distributed-training, task_governance/
+# scripts/manage-compute-quota.sh: 60 polls 10 s apart), inside the kubectl handler's
+# 15-minute Lambda. On timeout CloudFormation shows this wait (`Workspace-<team>`'s
+# NamespaceReady) failing with "Timeout waiting for output from kubectl command: ['get',
+# ..., 'namespace', 'hyperpod-ns-<team>', ...]": check the quota's Status and
+# FailureReason (`aws sagemaker describe-compute-quota`).
 NAMESPACE_WAIT = cdk.Duration.minutes(10)
 
 DIRECTORY_JOB_PREFIX = "team-directories-"

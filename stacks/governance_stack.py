@@ -1,9 +1,9 @@
-"""Task governance of one environment: the task governance add-on, the cluster's scheduler
-config, one compute quota per team, and in every team namespace what the team's jobs name
-(FSx claim, service account with its pod identity, the team ConfigMap, the Job that
-creates the team's directories). Deployed after the
-HyperPod cluster (both SageMaker resources reference it, and the add-on's Kueue controller
-runs on its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
+"""Task governance of one environment: the task governance add-on, a wait for its Kueue
+controller, the cluster's scheduler config, one compute quota per team, and in every team
+namespace what the team's jobs name (FSx claim, service account with its pod identity, the
+team ConfigMap, the Job that creates the team's directories). Deployed after the HyperPod
+cluster (both SageMaker resources reference it, and the add-on's Kueue controller runs on
+its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ from platform_constructs.task_governance import (
     QuotaResource,
     SchedulerConfig,
     TeamQuota,
+    kueue_controller_available,
 )
 from platform_constructs.team_workspace import TeamWorkspace, TeamWorkspaceProps
 
@@ -102,7 +103,8 @@ def workspace_props(
 
 
 class GovernanceStack(cdk.Stack):
-    """Exports `quotas` and `workspaces` (team name -> ComputeQuota / TeamWorkspace)."""
+    """Exports `kueue_ready` (the wait for Kueue's controller), `quotas` and `workspaces`
+    (team name -> ComputeQuota / TeamWorkspace)."""
 
     def __init__(
         self,
@@ -144,10 +146,12 @@ class GovernanceStack(cdk.Stack):
             fair_share=governance.fair_share,
             idle_resource_sharing=governance.idle_resource_sharing,
         )
-        # A scheduler config created before Kueue is installed fails to create (HyperPod CLI
-        # getting-started walkthrough): the add-on goes first.
-        for addon in self.addons.values():
-            self.scheduler_config.node.add_dependency(addon)
+        # A scheduler config or quota created before Kueue serves fails to create: both wait
+        # for its controller (platform_constructs/task_governance.py).
+        self.kueue_ready = kueue_controller_available(
+            self, cluster=kubernetes, after=list(self.addons.values())
+        )
+        self.scheduler_config.node.add_dependency(self.kueue_ready)
         self.quotas: dict[str, ComputeQuota] = {}
         for team in governance.teams_by_name():
             quota = ComputeQuota(

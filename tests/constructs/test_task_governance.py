@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import aws_cdk as cdk
+
 from platform_constructs.task_governance import (
     COMPUTE_QUOTA_TYPE,
+    KUEUE_CONTROLLER,
+    KUEUE_NAMESPACE,
     ComputeQuota,
     PriorityClass,
     QuotaResource,
     SchedulerConfig,
     TeamQuota,
+    kueue_controller_available,
 )
 from tests.stability.replacement import create_only_paths, dig
-from tests.support import bare_stack, only, resources_of, template_of
+from tests.support import bare_stack, imported_cluster, only, resources_of, template_of
 
 CLUSTER_ARN = "arn:aws:sagemaker:us-east-1:111111111111:cluster/abcdef012345"
 
@@ -107,3 +112,22 @@ def test_editing_a_quota_changes_no_create_only_property():
     assert ("ComputeQuotaTarget", "TeamName") in paths
     assert before != after
     assert [dig(before, p) for p in paths] == [dig(after, p) for p in paths]
+
+
+def test_kueue_wait_polls_the_controllers_available_replicas_after_the_add_on():
+    stack = bare_stack()
+    addon = cdk.CfnWaitConditionHandle(stack, "Addon")
+    kueue_controller_available(stack, cluster=imported_cluster(stack), after=[addon])
+    wait = only(resources_of(template_of(stack), "Custom::AWSCDK-EKS-KubernetesObjectValue"))
+    assert wait["DependsOn"] == ["Addon"]
+    assert wait["Properties"] | {"ClusterName": None, "ServiceToken": None} == {
+        "ClusterName": None,
+        "ServiceToken": None,
+        "ObjectType": "deployment",
+        "ObjectName": KUEUE_CONTROLLER,
+        "ObjectNamespace": KUEUE_NAMESPACE,
+        # Empty until a replica is available, so the handler keeps polling until then.
+        "JsonPath": ".status.availableReplicas",
+        # AWS's Terraform module waits 300 s for the same deployment.
+        "TimeoutSeconds": 300,
+    }

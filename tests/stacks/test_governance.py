@@ -16,7 +16,7 @@ from config.teams import (
     managed_tier_prefix,
     team_directories,
 )
-from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE
+from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE, KUEUE_CONTROLLER, KUEUE_WAIT_ID
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -35,12 +35,21 @@ def test_task_governance_add_on_at_its_pin(prod: SynthResult):
     assert prod.exported(addon["Properties"]["ClusterName"])[0] == "eks"
 
 
-def test_one_scheduler_config_after_the_add_on(prod: SynthResult):
+def test_one_scheduler_config_after_the_add_ons_kueue_controller_is_available(
+    prod: SynthResult,
+):
     [(logical_id, config)] = prod.resources(
         "governance", "AWS::SageMaker::ClusterSchedulerConfig"
     ).items()
     (addon_id,) = prod.resources("governance", "AWS::EKS::Addon")
-    assert config["DependsOn"] == [addon_id]
+    waits = prod.resources("governance", "Custom::AWSCDK-EKS-KubernetesObjectValue")
+    ((kueue_wait, wait),) = [
+        (k, w) for k, w in waits.items() if w["Properties"]["ObjectName"] == KUEUE_CONTROLLER
+    ]
+    assert config["DependsOn"] == [kueue_wait]
+    assert wait["DependsOn"] == [addon_id]
+    # Named for what it waits for: CloudFormation shows this ID beside a timeout.
+    assert kueue_wait.startswith(KUEUE_WAIT_ID)
     assert config["Properties"]["Name"] == prod.config.names.scheduler_config
     classes = {
         c["Name"]: c["Weight"] for c in config["Properties"]["SchedulerConfig"]["PriorityClasses"]
@@ -88,7 +97,11 @@ def _quota_of(result: SynthResult, team: str) -> str:
 
 def test_every_team_namespace_is_awaited_after_its_quota(env: SynthResult):
     waits = env.resources("governance", "Custom::AWSCDK-EKS-KubernetesObjectValue")
-    awaited = {w["Properties"]["ObjectName"]: w["DependsOn"] for w in waits.values()}
+    awaited = {
+        w["Properties"]["ObjectName"]: w["DependsOn"]
+        for w in waits.values()
+        if w["Properties"]["ObjectType"] == "namespace"
+    }
     teams = [t.name for t in env.config.governance.teams]
     assert set(awaited) == {team_namespace(t) for t in teams}
     for team in teams:
