@@ -34,11 +34,13 @@ from constructs import Construct, IDependable
 
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
 
-# The task governance add-on's Kueue controller and how long AWS's Terraform module waits
-# for it (`kubectl wait --for=condition=available ... --timeout=300s`; see above).
+# The task governance add-on's Kueue controller. AWS's Terraform module waits 300 s for it
+# (`kubectl wait --for=condition=available ... --timeout=300s`; see above), on a cluster whose
+# nodes already run; here continuous provisioning may still be bringing the first node that
+# can run it, so the wait takes what the kubectl handler's 15-minute Lambda allows.
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_CONTROLLER = "kueue-controller-manager"
-KUEUE_WAIT = cdk.Duration.minutes(5)
+KUEUE_WAIT = cdk.Duration.minutes(14)
 # The construct ID is the logical ID's prefix CloudFormation shows next to the failure, and
 # the handler's message names the command: "Timeout waiting for output from kubectl command:
 # ['get', '-n', 'kueue-system', 'deployment', 'kueue-controller-manager', ...]". Check the

@@ -128,6 +128,7 @@ def test_kueue_wait_polls_the_controllers_available_replicas_after_the_add_on():
         "ObjectNamespace": KUEUE_NAMESPACE,
         # Empty until a replica is available, so the handler keeps polling until then.
         "JsonPath": ".status.availableReplicas",
-        # AWS's Terraform module waits 300 s for the same deployment.
-        "TimeoutSeconds": 300,
+        # Longer than the 300 s AWS's Terraform module waits (its nodes already run), within
+        # the kubectl handler's 15-minute Lambda.
+        "TimeoutSeconds": 840,
     }
