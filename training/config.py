@@ -86,9 +86,15 @@ class OptimConfig:
 
 @dataclass
 class ParallelConfig:
-    # HSDP: dp_replicate x dp_shard ranks; dp_shard=-1 takes the rest of the world.
+    # The device mesh is dp_replicate x dp_shard x tp ranks (`JobConfig.mesh_shape`).
+    # HSDP: parameters sharded over dp_shard ranks, replicated across dp_replicate groups.
+    # Either data-parallel size may be -1: the rest of the world, whatever its size (an
+    # elastic job fixes dp_shard to a node's GPUs and lets dp_replicate follow the nodes).
     dp_replicate: int = 1
     dp_shard: int = -1
+    # Tensor-parallel degree: each layer's weights split over `tp` ranks of one node, which
+    # see the same batch.
+    tp: int = 1
     # "auto" = bf16 params/compute with fp32 reductions on GPU, fp32 on CPU.
     mixed_precision: str = "auto"
     # Decoder layers that recompute their activations in backward (less memory, about a third
@@ -313,9 +319,15 @@ class JobConfig:
                 high = f" and {'<=' if hi_ok else '<'} {hi}" if hi is not None else ""
                 raise ConfigError(f"{key} must be {low}{high}, got {v}")
         p = self.parallel
-        if p.dp_shard != -1 and p.dp_shard < 1:
+        for name in ("dp_replicate", "dp_shard"):
+            value = getattr(p, name)
+            if value != -1 and value < 1:
+                raise ConfigError(
+                    f"parallel.{name} must be >= 1 or -1 (the rest of the world), got {value}"
+                )
+        if p.dp_replicate == -1 and p.dp_shard == -1:
             raise ConfigError(
-                f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {p.dp_shard}"
+                "parallel.dp_replicate and parallel.dp_shard are both -1; set one of them"
             )
 
     def validate(self) -> None:
@@ -328,6 +340,12 @@ class JobConfig:
             raise ConfigError("model.n_heads must be divisible by model.n_kv_heads")
         if (m.dim // m.n_heads) % 2:
             raise ConfigError("head dim (model.dim / model.n_heads) must be even for RoPE")
+        tp = self.parallel.tp
+        if m.n_heads % tp or kv % tp:
+            raise ConfigError(
+                f"parallel.tp={tp} must divide model.n_heads={m.n_heads} and the key/value "
+                f"heads ({kv}): tensor parallelism splits whole heads"
+            )
         if t.steps < 1 or t.global_batch_size < 1 or t.seq_len < 2:
             raise ConfigError("training.steps, global_batch_size must be >= 1 and seq_len >= 2")
         if self.data.source not in ("synthetic", "memmap"):
@@ -355,25 +373,47 @@ class JobConfig:
         """Checks that depend on the launch size, done once the world is known. The trainer
         runs the batch it is given: a batch the world does not split is refused, naming the
         one `batch_for_world` picks (what `hpctl job render` passes)."""
+        self.check_sharding(world_size)
         batch = self.training.global_batch_size
-        if batch % world_size:
+        replicas = self.data_parallel_size(world_size)
+        if batch % replicas:
             raise ConfigError(
-                f"training.global_batch_size={batch} is not divisible by world size "
-                f"{world_size}; the nearest batch that splits is "
+                f"training.global_batch_size={batch} is not divisible by "
+                f"{_ranks_reading(replicas, world_size)}; the nearest batch that splits is "
                 f"training.global_batch_size={self.batch_for_world(world_size)}"
             )
         self.micro_batches(world_size)
-        self.check_sharding(world_size)
+
+    def mesh_shape(self, world_size: int) -> tuple[int, int, int]:
+        """(dp_replicate, dp_shard, tp) for a world of `world_size` ranks, a -1 resolved to
+        the rest of the world; refuses settings that do not multiply to the world."""
+        p = self.parallel
+        if world_size % p.tp:
+            raise ConfigError(
+                f"parallel.tp={p.tp} does not divide world size {world_size}; pick a tp that "
+                "divides the ranks of a node"
+            )
+        data_parallel = world_size // p.tp
+        replicate, shard = p.dp_replicate, p.dp_shard
+        if shard == -1:
+            shard = data_parallel // replicate
+        elif replicate == -1:
+            replicate = data_parallel // shard
+        if replicate < 1 or shard < 1 or replicate * shard * p.tp != world_size:
+            raise ConfigError(
+                f"parallel.dp_replicate={p.dp_replicate} x dp_shard={p.dp_shard}"
+                f"{f' x tp={p.tp}' if p.tp > 1 else ''} does not match world size {world_size}"
+            )
+        return replicate, shard, p.tp
 
     def check_sharding(self, world_size: int) -> None:
-        """The parallel settings split a world of `world_size` ranks (dp_replicate x dp_shard)."""
-        p = self.parallel
-        shard = p.dp_shard if p.dp_shard > 0 else world_size // max(p.dp_replicate, 1)
-        if p.dp_replicate < 1 or p.dp_replicate * shard != world_size:
-            raise ConfigError(
-                f"parallel.dp_replicate={p.dp_replicate} x dp_shard={p.dp_shard} "
-                f"does not match world size {world_size}"
-            )
+        """The parallel settings split a world of `world_size` ranks (`mesh_shape`)."""
+        self.mesh_shape(world_size)
+
+    def data_parallel_size(self, world_size: int) -> int:
+        """Ranks that read different samples: the world over the tensor-parallel degree (a
+        tensor-parallel group reads one batch together)."""
+        return world_size // self.parallel.tp
 
     def batch_for_world(self, world_size: int) -> int:
         """The global batch a world of `world_size` ranks runs for this config: the
@@ -389,32 +429,44 @@ class JobConfig:
         a larger batch at the same learning rate is the stable side. Never 0: a world with
         more ranks than sequences runs one sequence per rank.
         """
+        replicas = self.data_parallel_size(world_size)
         micro = self.training.micro_batch_size
-        per_rank = Fraction(self.training.global_batch_size, world_size)
+        per_rank = Fraction(self.training.global_batch_size, replicas)
         # Shares above one micro-batch move in whole micro-batches (gradient accumulation
         # passes); below it, one sequence at a time.
         unit = micro if micro and per_rank >= micro else 1
         down = math.floor(per_rank / unit) * unit
         up = math.ceil(per_rank / unit) * unit
         share = up if down == 0 or up - per_rank <= per_rank - down else down
-        return share * world_size
+        return share * replicas
 
     def micro_batches(self, world_size: int) -> tuple[int, int]:
         """(sequences per pass, passes per step) on each rank of a world of `world_size`."""
         t = self.training
-        per_rank = t.global_batch_size // world_size
+        replicas = self.data_parallel_size(world_size)
+        per_rank = t.global_batch_size // replicas
         micro = min(t.micro_batch_size or per_rank, per_rank)
         if micro < 1 or per_rank % micro:
             raise ConfigError(
                 f"training.micro_batch_size={t.micro_batch_size} does not divide the per-rank "
-                f"batch {per_rank} (training.global_batch_size={t.global_batch_size} / world "
-                f"size {world_size}); the nearest batch that splits is "
+                f"batch {per_rank} (training.global_batch_size={t.global_batch_size} / "
+                f"{_ranks_reading(replicas, world_size)}); the nearest batch that splits is "
                 f"training.global_batch_size={self.batch_for_world(world_size)}"
             )
         return micro, per_rank // micro
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _ranks_reading(replicas: int, world_size: int) -> str:
+    """The ranks a global batch is split over, as an error message names them."""
+    if replicas == world_size:
+        return f"world size {world_size}"
+    return (
+        f"the {replicas} data-parallel ranks of world size {world_size} "
+        f"(tensor-parallel groups of {world_size // replicas} read one batch)"
+    )
 
 
 _AC_HELP = "parallel.activation_checkpoint must be none, all, every:K or first:N"
@@ -493,7 +545,7 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("optim.beta1", 0, True, 1, False),
     ("optim.beta2", 0, True, 1, False),
     ("optim.eps", 0, False, None, False),
-    ("parallel.dp_replicate", 1, True, None, False),
+    ("parallel.tp", 1, True, None, False),
     ("fault.watchdog_s", 0, True, None, False),
     ("fault.sigterm_grace_s", 0, False, None, False),
 ]

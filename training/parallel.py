@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.config import JobConfig, ParallelConfig, checkpointed_layers
+from training.config import JobConfig, checkpointed_layers
 from training.model import Transformer
 
 
@@ -71,9 +71,9 @@ def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
     return DistInfo(rank, world, local_rank, local_world, device)
 
 
-def build_mesh(pcfg: ParallelConfig, world_size: int, device: torch.device) -> DeviceMesh:
-    replicate = max(pcfg.dp_replicate, 1)
-    shard = pcfg.dp_shard if pcfg.dp_shard > 0 else world_size // replicate
+def build_mesh(cfg: JobConfig, world_size: int, device: torch.device) -> DeviceMesh:
+    """The data-parallel mesh `JobConfig.mesh_shape` gives this world."""
+    replicate, shard, _ = cfg.mesh_shape(world_size)
     if replicate > 1:
         # HSDP: parameters sharded inside a group, replicated across groups (e.g. shard
         # within a node over NVLink, replicate across nodes over EFA).

@@ -139,7 +139,7 @@ class Trainer:
         np.random.seed(t.seed)
         random.seed(t.seed)
 
-        self.mesh = build_mesh(cfg.parallel, info.world_size, info.device)
+        self.mesh = build_mesh(cfg, info.world_size, info.device)
         with torch.device("meta"):
             model = Transformer(cfg.model, max_seq_len=t.seq_len)
         self.model = apply_parallelism(model, cfg, self.mesh, info.device)

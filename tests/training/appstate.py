@@ -54,7 +54,7 @@ def build(overrides: list[str] | None = None, *, materialize: bool = True) -> Ap
     cfg = build_config_only(overrides)
     t = cfg.training
     torch.manual_seed(t.seed)
-    mesh = build_mesh(cfg.parallel, 1, CPU)
+    mesh = build_mesh(cfg, 1, CPU)
     with torch.device("meta"):
         model = Transformer(cfg.model, max_seq_len=t.seq_len)
     model = apply_parallelism(model, cfg, mesh, CPU)

@@ -105,6 +105,61 @@ def test_world_checks() -> None:
         cfg.check_world(2)
 
 
+def test_data_parallel_size_may_be_the_rest_of_the_world() -> None:
+    # An elastic job fixes the shard group to a node and lets the replicas follow the nodes.
+    cfg = build_config("tiny", ["parallel.dp_shard=2", "parallel.dp_replicate=-1"])
+    assert cfg.mesh_shape(8) == (4, 2, 1)
+    assert cfg.mesh_shape(4) == (2, 2, 1)
+    with pytest.raises(ConfigError, match="does not match world size 3"):
+        cfg.mesh_shape(3)
+
+
+def test_both_data_parallel_sizes_open_is_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        build_config("tiny", ["parallel.dp_shard=-1", "parallel.dp_replicate=-1"])
+    assert str(raised.value) == (
+        "parallel.dp_replicate and parallel.dp_shard are both -1; set one of them"
+    )
+
+
+def test_data_parallel_size_below_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"parallel.dp_replicate must be >= 1 or -1"):
+        build_config("tiny", ["parallel.dp_replicate=0"])
+
+
+def test_tensor_parallel_degree_must_split_whole_heads() -> None:
+    # tiny: 4 query heads, 2 key/value heads.
+    build_config("tiny", ["parallel.tp=2"])
+    with pytest.raises(ConfigError) as raised:
+        build_config("tiny", ["parallel.tp=4"])
+    assert str(raised.value).startswith(
+        "parallel.tp=4 must divide model.n_heads=4 and the key/value heads (2)"
+    )
+
+
+def test_tensor_parallel_degree_must_divide_the_world() -> None:
+    cfg = build_config("tiny", ["parallel.tp=2"])
+    with pytest.raises(ConfigError, match=r"parallel\.tp=2 does not divide world size 3"):
+        cfg.check_world(3)
+
+
+def test_tensor_parallel_groups_read_one_batch() -> None:
+    # 8 ranks at tp=2 are 4 data-parallel ranks: the batch splits four ways, not eight.
+    cfg = build_config("tiny", ["parallel.tp=2", "training.global_batch_size=4"])
+    assert cfg.data_parallel_size(8) == 4
+    assert cfg.mesh_shape(8) == (1, 4, 2)
+    assert cfg.micro_batches(8) == (1, 1)
+    cfg.check_world(8)
+    apply_override(cfg, "training.global_batch_size=6")
+    with pytest.raises(ConfigError) as raised:
+        cfg.check_world(8)
+    assert str(raised.value) == (
+        "training.global_batch_size=6 is not divisible by the 4 data-parallel ranks of world "
+        "size 8 (tensor-parallel groups of 2 read one batch); the nearest batch that splits "
+        "is training.global_batch_size=8"
+    )
+
+
 def _splits(preset: str, batch: int, world: int) -> bool:
     try:
         build_config(preset, [f"training.global_batch_size={batch}"]).check_world(world)
