@@ -136,11 +136,14 @@ def common_batch(config: JobConfig, worlds: tuple[int, ...]) -> int | None:
     return None
 
 
-def elastic_plan(config: JobConfig, gpus_per_node: int, low: int, high: int) -> ElasticPlan:
+def elastic_plan(
+    config: JobConfig, gpus_per_node: int, low: int, high: int, preset: str | None = None
+) -> ElasticPlan:
     """The sizes in [low, high] the trainer runs and their common batch. Both ends must run:
     the operator starts at `low` and may grow to `high`. The batch is the preset's when both
     ends split it, else the nearest that both do; the sizes between are those that split it
-    and fit the mesh."""
+    and fit the mesh. `preset` names the preset in messages (default: the config's own)."""
+    preset = preset or config.preset
     unfit = [n for n in (low, high) if not mesh_fits(config, n * gpus_per_node)]
     if unfit:
         fitting = [n for n in range(low, high + 1) if mesh_fits(config, n * gpus_per_node)]
@@ -150,14 +153,14 @@ def elastic_plan(config: JobConfig, gpus_per_node: int, low: int, high: int) -> 
             else "use a preset whose sharding leaves the replica count open"
         )
         raise ElasticRangeError(
-            f"{unfit[0]} node(s) x {gpus_per_node} GPUs do not fit preset "
-            f"{config.preset!r}'s device mesh; {fix}"
+            f"{unfit[0]} node(s) x {gpus_per_node} GPUs do not fit preset {preset!r}'s device "
+            f"mesh; {fix}"
         )
     ends = (low * gpus_per_node, high * gpus_per_node)
     batch = common_batch(config, ends)
     if batch is None:
         raise ElasticRangeError(
-            f"no global batch near preset {config.preset!r}'s "
+            f"no global batch near preset {preset!r}'s "
             f"{config.training.global_batch_size} splits over both {low} and {high} nodes of "
             f"{gpus_per_node} GPUs; narrow the range (e.g. {low}:{2 * low})"
         )

@@ -431,7 +431,8 @@ class JobSpec(BaseModel):
             return value
         gpus = lookup(instance_type).accelerator_count
         try:
-            elastic_plan(_parallel_config(info.data, preset, gpus, True), gpus, low, high)
+            config = _parallel_config(info.data, preset, gpus, True)
+            elastic_plan(config, gpus, low, high, preset)
         except (ElasticRangeError, ConfigError) as error:
             raise ValueError(str(error)) from None
         return f"{low}:{high}"
@@ -524,7 +525,8 @@ class JobSpec(BaseModel):
         if self.elastic_range is None:
             return None
         low, high = self.elastic_range
-        return elastic_plan(self.parallel_config, self.instance.accelerator_count, low, high)
+        gpus = self.instance.accelerator_count
+        return elastic_plan(self.parallel_config, gpus, low, high, self.preset)
 
     @property
     def placement(self) -> tuple[str, str] | None:
