@@ -337,3 +337,12 @@ def test_an_elastic_job_may_only_grow_into_the_teams_quota() -> None:
         "guaranteed + 4 borrowable = 12; ask for at most 12"
     )
     assert env_spec("prod", elastic="2:12").elastic_range == (2, 12)
+
+
+def test_a_gb200_pod_takes_its_node_with_gpudirect_rdma() -> None:
+    (replica,) = render_job(_gb200_spec(nodes=2))["spec"]["replicaSpecs"]
+    (container,) = replica["template"]["spec"]["containers"]
+    requests = container["resources"]["requests"]
+    assert (requests["nvidia.com/gpu"], requests["vpc.amazonaws.com/efa"]) == (4, 8)
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
