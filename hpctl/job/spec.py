@@ -17,6 +17,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from config.addons import (
+    ELASTIC_TRAINING_MINIMUM,
+    TASK_GOVERNANCE,
+    TOPOLOGY_SCHEDULING_MINIMUM,
+    TRAINING_OPERATOR,
+    Version,
+)
 from config.instance_types import InstanceType, lookup, topology_instance_types
 from config.kubernetes import (
     FSX_CLAIM_NAME,
@@ -416,9 +423,9 @@ class JobSpec(BaseModel):
             raise ValueError(f"{value} is not a range; use MIN:MAX with 1 <= MIN < MAX")
         if not info.data.get("elastic_training", True):
             raise ValueError(
-                "the environment's training operator is older than v1.2, the first that runs "
-                "elastic jobs; upgrade amazon-sagemaker-hyperpod-training-operator "
-                "(eks.addons) or leave --elastic out"
+                f"the environment's training operator is older than "
+                f"{_version(ELASTIC_TRAINING_MINIMUM)}, the first that runs elastic jobs; "
+                f"upgrade {TRAINING_OPERATOR} (eks.addons) or leave --elastic out"
             )
         nodes = info.data.get("nodes")
         if nodes is not None and nodes != low:
@@ -456,9 +463,9 @@ class JobSpec(BaseModel):
             )
         if not info.data.get("topology_scheduling", True):
             raise ValueError(
-                "the environment's task governance add-on is older than v1.2.2, the first "
-                "with topology-aware scheduling; upgrade "
-                "amazon-sagemaker-hyperpod-taskgovernance (eks.addons) or leave --topology out"
+                f"the environment's task governance add-on is older than "
+                f"{_version(TOPOLOGY_SCHEDULING_MINIMUM)}, the first with topology-aware "
+                f"scheduling; upgrade {TASK_GOVERNANCE} (eks.addons) or leave --topology out"
             )
         instance_type = info.data.get("instance_type")
         if instance_type is None:
@@ -609,6 +616,10 @@ class JobSpec(BaseModel):
             self.tier_storage(tier.name) == MANAGED_STORAGE
             for tier in self.trainer_config.checkpoint.tiers
         )
+
+
+def _version(version: Version) -> str:
+    return "v" + ".".join(map(str, version))
 
 
 def _largest_size(data: dict[str, object]) -> int:
