@@ -85,9 +85,11 @@ def render(
         str | None,
         typer.Option(
             metavar="MODE:LEVEL",
-            help="Placement: required:LEVEL or preferred:LEVEL (LEVEL: "
-            f"{', '.join(TOPOLOGY_LEVELS)}), 'ultraserver' (all in one UltraServer) or 'none' "
-            "(default: multi-node EFA jobs prefer one network node, or one UltraServer).",
+            help="Placement: required:LEVEL or preferred:LEVEL, LEVEL a node label of "
+            f"{' '.join(level.rpartition('/')[2] for level in TOPOLOGY_LEVELS)} (under "
+            f"{TOPOLOGY_LEVELS[0].rpartition('/')[0]}/); 'ultraserver' (all in one "
+            "UltraServer) or 'none' (default: multi-node EFA jobs prefer one network node, "
+            "or one UltraServer).",
         ),
     ] = None,
     elastic: Annotated[
