@@ -109,10 +109,11 @@ _TABLE: tuple[InstanceType, ...] = (
     # eight, an EFA interface on each (AWS ParallelCluster's launch template for GB200 puts
     # an EFA on every even card and an EFA-only on every odd one, aws-parallelcluster#6930;
     # the FSx for Lustre EFA client guide binds all 8). IPv4 per ENI and default-card ENIs
-    # as on p5/p6-b200; the EKS AMI's instance table (instance-info.jsonl) has no row for
-    # this type yet, so nodeadm reads them from EC2 at boot: check a node's max pods.
+    # the larger of p5's and p6-b200's (4 default-card ENIs), so the address plan reserves
+    # at least what the node can take; the EKS AMI's instance table (instance-info.jsonl)
+    # has no row for this type yet, so nodeadm reads them from EC2 at boot.
     _topology_gpu("ml.p6e-gb200.36xlarge", vcpus=144, memory_gib=960, accelerator_count=4,
-                  network_cards=8, efa_interfaces=8, ipv4_per_eni=50, default_enis=2,
+                  network_cards=8, efa_interfaces=8, ipv4_per_eni=50, default_enis=4,
                   threads_per_core=1, nvlink_domain_instances=18),
     # NVIDIA development / inference-class instances
     _gpu("ml.g5.8xlarge", vcpus=32, memory_gib=128, accelerator_count=1,

@@ -186,8 +186,9 @@ def test_a_grace_node_shows_each_vcpu_as_a_core(threads_per_core: int) -> None:
 def test_the_job_figures_of_a_gb200_node() -> None:
     model = _gb200_group(1)
     # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 990m DaemonSets - 1040m
-    # system pods; 960 GiB less 7.5% = 909,312 MiB, less 1,355 MiB kube-reserved, 100 MiB
-    # eviction, 20% tiered storage (196,608 MiB), 1,148 MiB DaemonSets, 1,500 MiB system pods.
+    # system pods; 960 GiB less 7.5% = 909,312 MiB, less 2,433 MiB kube-reserved (11 x 198
+    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,148 MiB DaemonSets,
+    # 1,500 MiB system pods.
     job = model.job
-    assert (job.cpu_millicores, job.memory_mib) == (141_540, 708_601)
+    assert (job.cpu_millicores, job.memory_mib) == (141_540, 707_523)
     assert model.kube_reserved_cpu_millicores == 430
