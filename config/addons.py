@@ -97,6 +97,14 @@ TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
 TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
 OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"
 
+# Add-on versions that first offer a feature a job may ask for (`hpctl job render` checks the
+# environment's version): topology-aware scheduling needs task governance v1.2.2-eksbuild.1
+# ("Using topology-aware scheduling in Amazon SageMaker HyperPod task governance", its note);
+# elastic jobs need training operator v1.2 ("Using elastic training in Amazon SageMaker
+# HyperPod", prerequisites).
+TOPOLOGY_SCHEDULING_MINIMUM: Version = (1, 2, 2)
+ELASTIC_TRAINING_MINIMUM: Version = (1, 2, 0)
+
 # Minimums: vpc-cni 1.18.3 is the documented HyperPod minimum; the others are the oldest
 # versions this project tested. Service accounts are the ones AWS documents per add-on.
 _TABLE = (

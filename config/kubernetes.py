@@ -20,6 +20,30 @@ INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 INSTANCE_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
 NODE_HEALTH_LABEL: Final = "sagemaker.amazonaws.com/node-health-status"
 
+# Network topology labels HyperPod puts on the nodes of the instance types that support
+# topology-aware scheduling, coarsest first: EC2's three network node layers (layer 3 is the
+# node an instance hangs off, so the fewest hops), then the UltraServer (one NVLink domain).
+# Sources: the HyperPod task-governance guide, "Using topology-aware scheduling in Amazon
+# SageMaker HyperPod task governance" (its node labels and annotation examples), and the
+# HyperPod CLI's accepted levels (aws/sagemaker-hyperpod-cli,
+# hyperpod-pytorch-job-template/hyperpod_pytorch_job_template/v1_1/model.py
+# ALLOWED_TOPOLOGY_LABELS); tests/job/hyperpod_node_labels.json records them.
+NETWORK_NODE_LAYER_LABELS: Final = (
+    "topology.k8s.aws/network-node-layer-1",
+    "topology.k8s.aws/network-node-layer-2",
+    "topology.k8s.aws/network-node-layer-3",
+)
+ULTRASERVER_LABEL: Final = "topology.k8s.aws/ultraserver-id"
+TOPOLOGY_LEVELS: Final = (*NETWORK_NODE_LAYER_LABELS, ULTRASERVER_LABEL)
+
+# Kueue's topology requests (topology-aware scheduling): a job asks for all its pods in one
+# domain of a level, required (wait until one domain fits) or preferred (the smallest domain
+# that fits, climbing levels as needed). Kueue reads them from the pod template (a PodSet);
+# the HyperPod CLI writes them on the job and its pod template alike, and so does
+# `hpctl job render`. Kueue refuses a pod set with more than one.
+REQUIRED_TOPOLOGY_ANNOTATION: Final = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY_ANNOTATION: Final = "kueue.x-k8s.io/podset-preferred-topology"
+
 # Extended resources a pod requests, each advertised by a device plugin DaemonSet
 # (platform_constructs/hyperpod_dependencies.py ADVERTISED_BY).
 GPU_RESOURCE: Final = "nvidia.com/gpu"

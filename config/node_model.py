@@ -1,6 +1,6 @@
 """What a node of each instance group offers pods, and what a training job may request there.
 
-A node's CPUs are the cores the OS sees (`threads_per_core` halves a type's vCPUs). From
+A node's CPUs are the cores the OS sees (`threads_per_core` 1 halves an x86 type's vCPUs). From
 them and its memory the kubelet reserves its share and keeps an eviction threshold; the
 rest is allocatable. HyperPod's tiered storage takes its share of memory outside any pod,
 and every DaemonSet the platform installs on the group takes its requests. On accelerated
@@ -314,8 +314,10 @@ class NodeModel:
 
     @property
     def cpus(self) -> int:
-        """Cores the OS (and the kubelet) sees: the table's vCPUs count two threads a core."""
-        return self.instance.vcpus // 2 * self.threads_per_core
+        """CPUs the OS (and the kubelet) sees: the type's cores times the threads per core the
+        group runs, at most the hardware's (a GB200's Grace cores have one)."""
+        hardware = self.instance.threads_per_core
+        return self.instance.vcpus // hardware * min(self.threads_per_core, hardware)
 
     @property
     def memory_mib(self) -> int:

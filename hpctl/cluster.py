@@ -60,6 +60,9 @@ def node_row(node: dict[str, Any]) -> dict[str, Any]:
         "message": status.get("Message") or None,
         "launch_time": utc_iso(node.get("LaunchTime")),
         "private_dns": node.get("PrivateDnsHostname"),
+        # The UltraServer (one NVLink domain) an UltraServer instance belongs to; the same id
+        # is its node label topology.k8s.aws/ultraserver-id. None for other instances.
+        "ultraserver_id": node.get("UltraServerInfo", {}).get("Id"),
     }
 
 

@@ -162,18 +162,22 @@ def _count(value: int | None) -> str:
 
 def print_nodes_table(rows: list[dict[str, Any]], title: str) -> None:
     table = Table(title=title)
-    for column in ("group", "instance id", "type", "status", "message", "launched (UTC)"):
+    # UltraServers only where a node has one: most clusters have none.
+    ultraservers = any(row["ultraserver_id"] for row in rows)
+    columns = ["group", "instance id", "type", "status", "message", "launched (UTC)"]
+    for column in columns + (["UltraServer"] if ultraservers else []):
         # Messages can be long sentences: let only them wrap.
         table.add_column(column, no_wrap=column != "message")
     for row in rows:
-        table.add_row(
+        cells = [
             row["instance_group"],
             row["instance_id"],
             row["instance_type"],
             row["status"],
             row["message"] or "-",
             minute_of(row["launch_time"]),
-        )
+        ]
+        table.add_row(*cells, *([row["ultraserver_id"] or "-"] if ultraservers else []))
     print_table(stdout, table)
 
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from config.kubernetes import PRIORITY_CLASS_SUFFIX, team_namespace
+from config.kubernetes import PRIORITY_CLASS_SUFFIX, TOPOLOGY_LEVELS, team_namespace
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.job.environment import JobRequestError, spec_for_environment
 from hpctl.job.render import render_job, to_yaml
@@ -81,12 +81,49 @@ def render(
         str | None,
         typer.Option(metavar="INTEGER", help="Flag the job SLOW below this throughput."),
     ] = None,
+    topology: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODE:LEVEL",
+            help="Placement: required:LEVEL or preferred:LEVEL, LEVEL a node label of "
+            f"{' '.join(level.rpartition('/')[2] for level in TOPOLOGY_LEVELS)} (under "
+            f"{TOPOLOGY_LEVELS[0].rpartition('/')[0]}/); 'ultraserver' (all in one "
+            "UltraServer) or 'none' (default: multi-node EFA jobs prefer one network node, "
+            "or one UltraServer).",
+        ),
+    ] = None,
+    elastic: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MIN:MAX",
+            help="Elastic job: starts on MIN nodes, the operator resizes it up to MAX among "
+            "the sizes the trainer runs (--nodes defaults to MIN).",
+        ),
+    ] = None,
+    parallelism: Annotated[
+        str | None,
+        typer.Option(
+            metavar="fsdp|hsdp",
+            help="fsdp: shard over every GPU; hsdp: shard within a node, replicate across "
+            "nodes (default for multi-node jobs).",
+        ),
+    ] = None,
+    tp: Annotated[
+        str | None,
+        typer.Option(
+            metavar="INTEGER", help="Tensor-parallel degree; divides a node's GPUs (default 1)."
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", metavar="FILE", help="Write to FILE, not stdout."),
     ] = None,
 ) -> None:
     """Print a HyperPodPyTorchJob manifest as YAML for a team's job in an environment."""
+    if nodes is None and elastic is not None:
+        # An elastic job starts at its minimum; a range that is none is --elastic's problem.
+        start = elastic.partition(":")[0].strip()
+        nodes = start if start.isdigit() else "1"
     required = {
         "--env": env,
         "--team": team,
@@ -105,6 +142,10 @@ def render(
         "preset": preset,
         "steps": steps,
         "min_tokens_per_s": min_tokens_per_s,
+        "topology": topology,
+        "elastic": elastic,
+        "parallelism": parallelism,
+        "tp": tp,
     }
     choices: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     try:

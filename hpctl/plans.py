@@ -38,12 +38,24 @@ def reservable_instance_types() -> frozenset[str]:
 
 
 def search_request(
-    instance_type: str, count: int, start: datetime, days: int, target: Target
+    instance_type: str,
+    count: int,
+    start: datetime,
+    days: int,
+    target: Target,
+    *,
+    ultraserver: bool = False,
 ) -> dict[str, Any]:
-    """SearchTrainingPlanOfferings parameters. Duration is in hours in the API."""
+    """SearchTrainingPlanOfferings parameters: `count` instances of `instance_type`, or with
+    `ultraserver` `count` UltraServers of that UltraServer type (the API's UltraServerType and
+    UltraServerCount). Duration is in hours in the API."""
+    what = (
+        {"UltraServerType": instance_type, "UltraServerCount": count}
+        if ultraserver
+        else {"InstanceType": instance_type, "InstanceCount": count}
+    )
     return {
-        "InstanceType": instance_type,
-        "InstanceCount": count,
+        **what,
         "StartTimeAfter": start,
         "DurationHours": days * 24,
         "TargetResources": [target.value],
@@ -63,6 +75,12 @@ def offering_row(offering: dict[str, Any]) -> dict[str, Any]:
         ),
         "instance_types": sorted({p["InstanceType"] for p in parts}),
         "instance_count": sum(p["InstanceCount"] for p in parts),
+        # UltraServer capacity: whole UltraServers of a type (ReservedCapacityType
+        # "UltraServer"); none for instance capacity.
+        "ultraserver_types": sorted(
+            {p["UltraServerType"] for p in parts if p.get("UltraServerType")}
+        ),
+        "ultraserver_count": sum(p.get("UltraServerCount", 0) for p in parts),
         "start": utc_iso(min(starts)) if starts else None,
         "end": utc_iso(max(ends)) if ends else None,
         "duration_hours": offering.get("DurationHours"),

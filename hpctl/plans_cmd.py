@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.instance_types import INSTANCE_TYPES, unknown_instance_type
+from config.instance_types import INSTANCE_TYPES, ULTRASERVER_TYPES, unknown_instance_type
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail, report
 from hpctl.options import (
@@ -65,6 +65,23 @@ def check_instance_type(ctx: typer.Context, value: str) -> str:
             f"use one of {', '.join(offered)}",
             code=ExitCode.USAGE,
         )
+    return value
+
+
+def check_ultraserver_type(ctx: typer.Context, value: str) -> str:
+    if value not in ULTRASERVER_TYPES:
+        fail(
+            ctx,
+            f"--ultraserver-type: unknown UltraServer type {value!r}; use one of "
+            f"{', '.join(sorted(ULTRASERVER_TYPES))}",
+            code=ExitCode.USAGE,
+        )
+    return value
+
+
+def check_ultraserver_count(ctx: typer.Context, value: int) -> int:
+    if value < 1:
+        fail(ctx, f"--count: {value} UltraServers; use 1 or more", code=ExitCode.USAGE)
     return value
 
 
@@ -157,9 +174,14 @@ def print_offerings(rows: list[dict[str, Any]], title: str) -> None:
     table.add_column("offering id", no_wrap=True)
     for column in ("AZ", "start (UTC)", "end (UTC)", "duration"):
         table.add_column(column, no_wrap=True)
-    for column in ("upfront fee", "currency", "instances"):
+    for column in ("upfront fee", "currency", "instances", "UltraServers"):
         table.add_column(column, justify="right")
     for row in rows:
+        ultraservers = (
+            f"{row['ultraserver_count']} x {', '.join(row['ultraserver_types'])}"
+            if row["ultraserver_types"]
+            else "-"
+        )
         table.add_row(
             row["offering_id"],
             ", ".join(row["availability_zones"]) or "-",
@@ -169,6 +191,7 @@ def print_offerings(rows: list[dict[str, Any]], title: str) -> None:
             row["upfront_fee"] or "-",
             row["currency"] or "-",
             str(row["instance_count"]),
+            ultraservers,
         )
     print_table(stdout, table)
 
@@ -176,8 +199,10 @@ def print_offerings(rows: list[dict[str, Any]], title: str) -> None:
 @app.command(cls=OneLineUsageErrors)
 def search(
     ctx: typer.Context,
-    instance_type: Annotated[str, typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")],
-    count: Annotated[int, typer.Option("--count", help="Instances: 1, 2, 4, ... 64")],
+    count: Annotated[
+        int,
+        typer.Option("--count", help="Instances (1, 2, 4, ... 64), or UltraServers (1 or more)"),
+    ],
     start: Annotated[str, typer.Option("--start", help="Earliest start, YYYY-MM-DD (UTC)")],
     duration_days: Annotated[int, typer.Option("--duration-days", help="1 to 182")],
     target: Annotated[
@@ -185,15 +210,40 @@ def search(
     ] = Target.hyperpod_cluster,
     env: EnvOption = None,
     as_json: JsonListOption = False,
+    instance_type: Annotated[
+        str | None, typer.Option("--instance-type", help="e.g. ml.p5.48xlarge")
+    ] = None,
+    ultraserver_type: Annotated[
+        str | None,
+        typer.Option(
+            "--ultraserver-type",
+            help=f"Whole UltraServers instead of instances: {', '.join(sorted(ULTRASERVER_TYPES))}",
+        ),
+    ] = None,
 ) -> None:
     """List training plan offerings that match in the environment's Region (read-only,
-    free)."""
+    free): `--count` instances of `--instance-type`, or `--count` UltraServers of
+    `--ultraserver-type`."""
+    if (instance_type is None) == (ultraserver_type is None):
+        fail(
+            ctx,
+            "--instance-type: give exactly one of --instance-type (instances) and "
+            "--ultraserver-type (whole UltraServers)",
+            code=ExitCode.USAGE,
+        )
+    if ultraserver_type is not None:
+        what = check_ultraserver_type(ctx, ultraserver_type)
+        count = check_ultraserver_count(ctx, count)
+    else:
+        what = check_instance_type(ctx, str(instance_type))
+        count = check_count(ctx, count)
     request = search_request(
-        check_instance_type(ctx, instance_type),
-        check_count(ctx, count),
+        what,
+        count,
         parse_start(ctx, start),
         check_duration(ctx, duration_days),
         target,
+        ultraserver=ultraserver_type is not None,
     )
     config = required_environment(ctx, env)
     sagemaker = aws.connect_environment(ctx, config).client("sagemaker")
@@ -203,16 +253,16 @@ def search(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    asked = f"{count} x {what}"
     if not rows:
         typer.echo(
-            f"No offerings for {count} x {instance_type} from {start} for "
+            f"No offerings for {asked} from {start} for "
             f"{duration_days} days; try another start date, duration or count."
         )
         return
     print_offerings(
         rows,
-        f"Training plan offerings: {count} x {instance_type}, "
-        f"{duration_days} days from {start} ({target.value})",
+        f"Training plan offerings: {asked}, {duration_days} days from {start} ({target.value})",
     )
     typer.echo(
         f"Buy one with: hpctl plans buy --offering-id ID --name NAME --env {config.environment} --yes"

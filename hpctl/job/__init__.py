@@ -7,6 +7,8 @@ rendered from a validated job.
 - `render`: `render_job`, the manifest for a JobSpec; pure, so it can be diffed, reviewed and
   tested without a cluster.
 - `log_rules`: the elastic agent's log-monitoring rules, matched against the trainer's lines.
+- `scaling`: the trainer's parallel settings a job renders (HSDP across nodes, tensor
+  parallelism within one) and an elastic job's runnable sizes and common batch.
 
 The command (`hpctl job render`) is `hpctl.job_cmd`. The renderer belongs to `hpctl`, not to
 the training image: it reads the trainer's presets (`training.config`), never the other way

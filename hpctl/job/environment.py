@@ -17,6 +17,14 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from config.addons import (
+    ELASTIC_TRAINING_MINIMUM,
+    TASK_GOVERNANCE,
+    TOPOLOGY_SCHEDULING_MINIMUM,
+    TRAINING_OPERATOR,
+    Version,
+    parse_version,
+)
 from config.errors import Location, problem_lines
 from config.instance_types import lookup
 from config.kubernetes import (
@@ -33,7 +41,16 @@ from hpctl.options import utc_now
 
 # JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
 DERIVED_FIELDS: Final = frozenset(
-    {"instance_type", "taints", "fsx_claim", "service_account", "tiered_storage", "allocation"}
+    {
+        "instance_type",
+        "taints",
+        "fsx_claim",
+        "service_account",
+        "tiered_storage",
+        "allocation",
+        "topology_scheduling",
+        "elastic_training",
+    }
 )
 # JobSpec fields whose problems a user fixes through another option (or not at all: the
 # environment's config); the rest map to --field-name.
@@ -44,6 +61,8 @@ _OPTION_FOR_FIELD: Final = {
     "service_account": "--env",
     "tiered_storage": "--env",
     "allocation": "--instance-group",
+    "topology_scheduling": "--env",
+    "elastic_training": "--env",
 }
 
 
@@ -107,7 +126,12 @@ def _accelerated(instance_type: str) -> bool:
 
 
 def _quota_problem(
-    team: str, capacity: GroupCapacity, usable: list[str], nodes: int, spares: int
+    team: str,
+    capacity: GroupCapacity,
+    usable: list[str],
+    nodes: int,
+    spares: int,
+    option: str = "--nodes",
 ) -> str | None:
     """Why `nodes` + `spares` on the group do not fit `team`'s capacity there, if they don't."""
     asked, limit = nodes + spares, capacity.max_job_nodes
@@ -138,7 +162,7 @@ def _quota_problem(
         )
     fix = f"ask for at most {limit}" + (" nodes and spares together" if spares else "")
     return (
-        f"--nodes: {nodes} nodes (+{spares} spares) exceed what team {team} may use on "
+        f"{option}: {nodes} nodes (+{spares} spares) exceed what team {team} may use on "
         f"{group}: {figures}; {fix}"
     )
 
@@ -153,6 +177,18 @@ def _counts(nodes: object, spares: object) -> tuple[int, int] | None:
         return _NODES.validate_python(nodes), _SPARES.validate_python(spares)
     except ValidationError:
         return None
+
+
+def _elastic_top(elastic: object) -> int | None:
+    """The top of an `--elastic MIN:MAX` range, or None where JobSpec will reject it."""
+    match = re.fullmatch(r"\s*\d+:(\d+)\s*", elastic) if isinstance(elastic, str) else None
+    return int(match[1]) if match else None
+
+
+def addon_offers(config: EnvironmentConfig, addon: str, minimum: Version) -> bool:
+    """The environment installs `addon` at `minimum` or later."""
+    version = parse_version(config.eks.addon_version(addon))
+    return version is not None and version >= minimum
 
 
 def _lines(error: ValidationError) -> list[str]:
@@ -239,6 +275,8 @@ def spec_for_environment(
         "service_account": TRAINING_SERVICE_ACCOUNT,
         "tiered_storage": config.hyperpod.tiered_storage.enabled,
         "allocation": node_model(config, group).job,
+        "topology_scheduling": addon_offers(config, TASK_GOVERNANCE, TOPOLOGY_SCHEDULING_MINIMUM),
+        "elastic_training": addon_offers(config, TRAINING_OPERATOR, ELASTIC_TRAINING_MINIMUM),
     }
     # The quota first: a job the team may not run at all needs another size before anything
     # else about it matters (a size the preset cannot split is a --nodes problem as well).
@@ -253,15 +291,19 @@ def spec_for_environment(
         ]
         (on_group,) = (c for c in capacity if c.instance_group == group.name)
         problem = _quota_problem(team, on_group, usable, *counts)
+        top = _elastic_top(choices.get("elastic"))
+        if problem is None and top is not None and top > counts[0]:
+            # An elastic job grows to its top: a size the team may never use is no size.
+            problem = _quota_problem(team, on_group, usable, top, counts[1], "--elastic")
         quota = [] if problem is None else [problem]
     try:
         spec = JobSpec.model_validate(fields)
     except ValidationError as error:
-        if quota:  # the quota's line stands for every other problem of --nodes
+        if quota:  # the quota's line stands for every other problem of the job's size
             error_lines = [
                 line
                 for item, line in zip(error.errors(), _lines(error), strict=True)
-                if item["loc"][:1] not in (("nodes",), ("spares",))
+                if item["loc"][:1] not in (("nodes",), ("spares",), ("elastic",))
             ]
             raise JobRequestError(quota + error_lines) from None
         raise JobRequestError(_lines(error)) from None

@@ -60,7 +60,18 @@ HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"
 
 # Families whose EFA supports GPUDirect RDMA (p4d and newer, Trainium). g5/g6e EFA has no RDMA
 # read, so FI_EFA_USE_DEVICE_RDMA=1 would make libfabric fail there.
-RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
+RDMA_FAMILIES = frozenset(
+    {"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6e-gb200", "trn1", "trn1n", "trn2"}
+)
+# Elastic jobs: the HyperPod agent's own rendezvous, through which the operator resizes the
+# job (AWS's elastic training example launches `hyperpodrun --rdzv-backend=hyperpod`).
+ELASTIC_RDZV_BACKEND = "--rdzv-backend=hyperpod"
+# Seconds the operator waits after it sees room before it scales up, and for a faulty pod to
+# recover before it scales down: the values of AWS's elastic training example ("Adaptive
+# infrastructure for foundation model training with elastic training on SageMaker
+# HyperPod"), long enough to ride out a transient, short enough to use idle capacity.
+ELASTIC_SCALING_TIMEOUT_S = 60
+ELASTIC_FAULTY_SCALE_DOWN_TIMEOUT_S = 30
 
 
 def _env(spec: JobSpec) -> list[dict[str, Any]]:
@@ -125,6 +136,7 @@ def _command(spec: JobSpec) -> list[str]:
         # Restarts keep the agent's default SIGKILL (a save needing dead peers would only
         # hang); pod deletion forwards SIGTERM, and this is how long the save may take.
         f"--shutdown-timeout={spec.shutdown_timeout_s}",
+        *([ELASTIC_RDZV_BACKEND] if spec.elastic else []),
         "-m",
         TRAINER_MODULE,
     ]
@@ -138,6 +150,8 @@ def trainer_args(spec: JobSpec) -> list[str]:
         # batch that it does (JobConfig.batch_for_world); the trainer's start line prints it
         # beside the preset's.
         "training.global_batch_size": spec.global_batch_size,
+        # HSDP across nodes, tensor parallelism within one (hpctl.job.scaling).
+        **spec.parallel_overrides,
     }
     for tier in spec.trainer_config.checkpoint.tiers:
         overrides[tier_key(tier.name, "dir")] = spec.tier_dir(tier.name)
@@ -242,9 +256,52 @@ def pod_labels(spec: JobSpec) -> dict[str, str]:
     return {METRICS_LABEL: METRICS_LABEL_VALUE, TRAINING_JOB_LABEL: spec.name}
 
 
+def topology_annotations(spec: JobSpec) -> dict[str, str]:
+    """The Kueue topology request of the job, for its metadata and its pod template."""
+    placement = spec.placement
+    return {} if placement is None else {placement[0]: placement[1]}
+
+
+def elastic_policy(spec: JobSpec) -> dict[str, Any] | None:
+    """The operator's elasticPolicy: the sizes the trainer runs (a step where they are evenly
+    spaced, else the list), and how long a resize may take (the same SIGTERM window as a
+    preemption: the trainer saves, then exits)."""
+    plan, bounds = spec.elastic_plan, spec.elastic_range
+    if plan is None or bounds is None:
+        return None
+    low, high = bounds
+    policy: dict[str, Any] = {"minReplicas": low, "maxReplicas": high}
+    if plan.step is not None:
+        policy["replicaIncrementStep"] = plan.step
+    else:
+        policy["replicaDiscreteValues"] = list(plan.sizes)
+    policy["gracefulShutdownTimeoutInSeconds"] = spec.shutdown_timeout_s
+    policy["scalingTimeoutInSeconds"] = ELASTIC_SCALING_TIMEOUT_S
+    policy["faultyScaleDownTimeoutInSeconds"] = ELASTIC_FAULTY_SCALE_DOWN_TIMEOUT_S
+    return policy
+
+
+def _place_and_scale(manifest: dict[str, Any], spec: JobSpec) -> None:
+    """Adds the job's topology request and elastic policy to `manifest` where it has them."""
+    annotations = topology_annotations(spec)
+    (replica,) = manifest["spec"]["replicaSpecs"]
+    if annotations:
+        manifest["metadata"]["annotations"] = dict(annotations)
+        replica["template"]["metadata"]["annotations"] = dict(annotations)
+    policy = elastic_policy(spec)
+    if policy is None:
+        return
+    replica["maxReplicas"] = policy["maxReplicas"]  # AWS: must match elasticPolicy's
+    manifest["spec"]["elasticPolicy"] = policy
+    # No scale-up until a restarted job had time to reach its first step: growing it sooner
+    # would restart it again before it trained.
+    restart = manifest["spec"]["runPolicy"]["restartPolicy"]
+    restart["scaleUpSnoozeTimeInSeconds"] = spec.start_deadline_s
+
+
 def render_job(spec: JobSpec) -> dict[str, Any]:
     """The HyperPodPyTorchJob manifest for `spec` as a plain dict."""
-    return {
+    manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
@@ -277,6 +334,8 @@ def render_job(spec: JobSpec) -> dict[str, Any]:
             },
         },
     }
+    _place_and_scale(manifest, spec)
+    return manifest
 
 
 def to_yaml(manifest: dict[str, Any]) -> str:

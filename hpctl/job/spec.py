@@ -17,15 +17,27 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from config.instance_types import InstanceType, lookup
+from config.addons import (
+    ELASTIC_TRAINING_MINIMUM,
+    TASK_GOVERNANCE,
+    TOPOLOGY_SCHEDULING_MINIMUM,
+    TRAINING_OPERATOR,
+    Version,
+)
+from config.instance_types import InstanceType, lookup, topology_instance_types
 from config.kubernetes import (
     FSX_CLAIM_NAME,
     FSX_MOUNT,
     INSTANCE_GROUP_NAME,
     MAX_PRIORITY_LENGTH,
     MAX_TEAM_LENGTH,
+    NETWORK_NODE_LAYER_LABELS,
+    PREFERRED_TOPOLOGY_ANNOTATION,
     PRIORITY_CLASS_SUFFIX,
+    REQUIRED_TOPOLOGY_ANNOTATION,
     TEAM_NAMESPACE_PREFIX,
+    TOPOLOGY_LEVELS,
+    ULTRASERVER_LABEL,
     Taint,
     is_dns1035_label,
     is_dns1123_label,
@@ -38,6 +50,16 @@ from config.teams import (
     team_checkpoints_directory,
     team_directory,
     team_runs_directory,
+)
+from hpctl.job.scaling import (
+    TP_KEY,
+    ElasticPlan,
+    ElasticRangeError,
+    Parallelism,
+    configured,
+    elastic_plan,
+    parallel_overrides,
+    resolved_parallelism,
 )
 from training.config import (
     AUTO_STORAGE,
@@ -53,6 +75,16 @@ from training.config import (
 )
 
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
+
+# --topology words besides MODE:LEVEL: no placement at all, and the whole job in one
+# UltraServer (required at its level).
+NO_TOPOLOGY = "none"
+ULTRASERVER_TOPOLOGY = "ultraserver"
+TOPOLOGY_MODES: dict[str, str] = {
+    "required": REQUIRED_TOPOLOGY_ANNOTATION,
+    "preferred": PREFERRED_TOPOLOGY_ANNOTATION,
+}
+_ELASTIC_RANGE = re.compile(r"(\d+):(\d+)")
 
 # OCI distribution reference: [host[:port]/]path[:tag][@sha256:hex]
 _IMAGE = re.compile(
@@ -88,6 +120,11 @@ class JobSpec(BaseModel):
     # SIGTERM grace and checkpoint tiers, so it is validated before the fields that depend on it.
     preset: str = "8b"
     steps: PositiveInt | None = None  # None: the preset's own step count
+    # Tensor-parallel degree: each layer split over this many GPUs of one node (NVLink).
+    tp: PositiveInt = 1
+    # How data-parallel ranks hold the model; None: HSDP across nodes, else the preset's
+    # own (hpctl.job.scaling.resolved_parallelism).
+    parallelism: Parallelism | None = None
     nodes: PositiveInt = 1
     spares: NonNegativeInt = 0
     fsx_claim: str = FSX_CLAIM_NAME
@@ -127,6 +164,17 @@ class JobSpec(BaseModel):
     # What the pod requests on its node besides its devices: what the node model leaves a job
     # on the group's nodes (config.node_model).
     allocation: JobAllocation
+    # What the environment's add-ons offer: topology-aware scheduling (task governance
+    # >= v1.2.2) and elastic jobs (training operator >= v1.2).
+    topology_scheduling: bool = True
+    elastic_training: bool = True
+    # Elastic: "MIN:MAX" nodes. The job starts at MIN (`nodes`); the operator grows and shrinks
+    # it among the sizes the trainer runs (`elastic_plan`).
+    elastic: str | None = None
+    # Placement: "required:LEVEL", "preferred:LEVEL" (LEVEL in config.kubernetes
+    # TOPOLOGY_LEVELS), "ultraserver" (required in one UltraServer) or "none"; None: the
+    # default (`placement`).
+    topology: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -214,6 +262,26 @@ class JobSpec(BaseModel):
             raise ValueError(f"unknown preset {value!r}; use one of {', '.join(PRESETS)}")
         return value
 
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, value: int, info: ValidationInfo) -> int:
+        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
+        if instance_type is None:
+            return value
+        gpus = lookup(instance_type).accelerator_count
+        if gpus % value:
+            fits = ", ".join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)
+            raise ValueError(
+                f"{value} does not divide the {gpus} accelerators of a {instance_type} node; "
+                f"tensor parallelism stays inside a node's NVLink, so use one of {fits}"
+            )
+        if preset is not None and value > 1:
+            try:
+                configured(preset, {TP_KEY: value})
+            except ConfigError as error:
+                raise ValueError(f"preset {preset!r} refuses it ({error})") from None
+        return value
+
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: int, info: ValidationInfo) -> int:
@@ -225,7 +293,7 @@ class JobSpec(BaseModel):
             return value
         ranks = lookup(instance_type).accelerator_count
         try:
-            preset_config(preset).check_sharding(value * ranks)
+            _parallel_config(info.data, preset, ranks, value > 1).check_sharding(value * ranks)
         except ConfigError as error:
             raise ValueError(
                 f"{value} node(s) x {ranks} ranks do not fit preset {preset!r} ({error}); "
@@ -342,9 +410,157 @@ class JobSpec(BaseModel):
             )
         return value
 
+    @field_validator("elastic")
+    @classmethod
+    def _elastic(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        match = _ELASTIC_RANGE.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"{value!r} is not a node range; use MIN:MAX, e.g. 2:8")
+        low, high = int(match[1]), int(match[2])
+        if low < 1 or high <= low:
+            raise ValueError(f"{value} is not a range; use MIN:MAX with 1 <= MIN < MAX")
+        if not info.data.get("elastic_training", True):
+            raise ValueError(
+                f"the environment's training operator is older than "
+                f"{_version(ELASTIC_TRAINING_MINIMUM)}, the first that runs elastic jobs; "
+                f"upgrade {TRAINING_OPERATOR} (eks.addons) or leave --elastic out"
+            )
+        nodes = info.data.get("nodes")
+        if nodes is not None and nodes != low:
+            raise ValueError(
+                f"an elastic job starts at its minimum, {low} nodes, but --nodes is {nodes}; "
+                f"leave --nodes out or pass --nodes {low}"
+            )
+        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
+        if preset is None or instance_type is None:
+            return value
+        gpus = lookup(instance_type).accelerator_count
+        try:
+            config = _parallel_config(info.data, preset, gpus, True)
+            elastic_plan(config, gpus, low, high, preset)
+        except (ElasticRangeError, ConfigError) as error:
+            raise ValueError(str(error)) from None
+        return f"{low}:{high}"
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        text = value.strip()
+        if text == NO_TOPOLOGY:
+            return text
+        if text == ULTRASERVER_TOPOLOGY:
+            text = f"required:{ULTRASERVER_LABEL}"
+        mode, _, level = text.partition(":")
+        if mode not in TOPOLOGY_MODES or level not in TOPOLOGY_LEVELS:
+            raise ValueError(
+                f"{value!r} is not a placement; use required:LEVEL or preferred:LEVEL with a "
+                f"LEVEL of {', '.join(TOPOLOGY_LEVELS)}, or {ULTRASERVER_TOPOLOGY!r} or "
+                f"{NO_TOPOLOGY!r}"
+            )
+        if not info.data.get("topology_scheduling", True):
+            raise ValueError(
+                f"the environment's task governance add-on is older than "
+                f"{_version(TOPOLOGY_SCHEDULING_MINIMUM)}, the first with topology-aware "
+                f"scheduling; upgrade {TASK_GOVERNANCE} (eks.addons) or leave --topology out"
+            )
+        instance_type = info.data.get("instance_type")
+        if instance_type is None:
+            return text
+        instance = lookup(instance_type)
+        if not instance.network_topology:
+            raise ValueError(
+                f"{instance_type} nodes carry no network topology labels (HyperPod sets them "
+                f"on {', '.join(topology_instance_types())}); leave --topology out"
+            )
+        if level == ULTRASERVER_LABEL:
+            domain = instance.nvlink_domain_instances
+            if domain == 1:
+                raise ValueError(
+                    f"{instance_type} is no UltraServer instance, so its nodes have no "
+                    f"{ULTRASERVER_LABEL}; use a network node layer (e.g. "
+                    f"preferred:{NETWORK_NODE_LAYER_LABELS[-1]})"
+                )
+            pods = _largest_size(info.data) + info.data.get("spares", 0)
+            if mode == "required" and pods > domain:
+                raise ValueError(
+                    f"{pods} pods (nodes and spares) do not fit in one UltraServer of {domain} "
+                    f"{instance_type} instances; use at most {domain} in all, or "
+                    f"preferred:{ULTRASERVER_LABEL}"
+                )
+        return text
+
     @property
     def instance(self) -> InstanceType:
         return lookup(self.instance_type)
+
+    @property
+    def elastic_range(self) -> tuple[int, int] | None:
+        if self.elastic is None:
+            return None
+        low, high = self.elastic.split(":")
+        return int(low), int(high)
+
+    @property
+    def max_nodes(self) -> int:
+        """Nodes at the job's largest: the top of an elastic range, else `nodes`."""
+        return self.elastic_range[1] if self.elastic_range else self.nodes
+
+    @property
+    def parallel_mode(self) -> Parallelism | None:
+        """FSDP, HSDP, or None where the preset's own parallel settings stand."""
+        return resolved_parallelism(
+            preset_config(self.preset), self.parallelism, self.tp, self.max_nodes > 1
+        )
+
+    @property
+    def parallel_overrides(self) -> dict[str, int]:
+        """The trainer's parallel settings the job sets (`--set` in its arguments)."""
+        return parallel_overrides(self.parallel_mode, self.instance.accelerator_count, self.tp)
+
+    @property
+    def parallel_config(self) -> JobConfig:
+        """The preset with the job's parallel settings: what the trainer runs."""
+        return configured(self.preset, self.parallel_overrides)
+
+    @property
+    def elastic_plan(self) -> ElasticPlan | None:
+        """The sizes an elastic job runs at and their common batch; None for a fixed size."""
+        if self.elastic_range is None:
+            return None
+        low, high = self.elastic_range
+        gpus = self.instance.accelerator_count
+        return elastic_plan(self.parallel_config, gpus, low, high, self.preset)
+
+    @property
+    def placement(self) -> tuple[str, str] | None:
+        """(Kueue annotation, node label) of the job's topology request, if any. Unless the
+        job says otherwise, a job over several EFA nodes that carry topology labels prefers one
+        UltraServer where it fits in one, else one network node at EC2's lowest layer: the
+        fewest hops between its nodes, and Kueue falls back to higher layers (never to no
+        admission) when no such domain has room."""
+        if self.topology == NO_TOPOLOGY:
+            return None
+        if self.topology is not None:
+            mode, level = self.topology.split(":", 1)
+            return TOPOLOGY_MODES[mode], level
+        instance = self.instance
+        if not (
+            self.topology_scheduling
+            and instance.network_topology
+            and instance.supports_efa
+            and self.max_nodes > 1
+        ):
+            return None
+        pods = self.max_nodes + self.spares
+        in_one_ultraserver = instance.nvlink_domain_instances > 1 and pods <= (
+            instance.nvlink_domain_instances
+        )
+        level = ULTRASERVER_LABEL if in_one_ultraserver else NETWORK_NODE_LAYER_LABELS[-1]
+        return PREFERRED_TOPOLOGY_ANNOTATION, level
 
     @property
     def namespace(self) -> str:
@@ -361,8 +577,12 @@ class JobSpec(BaseModel):
 
     @property
     def global_batch_size(self) -> int:
-        """The preset's batch fitted to the job's world (`JobConfig.batch_for_world`)."""
-        return self.trainer_config.batch_for_world(self.world_size)
+        """The preset's batch fitted to the job's world (`JobConfig.batch_for_world`); for an
+        elastic job the one batch every size it runs at splits (`elastic_plan`)."""
+        plan = self.elastic_plan
+        if plan is not None:
+            return plan.batch
+        return self.parallel_config.batch_for_world(self.world_size)
 
     @property
     def total_steps(self) -> int:
@@ -396,6 +616,35 @@ class JobSpec(BaseModel):
             self.tier_storage(tier.name) == MANAGED_STORAGE
             for tier in self.trainer_config.checkpoint.tiers
         )
+
+
+def _version(version: Version) -> str:
+    return "v" + ".".join(map(str, version))
+
+
+def _largest_size(data: dict[str, object]) -> int:
+    """The most nodes a job (validated fields `data`) runs on."""
+    elastic, nodes = data.get("elastic"), data.get("nodes", 1)
+    if isinstance(elastic, str):
+        return int(elastic.split(":")[1])
+    return nodes if isinstance(nodes, int) else 1
+
+
+def _parallel_config(
+    data: dict[str, object], preset: str, gpus_per_node: int, multi_node: bool
+) -> JobConfig:
+    """The trainer configuration a job of validated fields `data` runs (ConfigError where the
+    trainer refuses its parallel settings)."""
+    tp = data.get("tp", 1)
+    tp = tp if isinstance(tp, int) else 1
+    chosen = data.get("parallelism")
+    mode = resolved_parallelism(
+        preset_config(preset),
+        chosen if chosen in ("fsdp", "hsdp") else None,
+        tp,
+        multi_node,
+    )
+    return configured(preset, parallel_overrides(mode, gpus_per_node, tp))
 
 
 def default_tier_dir(tier: TierConfig, team: str, job_name: str) -> str:

@@ -196,9 +196,49 @@ def test_status_follows_every_page_of_nodes(sagemaker: Stubbed):
             "message": "EFA health check failed",
             "launch_time": LAUNCHED.isoformat(),
             "private_dns": None,
+            "ultraserver_id": None,
         }
     ]
     assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
+
+
+def gb200_node(node_id: str, ultraserver: str) -> dict:
+    summary = node(node_id, "gpu-gb200")
+    summary["InstanceType"] = "ml.p6e-gb200.36xlarge"
+    summary["UltraServerInfo"] = {"Id": ultraserver, "Type": "ml.u-p6e-gb200x72"}
+    return summary
+
+
+def test_nodes_show_the_ultraserver_of_each_ultraserver_instance(sagemaker: Stubbed):
+    # The reply's UltraServerInfo as botocore's model has it (the Stubber checks the shape).
+    nodes = [gb200_node(NODE_A, "us-1a2b3c"), gb200_node(NODE_B, "us-4d5e6f"), node(NODE_C, "gpu")]
+    for output in ("--json", None):
+        sagemaker.stubber.add_response(
+            "list_cluster_nodes",
+            {"ClusterNodeSummaries": nodes},
+            {"ClusterName": NAME, "MaxResults": 100},
+        )
+        args = ["cluster", "nodes", "--name", NAME, *([output] if output else [])]
+        result = hpctl(*args)
+        assert result.exit_code == 0, result.output
+        if output:
+            rows = {r["instance_id"]: r["ultraserver_id"] for r in json.loads(result.stdout)}
+            assert rows == {NODE_A: "us-1a2b3c", NODE_B: "us-4d5e6f", NODE_C: None}
+        else:
+            assert "UltraServer" in result.stdout
+            assert "us-1a2b3c" in result.stdout
+            assert "us-4d5e6f" in result.stdout
+
+
+def test_nodes_without_ultraservers_have_no_ultraserver_column(sagemaker: Stubbed):
+    sagemaker.stubber.add_response(
+        "list_cluster_nodes",
+        {"ClusterNodeSummaries": [node(NODE_A, "gpu")]},
+        {"ClusterName": NAME, "MaxResults": 100},
+    )
+    result = hpctl("cluster", "nodes", "--name", NAME)
+    assert result.exit_code == 0, result.output
+    assert "UltraServer" not in result.stdout
 
 
 def test_nodes_passes_the_group_filter_to_the_api(sagemaker: Stubbed):

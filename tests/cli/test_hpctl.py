@@ -194,7 +194,7 @@ def test_validate_reports_every_problem_of_every_file_one_line_each(tmp_path):
         ),
         (["job", "render", "--nodes", "0"], "hpctl job render: --env: missing; pass --env"),
         (["job", "render", "--bogus"], "hpctl job render: No such option: --bogus"),
-        (["plans", "search"], "hpctl plans search: Missing option '--instance-type'"),
+        (["plans", "search"], "hpctl plans search: Missing option '--count'"),
         (["nonsense"], "hpctl: No such command 'nonsense'"),
         ([], "hpctl: Missing command"),
     ],

@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from config.instance_types import unknown_instance_type
+from config.instance_types import INSTANCE_TYPES, ULTRASERVER_TYPES, unknown_instance_type
 from config.schema import TrainingPlanConfig
 from hpctl import aws
 from hpctl.errors import ExitCode
+from hpctl.plans import reservable_instance_types
 from tests.cli.conftest import Stubbed, error_line, expect_failure, hpctl
 
 ACCOUNT = "123456789012"
@@ -151,9 +152,107 @@ def test_search_json_sums_and_spans_the_reserved_capacities_of_an_offering(
         "upfront_fee": "99.50",
         "currency": "USD",
         "target_resources": ["hyperpod-cluster"],
+        "ultraserver_types": [],
+        "ultraserver_count": 0,
     }
     # The environment's Region reaches the client factory.
     assert sagemaker.clients == [("sts", "us-east-1"), ("sagemaker", "us-east-1")]
+
+
+def ultraserver_offering(offering_id: str, ultraservers: int, start: datetime) -> dict:
+    """An offering of whole GB200 UltraServers (18 instances each), as the API model has it."""
+    return {
+        "TrainingPlanOfferingId": offering_id,
+        "TargetResources": ["hyperpod-cluster"],
+        "DurationHours": 336,
+        "UpfrontFee": "2000000.00",
+        "CurrencyCode": "USD",
+        "ReservedCapacityOfferings": [
+            {
+                "ReservedCapacityType": "UltraServer",
+                "UltraServerType": "ml.u-p6e-gb200x72",
+                "UltraServerCount": ultraservers,
+                "InstanceType": "ml.p6e-gb200.36xlarge",
+                "InstanceCount": 18 * ultraservers,
+                "AvailabilityZone": "us-east-1a",
+                "DurationHours": 336,
+                "StartTime": start,
+                "EndTime": start + timedelta(days=14),
+            }
+        ],
+    }
+
+
+def test_search_for_ultraservers_sends_their_type_and_count(sagemaker: Stubbed):
+    start = in_days(10)
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": [ultraserver_offering(OFFERING_ID, 2, midnight(start))]},
+        expected_params={
+            "UltraServerType": "ml.u-p6e-gb200x72",
+            "UltraServerCount": 2,
+            "StartTimeAfter": midnight(start),
+            "DurationHours": 14 * 24,
+            "TargetResources": ["hyperpod-cluster"],
+        },
+    )
+    args = search_args(
+        **{"--instance-type": "", "--count": "2", "--start": start},
+    )
+    result = hpctl(*args, "--ultraserver-type", "ml.u-p6e-gb200x72", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["ultraserver_types"], row["ultraserver_count"]) == (["ml.u-p6e-gb200x72"], 2)
+    assert (row["instance_types"], row["instance_count"]) == (["ml.p6e-gb200.36xlarge"], 36)
+
+
+def test_search_table_shows_the_ultraservers_of_an_offering(sagemaker: Stubbed):
+    start = in_days(10)
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": [ultraserver_offering(OFFERING_ID, 1, midnight(start))]},
+    )
+    args = search_args(**{"--instance-type": "", "--count": "1", "--start": start})
+    result = hpctl(*args, "--ultraserver-type", "ml.u-p6e-gb200x72")
+    assert result.exit_code == 0, result.output
+    assert "1 x ml.u-p6e-gb200x72" in result.stdout
+    assert "Training plan offerings: 1 x ml.u-p6e-gb200x72, 14 days" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            ["--ultraserver-type", "ml.u-p5x8"],
+            "--ultraserver-type: unknown UltraServer type 'ml.u-p5x8'; use one of "
+            "ml.u-p6e-gb200x36, ml.u-p6e-gb200x72",
+        ),
+        (["--ultraserver-type", "ml.u-p6e-gb200x72", "--count", "0"], "--count: 0 UltraServers"),
+        (
+            ["--ultraserver-type", "ml.u-p6e-gb200x72", "--instance-type", "ml.p5.48xlarge"],
+            "--instance-type: give exactly one of --instance-type (instances) and "
+            "--ultraserver-type",
+        ),
+        ([], "--instance-type: give exactly one of"),
+    ],
+)
+def test_search_for_ultraservers_rejects_bad_input_before_any_call(
+    sagemaker: Stubbed, extra: list[str], expected: str
+):
+    expect_failure(
+        *search_args(**{"--instance-type": "", "--count": "1"}),
+        *extra,
+        code=ExitCode.USAGE,
+        starts_with=f"hpctl plans search: {expected}",
+    )
+    assert sagemaker.clients == []
+
+
+def test_every_ultraserver_type_names_an_instance_type_the_api_reserves():
+    for ultraserver in ULTRASERVER_TYPES.values():
+        assert ultraserver.instance_type in reservable_instance_types()
+        domain = INSTANCE_TYPES[ultraserver.instance_type].nvlink_domain_instances
+        assert ultraserver.instances <= domain
 
 
 def test_client_factory_uses_the_given_region_else_the_configured_one():

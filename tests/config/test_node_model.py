@@ -4,6 +4,7 @@ group's nodes leave a job, and whether the platform's own pods fit on the system
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from config.instance_types import lookup
 from config.node_model import (
     ADDON_DAEMONSETS,
     SYSTEM_PODS,
+    NodeModel,
     PodRequests,
     group_model,
     kube_reserved_cpu_millicores,
@@ -161,3 +163,32 @@ def test_the_job_figures_of_the_shipped_groups(
     model = group_model(environment(env).config, group)
     assert (model.job.cpu_millicores, model.job.memory_mib) == (cpu_millicores, memory_mib)
     assert (model.kube_reserved_cpu_millicores, model.kube_reserved_memory_mib) == kube_reserved
+
+
+def _gb200_group(threads_per_core: int) -> NodeModel:
+    def mutate(data: dict[str, Any]) -> None:
+        group = data["hyperpod"]["instance_groups"][0]
+        del group["training_plan"]
+        group.update(instance_type="ml.p6e-gb200.36xlarge", threads_per_core=threads_per_core)
+
+    return group_model(variant_of("prod", mutate).config, "gpu-p5")
+
+
+@pytest.mark.parametrize("threads_per_core", [1, 2])
+def test_a_grace_node_shows_each_vcpu_as_a_core(threads_per_core: int) -> None:
+    # A GB200 instance's 144 vCPUs are Arm cores of one thread: no setting doubles or halves
+    # them, where an x86 type's vCPUs are two threads a core.
+    assert lookup("ml.p6e-gb200.36xlarge").threads_per_core == 1
+    model = _gb200_group(threads_per_core)
+    assert model.cpus == 144
+
+
+def test_the_job_figures_of_a_gb200_node() -> None:
+    model = _gb200_group(1)
+    # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 990m DaemonSets - 1040m
+    # system pods; 960 GiB less 7.5% = 909,312 MiB, less 2,433 MiB kube-reserved (11 x 198
+    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,148 MiB DaemonSets,
+    # 1,500 MiB system pods.
+    job = model.job
+    assert (job.cpu_millicores, job.memory_mib) == (141_540, 707_523)
+    assert model.kube_reserved_cpu_millicores == 430

@@ -5,6 +5,7 @@ with a third checkpoint tier (`three_tier_preset`) or a fixed sharding (`eight_r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from config.schema import EnvironmentConfig
 from hpctl import job_cmd
 from hpctl.job.environment import spec_for_environment
 from hpctl.job.spec import JobSpec, preset_config
-from tests.support import environment
+from tests.support import environment, variant_of
 from training.config import AUTO_STORAGE, PRESETS, JobConfig, TierConfig
 
 REQUIRED: dict[str, Any] = {
@@ -34,6 +35,30 @@ REQUIRED: dict[str, Any] = {
 IMAGE = REQUIRED["image"]
 # The clock every default job name in these tests is stamped with.
 FIXED_NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+GB200 = "ml.p6e-gb200.36xlarge"
+
+
+@functools.cache
+def gb200_environment() -> EnvironmentConfig:
+    """prod with a group of one UltraServer (18 GB200 instances), gpu-gb200, that team
+    foundation may fill."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        group = dict(data["hyperpod"]["instance_groups"][0])
+        group.update(
+            name="gpu-gb200", instance_type=GB200, count=18, min_count=18, headroom_nodes=0
+        )
+        group["training_plan"] = {
+            "arn": "arn:aws:sagemaker:us-east-1:333333333333:training-plan/gb200",
+            "availability_zone": "use1-az4",
+        }
+        data["hyperpod"]["instance_groups"].append(group)
+        foundation = data["governance"]["teams"][0]
+        foundation["quotas"].append({"instance_group": "gpu-gb200", "count": 18})
+
+    return variant_of("prod", mutate).config
 
 
 def make_spec(**overrides: Any) -> JobSpec:

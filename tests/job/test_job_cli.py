@@ -269,6 +269,17 @@ def test_a_size_the_presets_sharding_cannot_split(eight_rank_preset: str) -> Non
     )
 
 
+def test_an_elastic_job_starts_at_its_minimum_without_nodes() -> None:
+    args = [a for a in ARGS if a not in ("--nodes", "2")]
+    manifest = _manifest(hpctl(*args, "--elastic", "2:8", "--tp", "2", "--topology", "none"))
+    (replica,) = manifest["spec"]["replicaSpecs"]
+    assert (replica["replicas"], replica["maxReplicas"]) == (2, 8)
+    assert manifest["spec"]["elasticPolicy"]["minReplicas"] == 2
+    assert "annotations" not in manifest["metadata"]
+    (container,) = replica["template"]["spec"]["containers"]
+    assert "parallel.tp=2" in container["args"]
+
+
 def test_a_team_without_quota_on_the_group(config_dir: Any) -> None:
     data = environment_data("prod")
     data["environment"] = "lopsided"
@@ -304,6 +315,12 @@ def test_a_team_without_quota_on_the_group(config_dir: Any) -> None:
         (["--output", "/nonexistent-dir/job.yaml"], "--output: cannot write"),
         (["--bogus", "1"], "No such option: --bogus"),
         (["--nodes"], "Option '--nodes' requires an argument"),
+        (["--topology", "rack"], "--topology: 'rack' is not a placement"),
+        (["--elastic", "2-8"], "--elastic: '2-8' is not a node range; use MIN:MAX"),
+        (["--elastic", "4:8"], "--elastic: an elastic job starts at its minimum, 4 nodes"),
+        (["--parallelism", "ddp"], "--parallelism: Input should be 'fsdp' or 'hsdp'"),
+        (["--tp", "3"], "--tp: 3 does not divide the 8 accelerators"),
+        (["--tp", "two"], "--tp: 'two' is not a whole number"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_without_traceback(extra: list[str], prefix: str) -> None:

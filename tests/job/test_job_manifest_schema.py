@@ -16,7 +16,7 @@ import pytest
 
 from hpctl.job.render import render_job
 from hpctl.job.spec import JobSpec
-from tests.job.conftest import env_spec
+from tests.job.conftest import env_spec, gb200_environment
 from tests.support import KUBERNETES_VALIDATE_VERSIONS, environment_data, loaded_from
 
 _HERE = Path(__file__).parent
@@ -46,6 +46,12 @@ VARIANTS: list[dict[str, Any]] = [
         "tiered_storage": True,
         "clean_pod_policy": "None",
     },
+    # Placement, elastic jobs and parallelism (tests/job/test_job_scaling.py).
+    {"nodes": 4, "topology": "required:topology.k8s.aws/network-node-layer-2"},
+    {"nodes": 2, "elastic": "2:8", "tp": 2},
+    {"nodes": 3, "elastic": "3:8", "spares": 1},
+    {"preset": "tiny", "instance_type": "ml.g5.12xlarge", "nodes": 1, "elastic": "1:2"},
+    {"nodes": 2, "parallelism": "fsdp", "topology": "none"},
 ]
 
 
@@ -65,6 +71,14 @@ ENVIRONMENT_SPECS: dict[str, Callable[[], JobSpec]] = {
     "dev": lambda: env_spec("dev", team="sandbox", instance_group="gpu-g5", nodes=2),
     "prod": lambda: env_spec("prod", nodes=8, spares=4),
     "prod-tainted": lambda: env_spec(_tainted_prod(), team="research", nodes=4),
+    "prod-gb200": lambda: env_spec(
+        gb200_environment(),
+        instance_group="gpu-gb200",
+        nodes=4,
+        elastic="4:16",
+        tp=2,
+        topology="ultraserver",
+    ),
 }
 
 
@@ -203,3 +217,11 @@ def test_the_pod_security_context_is_held_to_the_kubernetes_schema(spec_factory)
     pod["securityContext"]["supplementalGroup"] = [1]  # misspelt: Kubernetes has no such field
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(_pod_template(manifest), KUBERNETES_VERSION, strict=True)
+
+
+def test_crd_schema_rejects_a_misspelt_elastic_field(spec_factory) -> None:
+    manifest = copy.deepcopy(render_job(spec_factory(nodes=2, elastic="2:8")))
+    assert _errors(manifest) == []
+    policy = manifest["spec"]["elasticPolicy"]
+    policy["replicaValues"] = policy.pop("replicaDiscreteValues")
+    assert [error for error in _errors(manifest) if "'replicaValues'" in error]

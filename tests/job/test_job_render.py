@@ -169,6 +169,13 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "training.steps=250",
         "--set",
         "training.global_batch_size=256",
+        # Two nodes: HSDP, sharded over a node's 8 GPUs, replicated across nodes.
+        "--set",
+        "parallel.dp_replicate=-1",
+        "--set",
+        "parallel.dp_shard=8",
+        "--set",
+        "parallel.tp=1",
         "--set",
         "checkpoint.fast_dir=/dev/shm/hptrain-ckpt",
         "--set",
