@@ -408,6 +408,11 @@ def submit(
     _, cluster = _connect(ctx, options["env"], kubeconfig)
     created = _api(ctx, lambda: cluster.create_job(manifest, team))
     meta = created["metadata"]
+    scope = f"--env {options['env']} --team {team}"
+    if not as_json:
+        typer.echo(f"Created {KIND} {meta['namespace']}/{meta['name']} (uid {meta.get('uid')}).")
+        typer.echo(f"  hpctl job describe {meta['name']} {scope}")
+        typer.echo(f"  hpctl job logs {meta['name']} {scope} --follow")
     workload = _wait_for_admission(ctx, cluster, created, team) if wait else None
     if as_json:
         _echo_json(
@@ -419,10 +424,6 @@ def submit(
             }
         )
         return
-    scope = f"--env {options['env']} --team {team}"
-    typer.echo(f"Created {KIND} {meta['namespace']}/{meta['name']} (uid {meta.get('uid')}).")
-    typer.echo(f"  hpctl job describe {meta['name']} {scope}")
-    typer.echo(f"  hpctl job logs {meta['name']} {scope} --follow")
 
 
 def _rows(cluster: Cluster, namespace: str, team: str, now: datetime) -> list[lifecycle.JobRow]:
@@ -528,24 +529,35 @@ def describe(
         typer.echo(f"{label + ':':<11}{report[key] if report[key] is not None else '-'}")
     if report["workload"] and report["workload"]["waiting"]:
         typer.echo(f"{'Waiting:':<11}{report['workload']['waiting']}")
-    typer.echo("Conditions:")
-    for c in report["conditions"] or [{"type": "-", "status": "", "since": "", "message": ""}]:
-        detail = f" ({c['reason']}: {c['message']})" if c.get("message") else ""
-        typer.echo(f"  {c['type']}={c['status']} {c['since'] or ''}{detail}".rstrip())
-    typer.echo("Pods:")
-    for pod in report["pods"] or [{"name": "none", "node": None, "phase": "", "restarts": 0}]:
-        typer.echo(
-            f"  {pod['name']}  {pod['phase'] or ''}  node={pod['node'] or '-'}  "
-            f"restarts={pod['restarts']}".rstrip()
-        )
-    typer.echo("Events:")
-    for e in report["events"] or [
-        {"time": "", "object": "none", "type": "", "reason": "", "message": "", "count": 1}
-    ]:
-        count = f" (x{e['count']})" if e["count"] > 1 else ""
-        typer.echo(
-            f"  {e['time']} {e['object']} {e['type']} {e['reason']}: {e['message']}{count}".strip()
-        )
+    _section(
+        "Conditions",
+        [
+            f"{c['type']}={c['status']} {c['since'] or ''}"
+            + (f" ({c['reason']}: {c['message']})" if c.get("message") else "")
+            for c in report["conditions"]
+        ],
+    )
+    _section(
+        "Pods",
+        [
+            f"{pod['name']}  {pod['phase'] or '-'}  node={pod['node'] or '-'}  restarts={pod['restarts']}"
+            for pod in report["pods"]
+        ],
+    )
+    _section(
+        "Events",
+        [
+            f"{e['time']} {e['object']} {e['type']} {e['reason']}: {e['message']}"
+            + (f" (x{e['count']})" if e["count"] > 1 else "")
+            for e in report["events"]
+        ],
+    )
+
+
+def _section(heading: str, lines: list[str]) -> None:
+    typer.echo(f"{heading}:")
+    for line in lines or ["none"]:
+        typer.echo(f"  {line.rstrip()}")
 
 
 def _rank_pod(

@@ -255,6 +255,12 @@ def test_submit_wait_json_reports_the_admission(api: KubeAPI) -> None:
             "writes a manifest the operator accepts)",
         ),
         (
+            "status-unauthorized.json",
+            f"HyperPodPyTorchJob {NAMESPACE}/llama-8b: the API server did not accept your "
+            "credentials (Unauthorized); refresh your AWS credentials (aws eks get-token must "
+            "work) or rewrite the kubeconfig with hpctl kubeconfig --env prod",
+        ),
+        (
             "status-no-such-resource.json",
             f"HyperPodPyTorchJob {NAMESPACE}/llama-8b: the cluster does not serve this kind (the "
             "server could not find the requested resource); check that the HyperPod training "
@@ -418,6 +424,33 @@ def test_describe_a_preempted_job_says_why_it_waits(api: KubeAPI) -> None:
     )
 
 
+def test_describe_text_of_a_queued_job(api: KubeAPI) -> None:
+    job = add_job(api, "llama-70b")
+    add_workload(api, job, "pending")
+    position(api, job)
+    out = ok(run(api, "job", "describe", "llama-70b", "--team", TEAM))
+    assert out.splitlines() == [
+        "Name:      llama-70b",
+        f"Namespace: {NAMESPACE}",
+        "State:     Queued",
+        "Nodes:     0/2",
+        "Restarts:  0",
+        f"Queue:     {NAMESPACE}-localqueue",
+        "Admission: queued #3",
+        "Age:       59m",
+        "Started:   -",
+        "Completed: -",
+        "Waiting:   couldn't assign flavors to pod set worker: insufficient unused quota for "
+        "nvidia.com/gpu in flavor ml.p5.48xlarge, 16 more needed",
+        "Conditions:",
+        "  none",
+        "Pods:",
+        "  none",
+        "Events:",
+        "  none",
+    ]
+
+
 def test_describe_a_missing_job(api: KubeAPI) -> None:
     line = failure(run(api, "job", "describe", "llama-9b", "--team", TEAM))
     assert line == (
@@ -524,6 +557,17 @@ def test_cancel_conflict(api: KubeAPI) -> None:
 
 
 # ------------------------------------------------------------------ the kubeconfig
+
+
+def test_a_kubeconfig_without_an_eks_context_is_refused(api: KubeAPI, tmp_path: Path) -> None:
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "contexts": []}))
+    result = hpctl("job", "list", "--env", "prod", "--kubeconfig", str(path))
+    assert failure(result, ExitCode.USAGE) == (
+        f"hpctl job list: --kubeconfig: {path} has no current context naming an EKS cluster ARN "
+        "(want hyperpod-prod-eks in us-east-1, account 333333333333); write one with hpctl "
+        "kubeconfig --env prod"
+    )
 
 
 def test_a_missing_kubeconfig_says_how_to_write_one(tmp_path: Path) -> None:
