@@ -53,6 +53,11 @@ EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
 # Kueue labels a job carries so task governance admits it to its team's queue.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
+# Kueue labels the Workload it creates for a job with the job's UID (what the HyperPod CLI's
+# kubernetes_client.get_workload_by_label selects on); the training operator labels a job's
+# pods with its name (HyperPodPytorchJob.list_pods in the HyperPod CLI).
+KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+OPERATOR_JOB_LABEL: Final = "HPJob"
 
 # Task governance names a team's namespace, local queue and priority classes like this.
 TEAM_NAMESPACE_PREFIX: Final = "hyperpod-ns-"

@@ -1,4 +1,5 @@
-"""`hpctl job ...`: render HyperPodPyTorchJob manifests for an environment from a few options.
+"""`hpctl job ...`: render HyperPodPyTorchJob manifests for an environment from a few options,
+and submit, list, describe, follow and cancel jobs on its cluster.
 
 The environment's config (`--env`, config/<env>.yaml) decides everything that is a fact of
 the cluster: the instance group's type and taints, the team's queue, priority classes and
@@ -9,29 +10,58 @@ Every bad input ends the same way: one line on stderr, `hpctl job render: --opti
 fix` (several problems joined with "; "), exit code 2, no traceback. Options are read as text
 and converted by `JobSpec`, so a wrong number gets the same one-line treatment as any other
 invalid value.
+
+`render` runs the project's trainer, or a team's own code: `--module MODULE [-- ARGS...]` or
+`-- PROGRAM ARGS...`, with the same platform wiring and job environment. The lifecycle
+commands talk to the cluster through the kubeconfig `hpctl kubeconfig --env` writes
+(`hpctl.job.kube`); an API failure is one line naming the object and the fix (exit 1).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
+import yaml
 
-from config.kubernetes import PRIORITY_CLASS_SUFFIX, TOPOLOGY_LEVELS, team_namespace
+from config.kubernetes import (
+    KUEUE_JOB_UID_LABEL,
+    OPERATOR_JOB_LABEL,
+    PRIORITY_CLASS_SUFFIX,
+    QUEUE_LABEL,
+    TEAM_NAMESPACE_PREFIX,
+    TOPOLOGY_LEVELS,
+    team_namespace,
+)
+from config.schema import EnvironmentConfig
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.job.environment import JobRequestError, spec_for_environment
-from hpctl.job.render import render_job, to_yaml
-from hpctl.options import EnvOption, load_environment_option, utc_now
+from hpctl.job import lifecycle
+from hpctl.job.environment import JobRequestError, entry_point_for, spec_for_environment
+from hpctl.job.kube import Cluster, KubeError, connect
+from hpctl.job.render import API_VERSION, KIND, render_job, to_yaml
+from hpctl.job.spec import JobSpec
+from hpctl.kubeconfig_cmd import default_output as default_kubeconfig
+from hpctl.options import (
+    EnvOption,
+    JsonListOption,
+    JsonObjectOption,
+    load_environment_option,
+    required_environment,
+    utc_now,
+)
 
 # The clock a default job name is stamped with; tests replace it.
 clock: Callable[[], datetime] = utc_now
 
 
 app = typer.Typer(
-    help="Render HyperPod training jobs.",
+    help="Render, submit and follow HyperPod training jobs.",
     add_completion=False,
     no_args_is_help=True,
 )
@@ -39,7 +69,7 @@ app = typer.Typer(
 
 @app.callback()
 def _job() -> None:
-    """Render HyperPod training jobs (HyperPodPyTorchJob manifests)."""
+    """Render, submit and follow HyperPod training jobs (HyperPodPyTorchJob)."""
 
 
 @app.command("render", cls=OneLineUsageErrors)
@@ -114,12 +144,50 @@ def render(
             metavar="INTEGER", help="Tensor-parallel degree; divides a node's GPUs (default 1)."
         ),
     ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            help="Run this Python module on every rank instead of the project's trainer "
+            "(e.g. torchtitan.train); its arguments follow --."
+        ),
+    ] = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- COMMAND...]",
+            help="Arguments of --module, or without it a program and its arguments run on "
+            "every rank.",
+            show_default=False,
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", metavar="FILE", help="Write to FILE, not stdout."),
     ] = None,
 ) -> None:
     """Print a HyperPodPyTorchJob manifest as YAML for a team's job in an environment."""
+    # Every option but --output, by its parameter name (submit takes the same options).
+    options = {key: value for key, value in locals().items() if key not in ("ctx", "output")}
+    _write(ctx, to_yaml(render_job(job_spec(ctx, **options))), output)
+
+
+def job_spec(
+    ctx: typer.Context,
+    *,
+    env: str | None,
+    team: str | None,
+    instance_group: str | None,
+    nodes: str | None,
+    image: str | None,
+    priority: str | None,
+    name: str | None,
+    module: str | None,
+    command: list[str] | None,
+    **given: str | None,
+) -> JobSpec:
+    """The JobSpec `render`'s options describe; any other option is a JobSpec field of the
+    same name (spares, preset, steps, ...), passed on when given."""
+    elastic = given.get("elastic")
     if nodes is None and elastic is not None:
         # An elastic job starts at its minimum; a range that is none is --elastic's problem.
         start = elastic.partition(":")[0].strip()
@@ -137,19 +205,12 @@ def render(
         ]
         fail(ctx, "; ".join(missing), code=ExitCode.USAGE)
     config = load_environment_option(ctx, env)
-    given = {
-        "spares": spares,
-        "preset": preset,
-        "steps": steps,
-        "min_tokens_per_s": min_tokens_per_s,
-        "topology": topology,
-        "elastic": elastic,
-        "parallelism": parallelism,
-        "tp": tp,
-    }
     choices: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     try:
-        spec = spec_for_environment(
+        entry_point = entry_point_for(module, command or [])
+        if entry_point is not None:
+            choices["entry_point"] = entry_point
+        return spec_for_environment(
             config,
             team=team,
             instance_group=instance_group,
@@ -162,7 +223,9 @@ def render(
         )
     except JobRequestError as error:
         fail(ctx, str(error), code=ExitCode.USAGE)
-    text = to_yaml(render_job(spec))
+
+
+def _write(ctx: typer.Context, text: str, output: Path | None) -> None:
     if output is None:
         typer.echo(text, nl=False)
         return
@@ -174,3 +237,467 @@ def render(
             f"--output: cannot write {str(output)!r} ({error.strerror}); pick a writable path",
             code=ExitCode.USAGE,
         )
+
+
+# ------------------------------------------------------------------ the job lifecycle
+
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        metavar="FILE",
+        help="Kubeconfig for the environment's cluster (default ~/.kube/hpctl-<env>.yaml, "
+        "what hpctl kubeconfig writes).",
+    ),
+]
+TeamOption = Annotated[
+    str | None,
+    typer.Option(help=f"Task-governance team; namespace {team_namespace('<team>')}."),
+]
+NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The job's name.")]
+# How long one watch request of `submit --wait` stays open before it is renewed.
+WATCH_WINDOW_S = 300
+
+
+def _with_render_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` also takes every option of `render` but --output (its own parameters first),
+    received through its **options: one definition of each job option for both commands."""
+    own = inspect.signature(command, eval_str=True)
+    render_hints = get_type_hints(render, include_extras=True)
+    added = [
+        parameter.replace(annotation=render_hints[name])
+        for name, parameter in inspect.signature(render).parameters.items()
+        if name not in ("ctx", "output")
+    ]
+    kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    command.__signature__ = own.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+    return command
+
+
+def _connect(
+    ctx: typer.Context, env: str | None, kubeconfig: Path | None
+) -> tuple[EnvironmentConfig, Cluster]:
+    config = required_environment(ctx, env)
+    path = (kubeconfig or default_kubeconfig(config.environment)).expanduser()
+    try:
+        return config, connect(config, path)
+    except KubeError as error:
+        fail(ctx, str(error), code=ExitCode.USAGE)
+
+
+def _teams(config: EnvironmentConfig) -> list[str]:
+    return sorted(team.name for team in config.governance.teams) if config.governance else []
+
+
+def _team(ctx: typer.Context, config: EnvironmentConfig, team: str | None) -> str:
+    """The --team of a command that works in one team's namespace."""
+    known = _teams(config)
+    if team is None:
+        fail(ctx, f"--team: missing; pass --team (one of {', '.join(known)})", code=ExitCode.USAGE)
+    if team not in known:
+        fix = f"use one of {', '.join(known)}" if known else "the environment has no teams"
+        fail(
+            ctx,
+            f"--team: unknown team {team!r} in {config.environment}; {fix}",
+            code=ExitCode.USAGE,
+        )
+    return team
+
+
+def _api(ctx: typer.Context, call: Callable[[], Any]) -> Any:
+    """`call()`, with an API failure as the command's one line and exit 1."""
+    try:
+        return call()
+    except KubeError as error:
+        fail(ctx, str(error), code=ExitCode.FAILED)
+
+
+def _manifest_file(
+    ctx: typer.Context, config: EnvironmentConfig, file: Path
+) -> tuple[dict[str, Any], str]:
+    """The HyperPodPyTorchJob in `file` ("-": stdin) and its team (from its namespace)."""
+    try:
+        text = typer.get_text_stream("stdin").read() if str(file) == "-" else file.read_text()
+        manifest = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as error:
+        fail(
+            ctx, f"--file: cannot read {file} ({error}); pass a YAML manifest", code=ExitCode.USAGE
+        )
+    kind = (
+        (manifest.get("apiVersion"), manifest.get("kind")) if isinstance(manifest, dict) else None
+    )
+    if kind != (API_VERSION, KIND):
+        fail(
+            ctx,
+            f"--file: {file} is not a {KIND} ({API_VERSION}); write one with hpctl job render",
+            code=ExitCode.USAGE,
+        )
+    meta = manifest.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    team = str(namespace or "").removeprefix(TEAM_NAMESPACE_PREFIX)
+    if (
+        not name
+        or not str(namespace or "").startswith(TEAM_NAMESPACE_PREFIX)
+        or team not in _teams(config)
+    ):
+        fail(
+            ctx,
+            f"--file: metadata.namespace {namespace!r} is not a team namespace of "
+            f"{config.environment} ({', '.join(team_namespace(t) for t in _teams(config))}) or "
+            "metadata.name is missing; render the job for a team",
+            code=ExitCode.USAGE,
+        )
+    return manifest, team
+
+
+def _position(cluster: Cluster, job: dict[str, Any], workload: dict[str, Any] | None) -> int | None:
+    """The job's 0-based place in its LocalQueue while Kueue holds it back, if known."""
+    if workload is None or lifecycle.admitted(workload):
+        return None
+    meta = job.get("metadata") or {}
+    queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+    if not queue:
+        return None
+    positions = cluster.pending_positions(meta["namespace"], queue)
+    return positions.get((workload.get("metadata") or {}).get("name", ""))
+
+
+def _wait_for_admission(
+    ctx: typer.Context, cluster: Cluster, job: dict[str, Any], team: str
+) -> dict[str, Any]:
+    """Watch the job's Workload until Kueue admits it, printing a progress line on stderr
+    each time what it says changes; the admitted Workload."""
+    meta = job["metadata"]
+    selector = f"{KUEUE_JOB_UID_LABEL}={meta['uid']}"
+    last = ""
+
+    def report(workload: dict[str, Any] | None) -> None:
+        nonlocal last
+        line = lifecycle.progress_line(meta["name"], workload, _position(cluster, job, workload))
+        if line != last:
+            typer.echo(line, err=True)
+            last = line
+
+    def latest() -> dict[str, Any] | None:
+        found = _api(ctx, lambda: cluster.workloads(meta["namespace"], team, selector))
+        return found[0] if found else None
+
+    current = latest()
+    report(current)
+    while current is None or not lifecycle.admitted(current):
+        try:
+            for kind, workload in cluster.watch_workloads(
+                meta["namespace"], team, selector, WATCH_WINDOW_S
+            ):
+                current = None if kind == "DELETED" else workload
+                report(current)
+                if lifecycle.admitted(current):
+                    break
+        except KubeError as error:
+            fail(ctx, str(error), code=ExitCode.FAILED)
+        if not lifecycle.admitted(current):
+            # The watch window ended: go on from what the server has now.
+            current = latest()
+            report(current)
+    return current
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2))
+
+
+@app.command("submit", cls=OneLineUsageErrors)
+@_with_render_options
+def submit(
+    ctx: typer.Context,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="FILE",
+            help="Create the job in FILE (- for stdin) as written, instead of rendering one.",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until Kueue admits the job, printing progress.")
+    ] = False,
+    kubeconfig: KubeconfigOption = None,
+    as_json: JsonObjectOption = False,
+    **options: Any,
+) -> None:
+    """Render a job (the options of hpctl job render) or read one (-f) and create it."""
+    if file is not None:
+        given = sorted(
+            f"--{key.replace('_', '-')}"
+            for key, value in options.items()
+            if value is not None and key != "env"
+        )
+        if given:
+            fail(
+                ctx,
+                f"--file: a file is submitted as written; drop {', '.join(given)} or --file",
+                code=ExitCode.USAGE,
+            )
+        config = required_environment(ctx, options["env"])
+        manifest, team = _manifest_file(ctx, config, file)
+    else:
+        spec = job_spec(ctx, **options)
+        manifest, team = render_job(spec), spec.team
+    _, cluster = _connect(ctx, options["env"], kubeconfig)
+    created = _api(ctx, lambda: cluster.create_job(manifest, team))
+    meta = created["metadata"]
+    scope = f"--env {options['env']} --team {team}"
+    if not as_json:
+        typer.echo(f"Created {KIND} {meta['namespace']}/{meta['name']} (uid {meta.get('uid')}).")
+        typer.echo(f"  hpctl job describe {meta['name']} {scope}")
+        typer.echo(f"  hpctl job logs {meta['name']} {scope} --follow")
+    workload = _wait_for_admission(ctx, cluster, created, team) if wait else None
+    if as_json:
+        _echo_json(
+            {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "admission": lifecycle.admission(workload, None) if wait else None,
+            }
+        )
+        return
+
+
+def _rows(cluster: Cluster, namespace: str, team: str, now: datetime) -> list[lifecycle.JobRow]:
+    jobs = cluster.list_jobs(namespace, team)
+    if not jobs:
+        return []
+    workloads = cluster.workloads(namespace, team)
+    pods = cluster.pods(namespace, team, OPERATOR_JOB_LABEL)
+    rows = []
+    for job in jobs:
+        name = job["metadata"]["name"]
+        workload = lifecycle.workload_of(job, workloads)
+        own = [
+            p for p in pods if (p["metadata"].get("labels") or {}).get(OPERATOR_JOB_LABEL) == name
+        ]
+        rows.append(lifecycle.job_row(job, workload, own, _position(cluster, job, workload), now))
+    return rows
+
+
+@app.command("list", cls=OneLineUsageErrors)
+def list_jobs(
+    ctx: typer.Context,
+    env: EnvOption = None,
+    team: Annotated[
+        str | None, typer.Option(help="Only this team's jobs (default: every team's).")
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    as_json: JsonListOption = False,
+) -> None:
+    """A team's jobs (or every team's) with state, nodes, restarts, admission and age."""
+    config, cluster = _connect(ctx, env, kubeconfig)
+    teams = [_team(ctx, config, team)] if team is not None else _teams(config)
+    now = clock()
+    rows: list[lifecycle.JobRow] = []
+    for name in teams:
+        rows += _api(ctx, functools.partial(_rows, cluster, team_namespace(name), name, now))
+    if as_json:
+        _echo_json([row.as_json() for row in rows])
+        return
+    if not rows:
+        typer.echo(f"No jobs for {', '.join(teams) or 'any team'} in {config.environment}.")
+        return
+    columns = ("name", "namespace", "state", "nodes", "restarts", "admission", "age")
+    table = [[str(getattr(row, c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
+    for line in [[c.upper() for c in columns], *table]:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _job_objects(
+    ctx: typer.Context, cluster: Cluster, namespace: str, name: str, team: str
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """The job, its Workload (if Kueue made one) and its pods."""
+
+    def fetch() -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+        job = cluster.get_job(namespace, name, team)
+        selector = f"{KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
+        workload = lifecycle.workload_of(job, cluster.workloads(namespace, team, selector))
+        pods = cluster.pods(namespace, team, f"{OPERATOR_JOB_LABEL}={name}")
+        return job, workload, pods
+
+    result: tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]] = _api(ctx, fetch)
+    return result
+
+
+@app.command("describe", cls=OneLineUsageErrors)
+def describe(
+    ctx: typer.Context,
+    name: NameArgument,
+    env: EnvOption = None,
+    team: TeamOption = None,
+    kubeconfig: KubeconfigOption = None,
+    as_json: JsonObjectOption = False,
+) -> None:
+    """A job's conditions, restarts, Kueue admission and preemption, pods, nodes and events."""
+    config, cluster = _connect(ctx, env, kubeconfig)
+    team = _team(ctx, config, team)
+    namespace = team_namespace(team)
+    job, workload, pods = _job_objects(ctx, cluster, namespace, name, team)
+    uids = [job["metadata"]["uid"]] + ([workload["metadata"]["uid"]] if workload else [])
+    events = [
+        e
+        for uid in uids
+        for e in _api(ctx, functools.partial(cluster.events, namespace, team, uid))
+    ]
+    position = _position(cluster, job, workload)
+    report = lifecycle.description(job, workload, pods, events, position, clock())
+    if as_json:
+        _echo_json(report)
+        return
+    for label, key in (
+        ("Name", "name"),
+        ("Namespace", "namespace"),
+        ("State", "state"),
+        ("Nodes", "nodes"),
+        ("Restarts", "restarts"),
+        ("Queue", "queue"),
+        ("Admission", "admission"),
+        ("Age", "age"),
+        ("Started", "started"),
+        ("Completed", "completed"),
+    ):
+        typer.echo(f"{label + ':':<11}{report[key] if report[key] is not None else '-'}")
+    if report["workload"] and report["workload"]["waiting"]:
+        typer.echo(f"{'Waiting:':<11}{report['workload']['waiting']}")
+    _section(
+        "Conditions",
+        [
+            f"{c['type']}={c['status']} {c['since'] or ''}"
+            + (f" ({c['reason']}: {c['message']})" if c.get("message") else "")
+            for c in report["conditions"]
+        ],
+    )
+    _section(
+        "Pods",
+        [
+            f"{pod['name']}  {pod['phase'] or '-'}  node={pod['node'] or '-'}  restarts={pod['restarts']}"
+            for pod in report["pods"]
+        ],
+    )
+    _section(
+        "Events",
+        [
+            f"{e['time']} {e['object']} {e['type']} {e['reason']}: {e['message']}"
+            + (f" (x{e['count']})" if e["count"] > 1 else "")
+            for e in report["events"]
+        ],
+    )
+
+
+def _section(heading: str, lines: list[str]) -> None:
+    typer.echo(f"{heading}:")
+    for line in lines or ["none"]:
+        typer.echo(f"  {line.rstrip()}")
+
+
+def _rank_pod(
+    ctx: typer.Context, pods: list[dict[str, Any]], name: str, rank: int
+) -> dict[str, Any]:
+    """The pod of node rank `rank`: the operator names a job's pods <job>-pod-<index> (the
+    HyperPod CLI's documentation, hyp get-logs --pod-name <job>-pod-0)."""
+    wanted = f"{name}-pod-{rank}"
+    for pod in pods:
+        if pod["metadata"]["name"] == wanted:
+            return pod
+    have = ", ".join(sorted(p["metadata"]["name"] for p in pods)) or "none yet"
+    fail(
+        ctx,
+        f"--rank: job {name} has no pod {wanted} (pods: {have}); pick a rank below its node "
+        "count, or wait until Kueue admits it (hpctl job describe)",
+        code=ExitCode.FAILED,
+    )
+
+
+@app.command("logs", cls=OneLineUsageErrors)
+def logs(
+    ctx: typer.Context,
+    name: NameArgument,
+    env: EnvOption = None,
+    team: TeamOption = None,
+    rank: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Node rank whose pod to read (0 runs global rank 0, which prints the "
+            "trainer's step lines).",
+        ),
+    ] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the container ends.")
+    ] = False,
+    kubeconfig: KubeconfigOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per line.")
+    ] = False,
+) -> None:
+    """The log of a job's pod (its first container), by node rank."""
+    config, cluster = _connect(ctx, env, kubeconfig)
+    team = _team(ctx, config, team)
+    namespace = team_namespace(team)
+    pods = _api(ctx, lambda: cluster.pods(namespace, team, f"{OPERATOR_JOB_LABEL}={name}"))
+    if not pods:
+        # Tell a job without pods (queued) from one that does not exist.
+        job, workload, _ = _job_objects(ctx, cluster, namespace, name, team)
+        fail(
+            ctx,
+            f"job {name} has no pods yet ({_held_back(job, workload)}); see why with "
+            f"hpctl job describe {name} --env {config.environment} --team {team}",
+            code=ExitCode.FAILED,
+        )
+    pod = _rank_pod(ctx, pods, name, rank)
+    pod_name = pod["metadata"]["name"]
+    container = pod["spec"]["containers"][0]["name"]
+    try:
+        for line in cluster.log_lines(namespace, pod_name, container, follow=follow, team=team):
+            if as_json:
+                typer.echo(json.dumps({"pod": pod_name, "rank": rank, "line": line}))
+            else:
+                typer.echo(line)
+    except KubeError as error:
+        fail(ctx, str(error), code=ExitCode.FAILED)
+
+
+def _held_back(job: dict[str, Any], workload: dict[str, Any] | None) -> str:
+    return f"{lifecycle.job_state(job, workload)}, {lifecycle.admission(workload, None)}"
+
+
+@app.command("cancel", cls=OneLineUsageErrors)
+def cancel(
+    ctx: typer.Context,
+    name: NameArgument,
+    env: EnvOption = None,
+    team: TeamOption = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: the job's pods are stopped.")
+    ] = False,
+    kubeconfig: KubeconfigOption = None,
+    as_json: JsonObjectOption = False,
+) -> None:
+    """Delete a job: its pods get SIGTERM and their grace period to save (requires --yes)."""
+    config, cluster = _connect(ctx, env, kubeconfig)
+    team = _team(ctx, config, team)
+    namespace = team_namespace(team)
+    if not yes:
+        fail(
+            ctx,
+            f"refusing to cancel {KIND} {namespace}/{name} without --yes: its pods stop; "
+            "re-run with --yes",
+            code=ExitCode.FAILED,
+        )
+    _api(ctx, lambda: cluster.delete_job(namespace, name, team))
+    if as_json:
+        _echo_json({"name": name, "namespace": namespace, "cancelled": True})
+        return
+    typer.echo(
+        f"Cancelled {KIND} {namespace}/{name}: its pods stop after their grace period; "
+        "hpctl job list shows it Terminating until they are gone."
+    )

@@ -109,3 +109,35 @@ def guidance(
     )
     lines += [f"A shell on the admin host ({role}):", f"  {shell}"]
     return lines
+
+
+def context_cluster_arn(document: object) -> str | None:
+    """The EKS cluster ARN the current context of a kubeconfig `kubeconfig_document` wrote
+    names (its cluster entry is the ARN, with `/127.0.0.1:PORT` for a tunnel); None when the
+    document has no current context or its cluster entry is not named that way."""
+    if not isinstance(document, dict):
+        return None
+    current = document.get("current-context")
+    contexts = {c.get("name"): c.get("context") or {} for c in document.get("contexts") or []}
+    cluster = (contexts.get(current) or {}).get("cluster")
+    if not isinstance(cluster, str) or not cluster.startswith("arn:"):
+        return None
+    return cluster.split("/127.0.0.1:", 1)[0]
+
+
+def kubeconfig_cluster_problem(document: object, config: EnvironmentConfig) -> str | None:
+    """Why a kubeconfig does not reach `config`'s EKS cluster (its current context names
+    another cluster, Region or none), or None when it does."""
+    arn = context_cluster_arn(document)
+    want = f"{config.names.eks_cluster} in {config.region}, account {config.account}"
+    if arn is None:
+        return f"has no current context naming an EKS cluster ARN (want {want})"
+    parts = arn.split(":")
+    name = arn.rsplit("cluster/", 1)[-1]
+    region, account = (parts[3], parts[4]) if len(parts) > 4 else ("", "")
+    if (name, region, account) != (config.names.eks_cluster, config.region, config.account):
+        return (
+            f"is for cluster {name} in {region}, account {account}, not "
+            f"{config.environment}'s {want}"
+        )
+    return None

@@ -516,6 +516,53 @@ def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
 # Ports `metrics.port` may take besides 0: unprivileged (the image runs as a non-root user).
 METRICS_PORTS = (1024, 65535)
 
+# The platform's job environment: `hpctl job render` sets these in the container of every
+# job, whatever code it runs (README, "Job environment"). The trainer takes them as defaults
+# that its command line (`--out`, `--set`) overrides.
+RUN_DIR_ENV = "HPTRAIN_RUN_DIR"
+CHECKPOINT_DIR_ENV = "HPTRAIN_CHECKPOINT_DIR"
+NODE_CHECKPOINT_DIR_ENV = "HPTRAIN_NODE_CHECKPOINT_DIR"
+MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
+METRICS_PORT_ENV = "HPTRAIN_METRICS_PORT"
+JOB_NAME_ENV = "HPTRAIN_JOB_NAME"
+
+
+def environment_tiers(c: CheckpointConfig) -> dict[str, str]:
+    """The tier whose directory each checkpoint variable names: the shared directory is the
+    last (most durable) tier's, the node directory the first per-node tier's."""
+    tiers = {CHECKPOINT_DIR_ENV: c.tiers[-1].name}
+    node = next((t.name for t in c.tiers if t.per_node), None)
+    if node is not None and node != tiers[CHECKPOINT_DIR_ENV]:
+        tiers[NODE_CHECKPOINT_DIR_ENV] = node
+    return tiers
+
+
+def environment_overrides(cfg: JobConfig, environ: typing.Mapping[str, str]) -> list[str]:
+    """The ``--set`` assignments the platform variables in `environ` stand for (the managed
+    tier's namespace is the job's name), each checked against `cfg`; to be applied before the
+    command line's own. A bad value raises ConfigError naming the variable."""
+    keys = {
+        METRICS_PORT_ENV: "metrics.port",
+        MANAGED_S3_PATH_ENV: "checkpoint.managed_s3_path",
+        JOB_NAME_ENV: "checkpoint.managed_namespace",
+        **{env: tier_key(tier, "dir") for env, tier in environment_tiers(cfg.checkpoint).items()},
+    }
+    assignments = []
+    for name, key in keys.items():
+        value = environ.get(name)
+        if not value:
+            continue
+        assignment = f"{key}={value}"
+        trial = copy.deepcopy(cfg)
+        try:
+            apply_override(trial, assignment)
+            trial.validate()
+        except ConfigError as error:
+            raise ConfigError(f"{name}={value!r} (job environment): {error}") from None
+        assignments.append(assignment)
+    return assignments
+
+
 # (field, lower bound, bound allowed, upper bound or None, bound allowed).
 _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("model.dim", 0, False, None, False),

@@ -1,5 +1,9 @@
 """Entry point: ``python -m training.train --preset tiny --out DIR [--set section.field=value ...]``.
 
+Under the platform, `--out`, the checkpoint directories, the metrics port and the managed
+tier's S3 path and namespace default to the job environment `hpctl job render` sets
+(HPTRAIN_RUN_DIR, ...; training.config.environment_overrides).
+
 Runs under torchrun, hyperpodrun (both export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/...)
 or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after saving, 1 error,
 2 bad input (command line, config, an unwritable directory, checkpoints this job must not
@@ -12,22 +16,35 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import PRESETS, ConfigError, JobConfig, build_config, output_dirs
+from training.config import (
+    PRESETS,
+    RUN_DIR_ENV,
+    ConfigError,
+    JobConfig,
+    build_config,
+    environment_overrides,
+    output_dirs,
+)
 from training.fileio import writable_problem
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path, bool]:
+def parse_args(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[JobConfig, Path, bool]:
+    """The config, run directory and --start-fresh of a command line; `environ` (default
+    os.environ) supplies the platform's job environment (training.config, RUN_DIR_ENV...)."""
     p = OneLineErrorParser(
         prog="python -m training.train", description="HyperPod training entry point"
     )
     p.add_argument("--preset", default="tiny", help=f"named config preset ({', '.join(PRESETS)})")
     p.add_argument(
         "--out",
-        required=True,
-        help="run directory (summary.json, attempts/, default checkpoint dirs)",
+        help=f"run directory (summary.json, attempts/, default checkpoint dirs); default "
+        f"${RUN_DIR_ENV}",
     )
     p.add_argument(
         "--set",
@@ -44,11 +61,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path, bool]:
         "that exist but cannot be used stop the job)",
     )
     args = p.parse_args(argv)
+    environ = os.environ if environ is None else environ
+    out = args.out or environ.get(RUN_DIR_ENV)
+    if not out:
+        p.error(f"--out: missing; pass --out DIR or set {RUN_DIR_ENV}")
     try:
-        cfg = build_config(args.preset, args.overrides)
+        # The platform's job environment first, so the command line overrides it.
+        defaults = environment_overrides(build_config(args.preset), environ)
+        cfg = build_config(args.preset, [*defaults, *args.overrides])
     except ConfigError as e:
         p.error(str(e))
-    return cfg, Path(args.out), args.start_fresh
+    return cfg, Path(out), args.start_fresh
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,12 @@ rendered from a validated job.
 - `log_rules`: the elastic agent's log-monitoring rules, matched against the trainer's lines.
 - `scaling`: the trainer's parallel settings a job renders (HSDP across nodes, tensor
   parallelism within one) and an elastic job's runnable sizes and common batch.
+- `kube`: the Kubernetes API calls of the lifecycle commands (official client, the kubeconfig
+  `hpctl kubeconfig` writes) and API failures as one line with the fix.
+- `lifecycle`: a job's state, admission and description from the job, its Kueue Workload,
+  pods and events (pure).
 
-The command (`hpctl job render`) is `hpctl.job_cmd`. The renderer belongs to `hpctl`, not to
+The commands (`hpctl job render|submit|list|describe|logs|cancel`) are `hpctl.job_cmd`. The renderer belongs to `hpctl`, not to
 the training image: it reads the trainer's presets (`training.config`), never the other way
 round.
 """

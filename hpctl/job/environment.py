@@ -36,7 +36,14 @@ from config.kubernetes import (
 from config.node_model import node_model
 from config.schema import EnvironmentConfig
 from config.teams import TRAINING_SERVICE_ACCOUNT, GroupCapacity, team_capacity
-from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
+from hpctl.job.spec import (
+    CommandEntryPoint,
+    EntryPoint,
+    JobSpec,
+    ModuleEntryPoint,
+    NonNegativeInt,
+    PositiveInt,
+)
 from hpctl.options import utc_now
 
 # JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
@@ -79,7 +86,25 @@ def option_for(loc: Location) -> str:
     """The CLI option a JobSpec error location stands for: `--nodes`, `--instance-group`."""
     if not loc:
         return ""
+    if loc[0] == "entry_point":
+        return "--module"
     return _OPTION_FOR_FIELD.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
+
+
+def entry_point_for(module: str | None, command: list[str]) -> EntryPoint | None:
+    """The code `--module` and the words after `--` name: a module run with those words as
+    its arguments, the words as a command, or None (neither: the project's trainer)."""
+    if module is None and not command:
+        return None
+    option = "--module" if module is not None else "COMMAND"
+    try:
+        if module is not None:
+            return ModuleEntryPoint(module=module, args=tuple(command))
+        return CommandEntryPoint(command=tuple(command))
+    except ValidationError as error:
+        raise JobRequestError(
+            [f"{option}: {item['msg'].removeprefix('Value error, ')}" for item in error.errors()]
+        ) from None
 
 
 def nodes_figure(value: Fraction) -> int | float:
@@ -213,7 +238,7 @@ def spec_for_environment(
     priority classes, the training service account, the FSx claim, and whether the cluster has
     tiered storage (managed tiered checkpointing for the tiers whose storage is "auto").
     `priority` defaults to the lowest-weight class, `name` to `<team>-<preset>-<UTC time from
-    clock>`. `choices` are the other JobSpec fields a user picks (preset, steps, spares,
+    clock>` (the entry point's `name_tag` for a team's own code). `choices` are the other JobSpec fields a user picks (preset, steps, spares,
     min_tokens_per_s, ...), as values or text.
 
     Raises JobRequestError (one `--option: problem; fix` line per problem) for an environment
@@ -261,9 +286,11 @@ def spec_for_environment(
     if problems or chosen_team is None or group is None:
         raise JobRequestError(problems)
     preset = choices.get("preset", JobSpec.model_fields["preset"].default)
+    entry_point = choices.get("entry_point")
+    tag = entry_point.name_tag if entry_point is not None else str(preset)
     fields: dict[str, Any] = {
         **choices,
-        "name": name if name is not None else default_job_name(team, str(preset), clock()),
+        "name": name if name is not None else default_job_name(team, tag, clock()),
         "team": team,
         "priority": priority,
         "image": image,

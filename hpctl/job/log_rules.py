@@ -35,7 +35,10 @@ THROUGHPUT_PATTERN = rf".*HPTRAIN step=\d+ loss=\S+ tokens_per_s=({_NUM}) "
 
 
 def log_rules(spec: JobSpec) -> list[dict[str, Any]]:
-    """The logMonitoringConfiguration rules for `spec`, in evaluation-report order."""
+    """The logMonitoringConfiguration rules for `spec`, in evaluation-report order; none for
+    a job that runs a team's own code, whose lines the rules cannot know."""
+    if not spec.runs_trainer:
+        return []
     rules: list[dict[str, Any]] = [
         # The agent watches local rank 0 of every node, so each node's first worker must print
         # its start line within the deadline (model, data and checkpoint loading included).

@@ -39,8 +39,17 @@ from config.teams import (
     TRAINING_UID,
 )
 from hpctl.job.log_rules import log_rules
-from hpctl.job.spec import SHM_MOUNT, JobSpec
-from training.config import AUTO_STORAGE, tier_key
+from hpctl.job.spec import SHM_MOUNT, CommandEntryPoint, JobSpec
+from training.config import (
+    AUTO_STORAGE,
+    CHECKPOINT_DIR_ENV,
+    JOB_NAME_ENV,
+    MANAGED_S3_PATH_ENV,
+    METRICS_PORT_ENV,
+    NODE_CHECKPOINT_DIR_ENV,
+    RUN_DIR_ENV,
+    tier_key,
+)
 
 API_VERSION = "sagemaker.amazonaws.com/v1"
 KIND = "HyperPodPyTorchJob"
@@ -51,10 +60,18 @@ AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads 
 TRAINER_MODULE = "training.train"
 CONTAINER_NAME = "trainer"
 REPLICA_NAME = "worker"
-# The S3 tier of managed tiered checkpointing, from the team's ConfigMap (the bucket is named
-# at deploy time) into this variable, which Kubernetes expands into the trainer's
-# `--set checkpoint.managed_s3_path=$(HPTRAIN_MANAGED_S3_PATH)` argument.
-MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
+# The job environment every container gets (training.config, README "Job environment").
+# The S3 tier of managed tiered checkpointing comes from the team's ConfigMap (the bucket is
+# named at deploy time) into MANAGED_S3_PATH_ENV, which Kubernetes also expands into the
+# trainer's `--set checkpoint.managed_s3_path=$(HPTRAIN_MANAGED_S3_PATH)` argument.
+JOB_ENVIRONMENT = (
+    RUN_DIR_ENV,
+    CHECKPOINT_DIR_ENV,
+    NODE_CHECKPOINT_DIR_ENV,
+    METRICS_PORT_ENV,
+    JOB_NAME_ENV,
+    MANAGED_S3_PATH_ENV,
+)
 
 HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"
 
@@ -90,6 +107,16 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         env["FI_EFA_FORK_SAFE"] = "1"
         if instance.family in RDMA_FAMILIES:
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    # Where the platform's paths and ports reach the job's code, whatever it is.
+    env.update(
+        {
+            RUN_DIR_ENV: spec.out_dir,
+            CHECKPOINT_DIR_ENV: spec.checkpoint_dir,
+            NODE_CHECKPOINT_DIR_ENV: spec.node_checkpoint_dir,
+            METRICS_PORT_ENV: str(METRICS_PORT),
+            JOB_NAME_ENV: spec.name,
+        }
+    )
     items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
     if spec.managed_storage:
         # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
@@ -126,6 +153,30 @@ def _resources(spec: JobSpec) -> dict[str, dict[str, int | str]]:
 
 
 def _command(spec: JobSpec) -> list[str]:
+    """hyperpodrun, which starts one process per accelerator, with what each runs: the
+    project's trainer module, a team's module (`-m`) or a team's program (`--no-python`,
+    torchrun's flag for a program that is not a Python script)."""
+    entry = spec.entry_point
+    if entry is None:
+        program = ["-m", TRAINER_MODULE]
+    elif isinstance(entry, CommandEntryPoint):
+        program = ["--no-python", entry.command[0]]
+    else:
+        program = ["-m", entry.module]
+    return [*_launcher(spec), *program]
+
+
+def _args(spec: JobSpec) -> list[str]:
+    """The arguments of each rank's process."""
+    entry = spec.entry_point
+    if entry is None:
+        return trainer_args(spec)
+    if isinstance(entry, CommandEntryPoint):
+        return list(entry.command[1:])
+    return list(entry.args)
+
+
+def _launcher(spec: JobSpec) -> list[str]:
     return [
         "hyperpodrun",
         f"--nnodes={spec.nodes}",
@@ -137,8 +188,6 @@ def _command(spec: JobSpec) -> list[str]:
         # hang); pod deletion forwards SIGTERM, and this is how long the save may take.
         f"--shutdown-timeout={spec.shutdown_timeout_s}",
         *([ELASTIC_RDZV_BACKEND] if spec.elastic else []),
-        "-m",
-        TRAINER_MODULE,
     ]
 
 
@@ -180,7 +229,7 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         # The image is pinned, so a cached copy is the right one; avoids re-pulling many GiB.
         "imagePullPolicy": "IfNotPresent",
         "command": _command(spec),
-        "args": trainer_args(spec),
+        "args": _args(spec),
         "ports": [
             {"containerPort": AGENT_PORT, "protocol": "TCP"},
             # Scraped by name: the collector keeps only this port of the labelled pods.

@@ -63,15 +63,18 @@ from hpctl.job.scaling import (
 )
 from training.config import (
     AUTO_STORAGE,
+    CHECKPOINT_DIR_ENV,
     DURABLE,
     LOCAL_STORAGE,
     MANAGED_STORAGE,
+    NODE_CHECKPOINT_DIR_ENV,
     PRESETS,
     CheckpointConfig,
     ConfigError,
     JobConfig,
     TierConfig,
     build_config,
+    environment_tiers,
 )
 
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
@@ -95,6 +98,90 @@ _IMAGE = re.compile(
 )
 
 
+# A Python module path: dotted identifiers (what `python -m` takes).
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Launchers the platform already runs every job under (hyperpodrun) or that would start a
+# second agent inside it: an entry point names the per-rank program instead.
+LAUNCHERS = frozenset({"hyperpodrun", "torchrun"})
+# Node-local checkpoint directory of a job that does not run the project's trainer (pod
+# memory, like the trainer's fast tier; HPTRAIN_NODE_CHECKPOINT_DIR).
+NODE_CHECKPOINT_DIR = f"{SHM_MOUNT}/checkpoints"
+# JobSpec fields that configure the project's trainer (its preset, tiers and log lines);
+# a job running other code may not set them.
+TRAINER_FIELDS = (
+    "preset",
+    "steps",
+    "checkpoint_dirs",
+    "checkpoint_intervals",
+    "start_deadline_s",
+    "hang_timeout_s",
+    "min_tokens_per_s",
+    "slow_data_points",
+    "tp",
+    "parallelism",
+)
+
+
+class ModuleEntryPoint(BaseModel):
+    """A team's own Python module, run on every rank as `python -m MODULE ARGS...`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    module: str
+    args: tuple[str, ...] = ()
+
+    @field_validator("module")
+    @classmethod
+    def _module(cls, value: str) -> str:
+        if not _MODULE.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Python module path; use dotted names as `python -m` takes "
+                "them (e.g. torchtitan.train)"
+            )
+        return value
+
+    @property
+    def name_tag(self) -> str:
+        """What a default job name calls the code."""
+        return self.module
+
+
+class CommandEntryPoint(BaseModel):
+    """A team's own program and its arguments, run on every rank as given (no `python`
+    prepended)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: tuple[str, ...]
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0].strip():
+            raise ValueError("empty command; give the program and its arguments after --")
+        program = posixpath.basename(value[0])
+        if program in LAUNCHERS:
+            raise ValueError(
+                f"{program} is the launcher the platform already runs on every node; give the "
+                "program each rank runs (e.g. -- python train.py ...) or --module"
+            )
+        return value
+
+    @property
+    def name_tag(self) -> str:
+        """What a default job name calls the code: the first word that is neither an option
+        nor an interpreter (`python train.py` -> train)."""
+        words = [w for w in self.command if not w.startswith("-")]
+        named = [w for w in words if posixpath.basename(w) not in _INTERPRETERS] or words
+        return posixpath.splitext(posixpath.basename(named[0]))[0] if named else "job"
+
+
+_INTERPRETERS = frozenset({"python", "python3", "bash", "sh", "env"})
+
+# What a job runs besides the project's trainer (JobSpec.entry_point None).
+EntryPoint = ModuleEntryPoint | CommandEntryPoint
+
+
 @functools.cache
 def preset_config(preset: str) -> JobConfig:
     """The trainer's own configuration for `preset` (shared: do not mutate)."""
@@ -116,6 +203,10 @@ class JobSpec(BaseModel):
     image: str
     instance_type: str
     instance_group: str
+    # The code the job runs on every rank: None for the project's trainer (training.train),
+    # else a team's own module or command. The fields in TRAINER_FIELDS configure the trainer
+    # and are refused for other code; every job gets the platform's wiring and environment.
+    entry_point: EntryPoint | None = None
     # A trainer preset (training.config.PRESETS); checks below read its batch size, watchdog,
     # SIGTERM grace and checkpoint tiers, so it is validated before the fields that depend on it.
     preset: str = "8b"
@@ -255,6 +346,18 @@ class JobSpec(BaseModel):
             )
         return value
 
+    @field_validator(*TRAINER_FIELDS, mode="before")
+    @classmethod
+    def _trainer_only(cls, value: object, info: ValidationInfo) -> object:
+        # Validators run for the fields a job sets, never for defaults: this refuses exactly
+        # the trainer settings given to a job that runs other code.
+        if info.data.get("entry_point") is not None:
+            raise ValueError(
+                "configures the project's trainer (training.train), and this job runs its own "
+                "code; drop it and configure that code through its own arguments"
+            )
+        return value
+
     @field_validator("preset")
     @classmethod
     def _preset(cls, value: str) -> str:
@@ -289,7 +392,7 @@ class JobSpec(BaseModel):
         # sharding is not: the trainer refuses a world its parallel settings cannot split, so
         # catch that here rather than after the nodes were scheduled.
         preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
-        if preset is None or instance_type is None:
+        if preset is None or instance_type is None or info.data.get("entry_point") is not None:
             return value
         ranks = lookup(instance_type).accelerator_count
         try:
@@ -401,7 +504,9 @@ class JobSpec(BaseModel):
     @field_validator("shutdown_timeout_s")
     @classmethod
     def _shutdown_timeout(cls, value: int, info: ValidationInfo) -> int:
-        preset = info.data.get("preset")
+        # Other code's own save time is unknown to the platform: only the trainer's is checked.
+        runs_trainer = info.data.get("entry_point") is None
+        preset = info.data.get("preset") if runs_trainer else None
         grace = preset_config(preset).fault.sigterm_grace_s if preset else 0
         if value <= grace:
             raise ValueError(
@@ -434,8 +539,9 @@ class JobSpec(BaseModel):
                 f"leave --nodes out or pass --nodes {low}"
             )
         preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
-        if preset is None or instance_type is None:
-            return value
+        # A team's own code decides what sizes it runs: only the trainer's are checked.
+        if preset is None or instance_type is None or info.data.get("entry_point") is not None:
+            return f"{low}:{high}"
         gpus = lookup(instance_type).accelerator_count
         try:
             config = _parallel_config(info.data, preset, gpus, True)
@@ -532,6 +638,9 @@ class JobSpec(BaseModel):
         if self.elastic_range is None:
             return None
         low, high = self.elastic_range
+        if not self.runs_trainer:
+            # Every count: the platform knows nothing of other code's batch or mesh.
+            return ElasticPlan(sizes=tuple(range(low, high + 1)), batch=0)
         gpus = self.instance.accelerator_count
         return elastic_plan(self.parallel_config, gpus, low, high, self.preset)
 
@@ -569,6 +678,31 @@ class JobSpec(BaseModel):
     @property
     def trainer_config(self) -> JobConfig:
         return preset_config(self.preset)
+
+    @property
+    def runs_trainer(self) -> bool:
+        """The job runs the project's trainer, not a team's own code."""
+        return self.entry_point is None
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """The job's shared checkpoint directory on FSx (HPTRAIN_CHECKPOINT_DIR): the
+        trainer's most durable tier's, else the team's checkpoint directory for the job."""
+        if self.runs_trainer:
+            return self.tier_dir(
+                environment_tiers(self.trainer_config.checkpoint)[CHECKPOINT_DIR_ENV]
+            )
+        return f"{team_checkpoints_directory(self.team)}/{self.name}"
+
+    @property
+    def node_checkpoint_dir(self) -> str:
+        """The job's checkpoint directory in each node's pod memory
+        (HPTRAIN_NODE_CHECKPOINT_DIR): the trainer's first per-node tier's, if it has one."""
+        if self.runs_trainer:
+            tier = environment_tiers(self.trainer_config.checkpoint).get(NODE_CHECKPOINT_DIR_ENV)
+            if tier is not None:
+                return self.tier_dir(tier)
+        return NODE_CHECKPOINT_DIR
 
     @property
     def world_size(self) -> int:
@@ -611,7 +745,10 @@ class JobSpec(BaseModel):
 
     @property
     def managed_storage(self) -> bool:
-        """Some tier uses HyperPod managed tiered checkpointing."""
+        """Some tier uses HyperPod managed tiered checkpointing; for a team's own code, the
+        cluster offers it."""
+        if not self.runs_trainer:
+            return self.tiered_storage
         return any(
             self.tier_storage(tier.name) == MANAGED_STORAGE
             for tier in self.trainer_config.checkpoint.tiers

@@ -352,10 +352,17 @@ def test_missing_options_are_named_on_one_line() -> None:
     assert "--priority:" not in line
 
 
-def test_app_is_a_group_with_a_render_command() -> None:
+def test_app_is_a_group_with_render_and_the_lifecycle_commands() -> None:
     # The lead mounts `app` under `hpctl job`; it must stay a group so `job render` resolves.
     command = typer.main.get_command(app)
-    assert list(command.commands) == ["render"]  # type: ignore[attr-defined]
+    assert list(command.commands) == [  # type: ignore[attr-defined]
+        "render",
+        "submit",
+        "list",
+        "describe",
+        "logs",
+        "cancel",
+    ]
 
 
 def test_mounted_under_a_parent_app_keeps_output_and_errors() -> None:

@@ -103,8 +103,6 @@ def test_common_nccl_env(spec_factory) -> None:
     assert env["NCCL_DEBUG"] == "WARN"
     assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
     assert env["PYTHONUNBUFFERED"] == "1"
-    # The managed tier's namespace is a trainer argument now, not a variable.
-    assert "HPTRAIN_JOB_NAME" not in env
 
 
 def test_pods_run_as_the_teams_training_service_account(spec_factory) -> None:

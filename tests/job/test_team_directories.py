@@ -127,9 +127,14 @@ def make_directory(tree: Tree, path: str, process: Process) -> bool:
 
 def pod_process(team: str) -> Process:
     """The user and groups of `team`'s rendered training pods."""
-    context: dict[str, Any] = render_job(make_spec(team=team))["spec"]["replicaSpecs"][0][
-        "template"
-    ]["spec"]["securityContext"]
+    return manifest_process(render_job(make_spec(team=team)))
+
+
+def manifest_process(manifest: dict[str, Any]) -> Process:
+    """The user and groups of a rendered job's pods."""
+    context: dict[str, Any] = manifest["spec"]["replicaSpecs"][0]["template"]["spec"][
+        "securityContext"
+    ]
     return Process(
         uid=context["runAsUser"],
         gid=context["runAsGroup"],
