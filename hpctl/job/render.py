@@ -17,6 +17,9 @@ from config.kubernetes import (
     EFA_RESOURCE,
     FSX_MOUNT,
     GPU_RESOURCE,
+    HYPERPOD_JOB_GROUP,
+    HYPERPOD_JOB_KIND,
+    HYPERPOD_JOB_VERSION,
     INSTANCE_GROUP_LABEL,
     INSTANCE_TYPE_LABEL,
     METRICS_LABEL,
@@ -42,8 +45,8 @@ from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import SHM_MOUNT, JobSpec
 from training.config import AUTO_STORAGE, tier_key
 
-API_VERSION = "sagemaker.amazonaws.com/v1"
-KIND = "HyperPodPyTorchJob"
+API_VERSION = f"{HYPERPOD_JOB_GROUP}/{HYPERPOD_JOB_VERSION}"
+KIND = HYPERPOD_JOB_KIND
 
 AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
 # The elastic agent only monitors logs that torchrun writes to files, so workers must tee.
