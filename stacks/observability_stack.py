@@ -35,7 +35,7 @@ from platform_constructs.monitoring import (
     PrometheusWorkspace,
     RuleGroups,
 )
-from platform_constructs.observability import rule_files
+from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 
 # The workspace's own log group (alert and rule evaluation errors).
 WORKSPACE_LOG_RETENTION_DAYS = 90
@@ -73,7 +73,8 @@ class ObservabilityStack(cdk.Stack):
 
     The trainer's collector needs the cluster (`eks_cluster_arn`), the subnets its ENIs go in
     (`scraper_subnets`: the control plane's, two AZs at least), the group of the nodes its
-    pods run on (`pod_security_group`) and the control plane's group (`api_security_group`)."""
+    pods run on (`pod_security_group`) and the control plane's group (`api_security_group`).
+    `team_gpu_quotas`: team namespace -> guaranteed GPUs (config/gpu_accounting.py)."""
 
     def __init__(
         self,
@@ -91,9 +92,15 @@ class ObservabilityStack(cdk.Stack):
         file_system: LustreFileSystem,
         nat_gateway_ids: Mapping[str, str],
         removal_policy: cdk.RemovalPolicy,
+        team_gpu_quotas: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        rule_documents = {path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
+        if team_gpu_quotas:
+            # Each team's GPU quota, from config: the accounting rules (rules/teams.yaml)
+            # compare GPU-hours with it.
+            rule_documents[QUOTA_NAMESPACE] = team_quota_rules(team_gpu_quotas)
         alarm_topic = AlarmTopic(
             self, "AlarmTopic", emails=observability.alarm_emails, removal_policy=removal_policy
         )
@@ -103,9 +110,7 @@ class ObservabilityStack(cdk.Stack):
             "Prometheus",
             key=alarm_topic.key,
             topic=self.topic,
-            rules=RuleGroups(
-                files={path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
-            ),
+            rules=RuleGroups(files=rule_documents),
             retention_days=observability.prometheus_retention_days,
             log_retention_days=WORKSPACE_LOG_RETENTION_DAYS,
             removal_policy=removal_policy,

@@ -12,6 +12,7 @@ import yaml
 from aws_cdk.assertions import Capture
 
 from config.addons import ADDONS, OBSERVABILITY
+from config.gpu_accounting import team_gpu_quotas
 from config.kubernetes import (
     METRICS_LABEL,
     METRICS_LABEL_VALUE,
@@ -25,7 +26,7 @@ from platform_constructs.metrics_scraper import (
     pod_label_meta,
     scrape_configuration,
 )
-from platform_constructs.observability import rule_files
+from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 from stacks.observability_stack import WORKSPACE_LOG_RETENTION_DAYS
 from tests.support import SYNTH_GROUP, SynthResult, only, security_group_rules
 
@@ -70,7 +71,9 @@ def test_workspace_is_encrypted_keeps_samples_and_loads_every_rules_file(env: Sy
         for n in _resources(env, "AWS::APS::RuleGroupsNamespace").values()
     }
     files = rule_files()
-    assert files and set(namespaces) == {f.stem for f in files}
+    assert files and set(namespaces) == {f.stem for f in files} | {QUOTA_NAMESPACE}
+    quotas = team_gpu_quotas(env.config.governance, env.config.hyperpod.instance_groups)
+    assert namespaces[QUOTA_NAMESPACE]["Data"] == team_quota_rules(quotas)
     for path in files:
         assert namespaces[path.stem]["Data"] == path.read_text(encoding="utf-8")
         assert namespaces[path.stem]["Workspace"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
