@@ -1,7 +1,9 @@
 """Observability of one environment: the managed Prometheus workspace with the repository's
 alert rules and Alertmanager, the HyperPod observability add-on writing to it (its collector
 gets `aps:RemoteWrite` on this workspace only, through EKS Pod Identity), a managed collector
-scraping the trainer's own metrics into it (platform_constructs/metrics_scraper.py),
+scraping the trainer's own metrics into it (platform_constructs/metrics_scraper.py), the
+CloudWatch Observability add-on shipping every container's logs to log groups created here
+(config/container_logs.py),
 CloudWatch alarms and EventBridge rules, and the alarm topic they all notify.
 
 Deployed after the cluster add-ons: the add-on needs running nodes (HyperPod observability
@@ -17,10 +19,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from config.addons import OBSERVABILITY
+from config.addons import CLOUDWATCH_OBSERVABILITY, OBSERVABILITY
 from config.schema import EksConfig
 from config.schema.observability import ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
+from platform_constructs.container_logs import ContainerLogGroups
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
     IdentityContext,
@@ -28,6 +31,7 @@ from platform_constructs.eks_addons import (
     place_addons,
 )
 from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.log_groups import stack_log_key
 from platform_constructs.metrics_scraper import TrainingMetricsScraper
 from platform_constructs.monitoring import (
     AlarmTopic,
@@ -35,6 +39,7 @@ from platform_constructs.monitoring import (
     PrometheusWorkspace,
     RuleGroups,
 )
+from platform_constructs.nag import acknowledge_resource
 from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 
 # The workspace's own log group (alert and rule evaluation errors).
@@ -68,8 +73,8 @@ def addon_configuration(
 
 
 class ObservabilityStack(cdk.Stack):
-    """Exposes `topic`, `workspace`, `addons` and `identities` (name -> PinnedAddon /
-    AddonWithPodIdentity), `scraper`, `alarms` and `grafana` (None unless asked).
+    """Exposes `topic`, `workspace`, `container_logs`, `addons` and `identities` (name ->
+    PinnedAddon / AddonWithPodIdentity), `scraper`, `alarms` and `grafana` (None unless asked).
 
     The trainer's collector needs the cluster (`eks_cluster_arn`), the subnets its ENIs go in
     (`scraper_subnets`: the control plane's, two AZs at least), the group of the nodes its
@@ -115,13 +120,26 @@ class ObservabilityStack(cdk.Stack):
             log_retention_days=WORKSPACE_LOG_RETENTION_DAYS,
             removal_policy=removal_policy,
         )
+        # Container logs: their groups first (the environment's control-plane retention, the
+        # stack's log key), so Fluent Bit finds them instead of creating plain ones.
+        self.container_logs = ContainerLogGroups(
+            self,
+            "ContainerLogs",
+            eks_cluster_name=eks_cluster_name,
+            retention_days=eks.log_retention_days,
+            encryption_key=stack_log_key(self, removal_policy=removal_policy),
+            removal_policy=removal_policy,
+        )
         placed = place_addons(
             self,
             "observability",
             versions=eks,
             cluster_name=eks_cluster_name,
             removal_policy=removal_policy,
-            context=IdentityContext(workspace_arn=self.workspace.arn),
+            context=IdentityContext(
+                workspace_arn=self.workspace.arn,
+                container_log_group_arns=self.container_logs.writer_arns,
+            ),
             configurations={
                 OBSERVABILITY: addon_configuration(
                     observability,
@@ -132,6 +150,16 @@ class ObservabilityStack(cdk.Stack):
         )
         self.addons: dict[str, PinnedAddon] = placed.addons
         self.identities: dict[str, AddonWithPodIdentity] = placed.identities
+        container_logs_identity = self.identities[CLOUDWATCH_OBSERVABILITY]
+        container_logs_identity.node.add_dependency(self.container_logs)
+        for arn in self.container_logs.stream_arns:
+            acknowledge_resource(
+                container_logs_identity.identity.role,
+                "IAM5",
+                "Fluent Bit creates one stream per container in each of the platform's container "
+                "log groups; the streams' names are only known on the nodes",
+                resource=arn,
+            )
         self.scraper = TrainingMetricsScraper(
             self,
             "TrainerScraper",
