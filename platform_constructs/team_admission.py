@@ -154,7 +154,13 @@ def _selects_own_nodes(admission: TeamAdmission) -> str:
         "(!has(t.matchFields) || size(t.matchFields) == 0) && "
         f"(!has(t.matchExpressions) || t.matchExpressions.all(e, {expression}))))"
     )
-    no_node_name = "(!has(s.nodeName) || s.nodeName == '')"
+    # The scheduler binds a pod by setting its nodeName: a bound pod's later updates (labels,
+    # annotations) must pass, so a pod is held to it only when created. A job's template has
+    # no binding, and a HyperPodPyTorchJob's is mutable: always.
+    no_node_name = (
+        "((request.kind.kind == 'Pod' && request.operation != 'CREATE') || "
+        "!has(s.nodeName) || s.nodeName == '')"
+    )
     return f"variables.podSpecs.all(s, {no_node_name} && {selector} && {affinity})"
 
 
@@ -212,7 +218,10 @@ def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
     not_pod = "request.kind.kind != 'Pod'"
     validations = [
         _validation(
-            f"{not_pod} || request.userInfo.username in {_list(admission.workload_creators)}",
+            # Where a pod comes from is settled when it is created; later updates (a label, an
+            # annotation, by anyone) meet only the node and toleration rules.
+            f"{not_pod} || request.operation != 'CREATE' || "
+            f"request.userInfo.username in {_list(admission.workload_creators)}",
             says(
                 f"{asks} outside a job, which bypasses team {team}'s queue and quota; submit "
                 f"it as a HyperPodPyTorchJob or Job labelled {QUEUE_LABEL}={queue} "

@@ -245,7 +245,12 @@ def test_rendered_job_and_its_pods_are_admitted(
     admission = admissions[env]
     assert admission.review(job) == []
     assert admission.review(job, operation="UPDATE") == []
-    assert admission.review(_operator_pod(job), user=OPERATOR_USER) == []
+    pod = _operator_pod(job)
+    assert admission.review(pod, user=OPERATOR_USER) == []
+    # Once bound, its updates (labels, annotations) by anyone pass too.
+    pod["spec"]["nodeName"] = "hyperpod-i-0123456789abcdef0"
+    assert admission.review(pod, user=OPERATOR_USER, operation="UPDATE") == []
+    assert admission.review(pod, user=PERSON, operation="UPDATE") == []
 
 
 @pytest.mark.parametrize("env", sorted(CONFIGS))
@@ -461,6 +466,14 @@ def test_node_by_name_is_denied(admissions: dict[str, Admission], job: dict[str,
     affinity = _pod_spec(job)["affinity"]["nodeAffinity"]
     affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(terms)
     assert OUTSIDE in _denied(admissions["prod"], job)
+
+
+def test_pod_created_on_a_named_node_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    pod = _operator_pod(job)
+    pod["spec"]["nodeName"] = "hyperpod-i-0123456789abcdef0"
+    assert OUTSIDE in _denied(admissions["prod"], pod, user=OPERATOR_USER)
 
 
 def test_operator_pod_on_another_group_is_denied(
