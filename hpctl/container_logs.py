@@ -9,8 +9,7 @@ event the record as JSON (`log`, `stream`, `kubernetes`) (config/container_logs.
 A job's pods are named after it (`<job>-...`: the training operator's workers, a batch Job's
 pods), so a stream belongs to the job when its pod's name starts with `<job>-`; pass `pods` to
 name them exactly where another job's name starts with this one's. Permissions:
-`logs:DescribeLogStreams` and `logs:FilterLogEvents` on the application log group (and
-`kms:Decrypt` is not needed: CloudWatch Logs decrypts).
+`logs:DescribeLogStreams` and `logs:FilterLogEvents` on the application log group.
 """
 
 from __future__ import annotations

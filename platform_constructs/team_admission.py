@@ -247,7 +247,7 @@ def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
         _validation(
             _selects_own_nodes(admission),
             says(
-                f" selects nodes outside team {team}'s; select only instance groups "
+                f" selects nodes that are not team {team}'s; select only instance groups "
                 f"{_words(admission.instance_groups)} ({INSTANCE_GROUP_LABEL}) or instance "
                 f"types {_words(admission.instance_types)} ({INSTANCE_TYPE_LABEL}) through "
                 "nodeSelector or required node affinity (operator In), without nodeName or "

@@ -412,7 +412,7 @@ def test_job_without_a_known_priority_class_is_denied(
     )
 
 
-OUTSIDE = "selects nodes outside team foundation's; select only instance groups gpu-p5"
+OUTSIDE = "selects nodes that are not team foundation's; select only instance groups gpu-p5"
 
 
 def test_node_selector_of_another_group_is_denied(
