@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
+from config.container_logs import ADDON_CONFIGURATION
+
 _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
 VERSION_FORMAT = "vMAJOR.MINOR.PATCH-eksbuild.N"
 
@@ -96,6 +98,7 @@ FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 TRAINING_OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
 TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
 OBSERVABILITY = "amazon-sagemaker-hyperpod-observability"
+CLOUDWATCH_OBSERVABILITY = "amazon-cloudwatch-observability"
 
 # Add-on versions that first offer a feature a job may ask for (`hpctl job render` checks the
 # environment's version): topology-aware scheduling needs task governance v1.2.2-eksbuild.1
@@ -181,6 +184,21 @@ _TABLE = (
             namespace="hyperpod-observability",
             name="hyperpod-observability-operator-otel-collector",
         ),
+    ),
+    # Container logs to CloudWatch Logs (its Fluent Bit; config/container_logs.py). v5.3.1 is
+    # pinned beside Kubernetes 1.35 in awslabs/global-capacity-orchestrator-on-aws
+    # (gco/stacks/constants.py), and it is the last line before 6.0, which turns on
+    # OpenTelemetry Container Insights (node exporter, kube-state-metrics, a cluster scraper)
+    # by default (aws-observability/helm-charts RELEASE_NOTES). 3.1.0 is the first build that
+    # takes an EKS Pod Identity (CloudWatch User Guide, add-on quick start). Fluent Bit and the
+    # agent both run as `cloudwatch-agent` (the chart's DaemonSets).
+    Addon(
+        name=CLOUDWATCH_OBSERVABILITY,
+        version="v5.3.1-eksbuild.1",
+        minimum=(3, 1, 0),
+        stack="observability",
+        configuration=ADDON_CONFIGURATION,
+        service_account=ServiceAccount(namespace="amazon-cloudwatch", name="cloudwatch-agent"),
     ),
 )
 

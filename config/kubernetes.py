@@ -50,6 +50,21 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 NEURON_RESOURCE: Final = "aws.amazon.com/neuron"
 EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
 
+# Every resource that makes a workload an accelerated one: what task governance's quotas
+# count and what the admission policy of each team namespace guards.
+ACCELERATOR_RESOURCES: Final = (GPU_RESOURCE, NEURON_RESOURCE, EFA_RESOURCE)
+
+# The HyperPod training operator's job CRD (`hpctl job render` writes it; the admission policy
+# of each team namespace matches it by group, version and plural).
+HYPERPOD_JOB_GROUP: Final = "sagemaker.amazonaws.com"
+HYPERPOD_JOB_VERSION: Final = "v1"
+HYPERPOD_JOB_KIND: Final = "HyperPodPyTorchJob"
+HYPERPOD_JOB_RESOURCE: Final = "hyperpodpytorchjobs"
+
+# Tolerations the API server itself adds to every pod (the DefaultTolerationSeconds admission
+# plugin: 300 s on a node that is not ready or unreachable), so every pod carries them.
+DEFAULT_TOLERATION_KEYS: Final = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
 # Kueue labels a job carries so task governance admits it to its team's queue.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
@@ -216,3 +231,14 @@ def priority_class(name: str) -> str:
 # name can only be as long as those labels allow.
 MAX_TEAM_LENGTH: Final = LABEL_VALUE_MAX - len(local_queue(""))
 MAX_PRIORITY_LENGTH: Final = LABEL_VALUE_MAX - len(priority_class(""))
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The user name the API server gives requests made as service account `namespace/name`."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+# The kube-controller-manager's Job controller creates a Job's pods under its own service
+# account (Kubernetes RBAC "Controller roles": system:controller:job-controller, bound to
+# kube-system/job-controller when the controller manager uses service account credentials).
+JOB_CONTROLLER_USER: Final = service_account_user("kube-system", "job-controller")

@@ -27,6 +27,7 @@ import yaml
 from config.addons import (
     ADDONS,
     CERT_MANAGER,
+    CLOUDWATCH_OBSERVABILITY,
     COREDNS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
@@ -164,6 +165,25 @@ ADDON_DAEMONSETS: tuple[PodRequests, ...] = (
         addon=OBSERVABILITY,
         source="allowance: the observability add-on documents no requests",
     ),
+    # The CloudWatch Observability add-on's DaemonSets (its chart's values, v5.x; they tolerate
+    # every taint): the CloudWatch agent and Fluent Bit. The DCGM exporter and Neuron monitor
+    # are off (config/container_logs.py).
+    PodRequests(
+        name="cloudwatch-agent",
+        cpu_millicores=250,
+        memory_mib=128,
+        addon=CLOUDWATCH_OBSERVABILITY,
+        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
+        "agent.resources.requests 250m / 128Mi",
+    ),
+    PodRequests(
+        name="fluent-bit",
+        cpu_millicores=50,
+        memory_mib=25,
+        addon=CLOUDWATCH_OBSERVABILITY,
+        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
+        "containerLogs.fluentBit.resources.requests 50m / 25Mi",
+    ),
 )
 
 # The platform's Deployments (one entry per replica set), at their documented requests.
@@ -213,6 +233,14 @@ SYSTEM_PODS: tuple[PodRequests, ...] = (
         memory_mib=512,
         addon=OBSERVABILITY,
         source="allowance: the observability add-on documents no requests",
+    ),
+    PodRequests(
+        name="amazon-cloudwatch-observability-controller-manager",
+        cpu_millicores=100,
+        memory_mib=64,
+        addon=CLOUDWATCH_OBSERVABILITY,
+        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
+        "manager.resources.requests 100m / 64Mi",
     ),
 )
 

@@ -309,6 +309,17 @@ _METRICS: tuple[Metric, ...] = (
         labels=frozenset({"namespace", "pod", "uid", "container"}),
         help="container restarts",
     ),
+    # The object that owns each pod (a HyperPodPyTorchJob or Job for a training pod): the
+    # GPU accounting rules name a pod's job by it.
+    Metric(
+        name="kube_pod_owner",
+        kind=Kind.GAUGE,
+        source=KUBE_STATE_METRICS,
+        labels=frozenset(
+            {"namespace", "pod", "uid", "owner_kind", "owner_name", "owner_is_controller"}
+        ),
+        help="one series per pod and owner, value 1",
+    ),
     Metric(
         name="up",
         kind=Kind.GAUGE,

@@ -135,6 +135,18 @@ def event_row(event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def events_unavailable(cluster: dict[str, Any]) -> str | None:
+    """Why ListClusterEvents has nothing to say about `cluster` (a DescribeCluster
+    response), or None when it answers."""
+    mode = cluster.get("NodeProvisioningMode")
+    if mode == EVENTS_PROVISIONING_MODE:
+        return None
+    return (
+        f"ListClusterEvents needs NodeProvisioningMode {EVENTS_PROVISIONING_MODE}; "
+        f"the cluster has {mode or 'none'}"
+    )
+
+
 def recent_events(
     sagemaker: Any, name: str, cluster: dict[str, Any], now: datetime
 ) -> dict[str, Any]:
@@ -142,13 +154,10 @@ def recent_events(
     is all a summary needs), or why there are none to read."""
     since = now - EVENTS_WINDOW
     section: dict[str, Any] = {"available": True, "note": None, "since": utc_iso(since)}
-    mode = cluster.get("NodeProvisioningMode")
-    if mode != EVENTS_PROVISIONING_MODE:
+    note = events_unavailable(cluster)
+    if note is not None:
         section["available"] = False
-        section["note"] = (
-            f"ListClusterEvents needs NodeProvisioningMode {EVENTS_PROVISIONING_MODE}; "
-            f"the cluster has {mode or 'none'}"
-        )
+        section["note"] = note
         section["events"] = []
         return section
     response = aws.call(
@@ -163,6 +172,75 @@ def recent_events(
     events = sorted(response.get("Events", []), key=lambda e: e["EventTime"], reverse=True)
     section["events"] = [event_row(e) for e in events[:MAX_EVENTS]]
     return section
+
+
+# --- node history -----------------------------------------------------------------------
+
+# ListClusterEvents' ResourceType of events about one node (API model: Cluster,
+# InstanceGroup, Instance).
+NODE_RESOURCE_TYPE = "Instance"
+# EventLevel (API model: Info, Warn, Error). HyperPod reports what goes wrong with a node (a
+# failed health check, the reboot or replacement it starts) at Warn or Error; Info is routine.
+HEALTH_EVENT_LEVELS = ("Warn", "Error")
+# How far back `hpctl cluster events --since` may look, in days.
+MAX_HISTORY_DAYS = 365
+
+
+def list_node_events(sagemaker: Any, name: str, since: datetime) -> list[dict[str, Any]]:
+    """Every node event of the cluster since `since` (all pages), oldest first."""
+    events = aws.paginate(
+        sagemaker,
+        "list_cluster_events",
+        "Events",
+        ClusterName=name,
+        ResourceType=NODE_RESOURCE_TYPE,
+        EventTimeAfter=since,
+        SortBy="EventTime",
+        SortOrder="Ascending",
+        PaginationConfig={"PageSize": PAGE_SIZE},
+    )
+    return sorted(events, key=lambda e: (e["EventTime"], e["EventId"]))
+
+
+def _incident(event: dict[str, Any]) -> str:
+    """One failure may be reported by several events of one operation (a health check
+    failing, then the reboot it starts): they count once."""
+    return str(event.get("OperationId") or event["EventId"])
+
+
+def node_history(events: list[dict[str, Any]], since: datetime, days: int) -> dict[str, Any]:
+    """Per node: its health events (Warn/Error) and how many failures they are, every event
+    in time order, and the repeat offenders (nodes that failed more than once). A replaced
+    node comes back with a new instance id, so a repeat offender is a node that HyperPod
+    rebooted or recovered in place and that failed again: replace it."""
+    by_node: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("InstanceId"):
+            key = (event.get("InstanceGroupName") or "", event["InstanceId"])
+            by_node.setdefault(key, []).append(event)
+    nodes: list[dict[str, Any]] = []
+    for (group, instance), history in by_node.items():
+        health = [e for e in history if e.get("EventLevel") in HEALTH_EVENT_LEVELS]
+        last = history[-1]
+        nodes.append(
+            {
+                "instance_group": group or None,
+                "instance_id": instance,
+                "failures": len({_incident(e) for e in health}),
+                "health_events": len(health),
+                "events": len(history),
+                "last_event_time": utc_iso(last["EventTime"]),
+                "last_event": last.get("Description") or None,
+                "history": [event_row(e) for e in history],
+            }
+        )
+    nodes.sort(key=lambda n: (-n["failures"], n["instance_group"] or "", n["instance_id"]))
+    return {
+        "since": utc_iso(since),
+        "days": days,
+        "nodes": nodes,
+        "repeat_offenders": [n["instance_id"] for n in nodes if n["failures"] > 1],
+    }
 
 
 def list_quotas(sagemaker: Any, cluster_arn: str) -> list[dict[str, Any]]:

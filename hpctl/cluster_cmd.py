@@ -1,6 +1,6 @@
 """`hpctl cluster ...`: look at a HyperPod cluster's health and reboot or replace nodes.
 
-`status`, `nodes` and `health` are read-only; `health` finds the cluster from an
+`status`, `nodes`, `health` and `events` are read-only; `health` finds the cluster from an
 environment's config (`--env`) and exits 1 when anything in it is unhealthy. `reboot` and
 `replace` interrupt whatever runs on the nodes, and replacing also destroys every volume of
 the old instances (root and secondary), so both refuse to run without `--yes`, and both exit
@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -31,13 +31,17 @@ from hpctl.cluster import (
     EVENTS_WINDOW,
     HEALTHY_NODE_STATUS,
     MAX_EVENTS,
+    MAX_HISTORY_DAYS,
     MAX_NODES_PER_CALL,
     NODE_ID,
     batch_outcome,
     cluster_report,
+    events_unavailable,
     health_report,
+    list_node_events,
     list_nodes,
     list_quotas,
+    node_history,
     node_row,
     recent_events,
 )
@@ -60,7 +64,7 @@ app = typer.Typer(
 stdout = Console(soft_wrap=True, highlight=False)
 # Progress while `health` gathers; a spinner on a terminal, nothing when stderr is a file.
 stderr = Console(stderr=True, highlight=False)
-# The clock `health` takes the events window from; tests replace it.
+# The clock `health` and `events` take their windows from; tests replace it.
 clock: Callable[[], datetime] = utc_now
 
 
@@ -401,6 +405,81 @@ def health(ctx: typer.Context, env: EnvOption = None, as_json: JsonOption = Fals
     if problems:
         where = "the JSON" if as_json else "the table" if len(problems) == 1 else "the tables"
         fail(ctx, f"{'; '.join(problems)}; see {where}", code=ExitCode.FAILED)
+
+
+# ------------------------------------------------------------------ node history
+
+
+def _replace_hint(target: ClusterTarget, nodes: list[str]) -> str:
+    where = f"--env {target.config.environment}" if target.config else f"--name {target.name}"
+    ids = " ".join(f"--node-id {n}" for n in nodes)
+    return f"hpctl cluster replace {where} {ids} --yes"
+
+
+def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
+    window = f"the last {report['days']} day{'' if report['days'] == 1 else 's'}"
+    if not report["nodes"]:
+        typer.echo(f"No node events in {target.name} in {window}.")
+        return
+    table = Table(title=f"Node events in {target.name} in {window}, most failures first")
+    for column in ("group", "instance id", "failures", "health events", "events", "last (UTC)"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("last event")
+    for node in report["nodes"]:
+        table.add_row(
+            node["instance_group"] or "-",
+            node["instance_id"],
+            str(node["failures"]),
+            str(node["health_events"]),
+            str(node["events"]),
+            minute_of(node["last_event_time"]),
+            node["last_event"] or "-",
+        )
+    print_table(stdout, table)
+    offenders = report["repeat_offenders"]
+    if offenders:
+        typer.echo(f"Failed more than once in {window}: {', '.join(offenders)}.")
+        typer.echo(
+            f"Replace them (drain first; README Operations): {_replace_hint(target, offenders)}"
+        )
+    else:
+        typer.echo(f"No node failed more than once in {window}.")
+
+
+@app.command(cls=OneLineUsageErrors)
+def events(
+    ctx: typer.Context,
+    since: Annotated[
+        int, typer.Option("--since", help=f"How many days back to look (1-{MAX_HISTORY_DAYS})")
+    ] = 7,
+    name: NameOption = None,
+    env: EnvOption = None,
+    region: RegionOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Node health history: every node's events of the last --since days, how often each
+    failed (Warn/Error events, one per operation), and the nodes that failed more than once
+    (repeat offenders, worth replacing). Read-only."""
+    if not 1 <= since <= MAX_HISTORY_DAYS:
+        fail(
+            ctx,
+            f"--since: {since} days is out of range; use 1 to {MAX_HISTORY_DAYS}",
+            code=ExitCode.USAGE,
+        )
+    target = cluster_target(ctx, name, env, region)
+    sagemaker = target.connect(ctx).client("sagemaker")
+    start = clock() - timedelta(days=since)
+    with aws.reported_errors(ctx):
+        cluster = aws.call(sagemaker, "describe_cluster", ClusterName=target.name)
+        note = events_unavailable(cluster)
+        if note is not None:
+            fail(ctx, f"{target.name}: {note}", code=ExitCode.FAILED)
+        history = list_node_events(sagemaker, target.name, start)
+    report = {"cluster": target.name, **node_history(history, start, since)}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        print_history(report, target)
 
 
 # ------------------------------------------------------------------ reboot / replace

@@ -19,6 +19,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from config.addons import (
+    CLOUDWATCH_OBSERVABILITY,
     FSX_CSI_DRIVER,
     OBSERVABILITY,
     TRAINING_OPERATOR,
@@ -165,9 +166,11 @@ class IdentityContext:
 
     hyperpod_cluster_arn: str | None = None
     workspace_arn: str | None = None
+    # ARNs (`...:log-group:<name>:*`) of the container log groups the platform created.
+    container_log_group_arns: tuple[str, ...] | None = None
 
-    def require(self, name: str) -> str:
-        value: str | None = getattr(self, name)
+    def require(self, name: str) -> Any:
+        value = getattr(self, name)
         if value is None:
             raise ValueError(f"this stack gives its add-on identities no {name}")
         return value
@@ -230,12 +233,37 @@ def _observability(context: IdentityContext) -> AddonIdentity:
     )
 
 
+def _cloudwatch_observability(context: IdentityContext) -> AddonIdentity:
+    # Fluent Bit writes the container log groups the platform created and nothing else: its
+    # cloudwatch_logs output with auto_create_group calls CreateLogGroup (it exists already:
+    # the call only confirms it), then CreateLogStream, DescribeLogStreams and PutLogEvents.
+    # The agent sends no metrics (config/container_logs.py), so none of the rest of AWS's
+    # CloudWatchAgentServerPolicy is granted. CloudWatch Logs encrypts with the groups' key:
+    # the writer needs no KMS permission.
+    return AddonIdentity(
+        construct_id="CloudWatchObservability",
+        description="CloudWatch Observability Fluent Bit: write the container log groups",
+        statements=(
+            iam.PolicyStatement(
+                actions=[
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:DescribeLogStreams",
+                    "logs:PutLogEvents",
+                ],
+                resources=list(context.require("container_log_group_arns")),
+            ),
+        ),
+    )
+
+
 # The one mapping of add-on -> pod identity: exactly the rows that name a service account.
 ADDON_IDENTITIES: Mapping[str, Callable[[IdentityContext], AddonIdentity]] = MappingProxyType(
     {
         FSX_CSI_DRIVER: _fsx_csi_driver,
         TRAINING_OPERATOR: _training_operator,
         OBSERVABILITY: _observability,
+        CLOUDWATCH_OBSERVABILITY: _cloudwatch_observability,
     }
 )
 

@@ -21,6 +21,15 @@ STAMP="$VENV/.bootstrap-stamp"
 inputs="$(cat pyproject.toml constraints.txt package.json package-lock.json scripts/bootstrap.sh \
   training/requirements-container.txt | sha256sum | cut -d' ' -f1)"
 
+# promtool (Debian's prometheus package) runs the alert and recording rules' unit tests; a
+# system package, so checked on every run, before the virtualenv's stamp.
+if [[ "$mode" == test ]] && ! command -v promtool >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing promtool (Debian's prometheus package)" >&2
+  sudo=""; [[ "$(id -u)" == 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 # A test set-up includes everything a synth set-up has.
 if [[ -f "$STAMP" && -x "$VENV/bin/node" && -d node_modules/aws-cdk ]]; then
   have="$(cat "$STAMP")"

@@ -1,7 +1,8 @@
 """Task governance of one environment: the task governance add-on, a wait for its Kueue
 controller, the cluster's scheduler config, one compute quota per team, and in every team
 namespace what the team's jobs name (FSx claim, service account with its pod identity, the
-team ConfigMap, the Job that creates the team's directories). Deployed after the HyperPod
+team ConfigMap, the Job that creates the team's directories) and the admission policy that
+keeps accelerator workloads there inside the team's queue, nodes and taints. Deployed after the HyperPod
 cluster (both SageMaker resources reference it, and the add-on's Kueue controller runs on
 its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
@@ -21,6 +22,7 @@ from config.kubernetes import team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
+from config.team_admission import team_admissions
 from config.team_groups import team_gids
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
@@ -46,6 +48,7 @@ from platform_constructs.task_governance import (
     TeamQuota,
     kueue_controller_available,
 )
+from platform_constructs.team_admission import TeamAdmissionPolicy
 from platform_constructs.team_workspace import TeamWorkspace, TeamWorkspaceProps
 
 
@@ -103,8 +106,8 @@ def workspace_props(
 
 
 class GovernanceStack(cdk.Stack):
-    """Exports `kueue_ready` (the wait for Kueue's controller), `quotas` and `workspaces`
-    (team name -> ComputeQuota / TeamWorkspace)."""
+    """Exports `kueue_ready` (the wait for Kueue's controller), `quotas`, `workspaces` and
+    `admission` (team name -> ComputeQuota / TeamWorkspace / TeamAdmissionPolicy)."""
 
     def __init__(
         self,
@@ -152,6 +155,15 @@ class GovernanceStack(cdk.Stack):
             self, cluster=kubernetes, after=list(self.addons.values())
         )
         self.scheduler_config.node.add_dependency(self.kueue_ready)
+        # Each team's admission policy goes first: its binding selects the namespace by name,
+        # so it is in force before the quota makes task governance create the namespace, and
+        # no workload there is ever admitted unguarded.
+        self.admission: dict[str, TeamAdmissionPolicy] = {
+            team: TeamAdmissionPolicy(
+                self, f"Admission-{team}", admission=admission, cluster=kubernetes
+            )
+            for team, admission in team_admissions(governance, instance_groups).items()
+        }
         self.quotas: dict[str, ComputeQuota] = {}
         for team in governance.teams_by_name():
             quota = ComputeQuota(
@@ -163,7 +175,7 @@ class GovernanceStack(cdk.Stack):
             )
             # Quotas name priority classes only through the jobs, but their queues are built
             # by the same controller: create them once the cluster policy exists.
-            quota.node.add_dependency(self.scheduler_config)
+            quota.node.add_dependency(self.scheduler_config, self.admission[team.name])
             self.quotas[team.name] = quota
 
         # One PV + claim per team namespace, all on the same file system.

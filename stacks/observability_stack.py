@@ -1,7 +1,9 @@
 """Observability of one environment: the managed Prometheus workspace with the repository's
 alert rules and Alertmanager, the HyperPod observability add-on writing to it (its collector
 gets `aps:RemoteWrite` on this workspace only, through EKS Pod Identity), a managed collector
-scraping the trainer's own metrics into it (platform_constructs/metrics_scraper.py),
+scraping the trainer's own metrics into it (platform_constructs/metrics_scraper.py), the
+CloudWatch Observability add-on shipping every container's logs to log groups created here
+(config/container_logs.py),
 CloudWatch alarms and EventBridge rules, and the alarm topic they all notify.
 
 Deployed after the cluster add-ons: the add-on needs running nodes (HyperPod observability
@@ -17,10 +19,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from config.addons import OBSERVABILITY
+from config.addons import CLOUDWATCH_OBSERVABILITY, OBSERVABILITY
 from config.schema import EksConfig
 from config.schema.observability import ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
+from platform_constructs.container_logs import ContainerLogGroups
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
     IdentityContext,
@@ -28,6 +31,7 @@ from platform_constructs.eks_addons import (
     place_addons,
 )
 from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.log_groups import stack_log_key
 from platform_constructs.metrics_scraper import TrainingMetricsScraper
 from platform_constructs.monitoring import (
     AlarmTopic,
@@ -35,7 +39,8 @@ from platform_constructs.monitoring import (
     PrometheusWorkspace,
     RuleGroups,
 )
-from platform_constructs.observability import rule_files
+from platform_constructs.nag import acknowledge_resource
+from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 
 # The workspace's own log group (alert and rule evaluation errors).
 WORKSPACE_LOG_RETENTION_DAYS = 90
@@ -68,12 +73,13 @@ def addon_configuration(
 
 
 class ObservabilityStack(cdk.Stack):
-    """Exposes `topic`, `workspace`, `addons` and `identities` (name -> PinnedAddon /
-    AddonWithPodIdentity), `scraper`, `alarms` and `grafana` (None unless asked).
+    """Exposes `topic`, `workspace`, `container_logs`, `addons` and `identities` (name ->
+    PinnedAddon / AddonWithPodIdentity), `scraper`, `alarms` and `grafana` (None unless asked).
 
     The trainer's collector needs the cluster (`eks_cluster_arn`), the subnets its ENIs go in
     (`scraper_subnets`: the control plane's, two AZs at least), the group of the nodes its
-    pods run on (`pod_security_group`) and the control plane's group (`api_security_group`)."""
+    pods run on (`pod_security_group`) and the control plane's group (`api_security_group`).
+    `team_gpu_quotas`: team namespace -> guaranteed GPUs (config/gpu_accounting.py)."""
 
     def __init__(
         self,
@@ -91,9 +97,15 @@ class ObservabilityStack(cdk.Stack):
         file_system: LustreFileSystem,
         nat_gateway_ids: Mapping[str, str],
         removal_policy: cdk.RemovalPolicy,
+        team_gpu_quotas: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        rule_documents = {path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
+        if team_gpu_quotas:
+            # Each team's GPU quota, from config: the accounting rules (rules/teams.yaml)
+            # compare GPU-hours with it.
+            rule_documents[QUOTA_NAMESPACE] = team_quota_rules(team_gpu_quotas)
         alarm_topic = AlarmTopic(
             self, "AlarmTopic", emails=observability.alarm_emails, removal_policy=removal_policy
         )
@@ -103,11 +115,19 @@ class ObservabilityStack(cdk.Stack):
             "Prometheus",
             key=alarm_topic.key,
             topic=self.topic,
-            rules=RuleGroups(
-                files={path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
-            ),
+            rules=RuleGroups(files=rule_documents),
             retention_days=observability.prometheus_retention_days,
             log_retention_days=WORKSPACE_LOG_RETENTION_DAYS,
+            removal_policy=removal_policy,
+        )
+        # Container logs: their groups first (the environment's control-plane retention, the
+        # stack's log key), so Fluent Bit finds them instead of creating plain ones.
+        self.container_logs = ContainerLogGroups(
+            self,
+            "ContainerLogs",
+            eks_cluster_name=eks_cluster_name,
+            retention_days=eks.log_retention_days,
+            encryption_key=stack_log_key(self, removal_policy=removal_policy),
             removal_policy=removal_policy,
         )
         placed = place_addons(
@@ -116,7 +136,10 @@ class ObservabilityStack(cdk.Stack):
             versions=eks,
             cluster_name=eks_cluster_name,
             removal_policy=removal_policy,
-            context=IdentityContext(workspace_arn=self.workspace.arn),
+            context=IdentityContext(
+                workspace_arn=self.workspace.arn,
+                container_log_group_arns=self.container_logs.writer_arns,
+            ),
             configurations={
                 OBSERVABILITY: addon_configuration(
                     observability,
@@ -127,6 +150,16 @@ class ObservabilityStack(cdk.Stack):
         )
         self.addons: dict[str, PinnedAddon] = placed.addons
         self.identities: dict[str, AddonWithPodIdentity] = placed.identities
+        container_logs_identity = self.identities[CLOUDWATCH_OBSERVABILITY]
+        container_logs_identity.node.add_dependency(self.container_logs)
+        for arn in self.container_logs.stream_arns:
+            acknowledge_resource(
+                container_logs_identity.identity.role,
+                "IAM5",
+                "Fluent Bit creates one stream per container in each of the platform's container "
+                "log groups; the streams' names are only known on the nodes",
+                resource=arn,
+            )
         self.scraper = TrainingMetricsScraper(
             self,
             "TrainerScraper",

@@ -16,6 +16,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
+from config.gpu_accounting import team_gpu_quotas
 from config.loader import LoadedEnvironment
 from config.names import STACK_UNITS, StackUnit
 from platform_constructs.log_groups import FunctionLogGroups
@@ -187,6 +188,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             file_system=storage.file_system,
             nat_gateway_ids=network.nat_gateway_ids,
             removal_policy=removal_policy,
+            team_gpu_quotas=team_gpu_quotas(config.governance, config.hyperpod.instance_groups),
         )
         # The collector runs on the nodes, next to the cluster add-ons it scrapes.
         observability.add_stack_dependency(cluster_addons, "the collector needs running nodes")

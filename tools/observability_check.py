@@ -18,10 +18,17 @@ from pathlib import Path
 from typing import Any, Final
 
 import promql_parser
+import yaml
 
+from config.kubernetes import TEAM_NAMESPACE_PREFIX
 from config.loader import read_yaml
 from config.observability_metrics import CLOUDWATCH_METRICS, SERIES, series_labels
-from platform_constructs.observability import dashboard_files, rule_files
+from platform_constructs.observability import (
+    QUOTA_NAMESPACE,
+    dashboard_files,
+    rule_files,
+    team_quota_rules,
+)
 
 # AWS::APS::RuleGroupsNamespace Name.
 NAMESPACE_NAME: Final = re.compile(r"^[0-9A-Za-z][-.0-9A-Z_a-z]*$")
@@ -579,10 +586,21 @@ def _annotation_problems(rule: Mapping[str, Any], labels: frozenset[str] | None)
     return problems
 
 
-def check_rule_files(paths: Collection[Path] | None = None) -> list[str]:
-    """`check_rule_documents` over rules files (default: all of them)."""
+def generated_rule_documents(quotas: Mapping[str, float] | None = None) -> dict[str, object]:
+    """The rule documents the observability stack builds from an environment's config besides
+    the files: the team GPU quotas (`team_quota_rules`), for `quotas` (default: one team)."""
+    quotas = {f"{TEAM_NAMESPACE_PREFIX}example": 8.0} if quotas is None else quotas
+    return {QUOTA_NAMESPACE: yaml.safe_load(team_quota_rules(quotas))}
+
+
+def check_rule_files(
+    paths: Collection[Path] | None = None, *, generated: Mapping[str, object] | None = None
+) -> list[str]:
+    """`check_rule_documents` over rules files (default: all of them) and the `generated`
+    documents (default: `generated_rule_documents()`)."""
     files = rule_files() if paths is None else list(paths)
-    return check_rule_documents({path.stem: load_rules(path) for path in files})
+    generated = generated_rule_documents() if generated is None else generated
+    return check_rule_documents({**{path.stem: load_rules(path) for path in files}, **generated})
 
 
 # --- Dashboards ----------------------------------------------------------------------
@@ -776,8 +794,10 @@ def check_dashboard_files(
     paths: Collection[Path] | None = None, *, recorded: Recorded | None = None
 ) -> list[str]:
     """`check_dashboards` over dashboard files (default: all of them), with the records of
-    the rules files (default) as known metrics."""
+    the rules files and the generated rule documents (default) as known metrics."""
     files = dashboard_files() if paths is None else list(paths)
     if recorded is None:
-        recorded = recorded_series({path.stem: load_rules(path) for path in rule_files()})
+        recorded = recorded_series(
+            {**{path.stem: load_rules(path) for path in rule_files()}, **generated_rule_documents()}
+        )
     return check_dashboards({path.name: load_dashboard(path) for path in files}, recorded=recorded)

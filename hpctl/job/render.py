@@ -17,6 +17,9 @@ from config.kubernetes import (
     EFA_RESOURCE,
     FSX_MOUNT,
     GPU_RESOURCE,
+    HYPERPOD_JOB_GROUP,
+    HYPERPOD_JOB_KIND,
+    HYPERPOD_JOB_VERSION,
     INSTANCE_GROUP_LABEL,
     INSTANCE_TYPE_LABEL,
     METRICS_LABEL,
@@ -51,8 +54,8 @@ from training.config import (
     tier_key,
 )
 
-API_VERSION = "sagemaker.amazonaws.com/v1"
-KIND = "HyperPodPyTorchJob"
+API_VERSION = f"{HYPERPOD_JOB_GROUP}/{HYPERPOD_JOB_VERSION}"
+KIND = HYPERPOD_JOB_KIND
 
 AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
 # The elastic agent only monitors logs that torchrun writes to files, so workers must tee.

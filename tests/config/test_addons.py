@@ -11,6 +11,7 @@ import pytest
 from config import eks_versions
 from config.addons import (
     ADDONS,
+    CLOUDWATCH_OBSERVABILITY,
     COREDNS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
@@ -69,7 +70,12 @@ def test_ordering_only_names_add_ons_placed_with_it():
 
 def test_service_accounts_belong_to_the_add_ons_that_call_aws_apis():
     with_identity = {name for name, a in ADDONS.items() if a.service_account is not None}
-    assert with_identity == {FSX_CSI_DRIVER, TRAINING_OPERATOR, OBSERVABILITY}
+    assert with_identity == {
+        FSX_CSI_DRIVER,
+        TRAINING_OPERATOR,
+        OBSERVABILITY,
+        CLOUDWATCH_OBSERVABILITY,
+    }
     assert ADDONS[FSX_CSI_DRIVER].service_account.namespace == "kube-system"
     assert ADDONS[FSX_CSI_DRIVER].service_account.name == "fsx-csi-controller-sa"
     assert ADDONS[TRAINING_OPERATOR].service_account.namespace == "aws-hyperpod"
@@ -91,7 +97,7 @@ def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():
     assert placed("eks") == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent", COREDNS}
     assert placed("cluster-addons") == {"cert-manager", FSX_CSI_DRIVER, TRAINING_OPERATOR}
     assert placed("governance") == {TASK_GOVERNANCE}
-    assert placed("observability") == {OBSERVABILITY}
+    assert placed("observability") == {OBSERVABILITY, CLOUDWATCH_OBSERVABILITY}
 
 
 def test_add_ons_are_placed_in_stacks_of_the_environment():
@@ -126,6 +132,7 @@ def test_a_row_is_placed_in_the_stack_it_names_whatever_that_is():
 
     assert [a.name for a in placed_in("observability", Pins(), table=table)] == [
         OBSERVABILITY,
+        CLOUDWATCH_OBSERVABILITY,
         "planted",
     ]
     assert "planted" not in {a.name for a in placed_in("eks", Pins(), table=table)}

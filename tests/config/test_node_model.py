@@ -149,11 +149,11 @@ def test_every_counted_pod_belongs_to_an_add_on_of_the_table() -> None:
 @pytest.mark.parametrize(
     ("env", "group", "cpu_millicores", "memory_mib", "kube_reserved"),
     [
-        # 96 CPUs (192 vCPUs, one thread per core) - 310m kube-reserved - 990m DaemonSets
-        # - 1040m system pods; 2048 GiB less 7.5%, 1355 MiB kube-reserved, 100 MiB eviction,
-        # 20% tiered storage, 1148 MiB DaemonSets, 1500 MiB system pods.
-        ("prod", "gpu-p5", 93_660, 1_516_332, (310, 1_355)),
-        ("dev", "gpu-g5", 21_840, 170_752, (130, 8_362)),
+        # 96 CPUs (192 vCPUs, one thread per core) - 310m kube-reserved - 1290m DaemonSets
+        # - 1140m system pods; 2048 GiB less 7.5%, 1355 MiB kube-reserved, 100 MiB eviction,
+        # 20% tiered storage, 1301 MiB DaemonSets, 1564 MiB system pods.
+        ("prod", "gpu-p5", 93_260, 1_516_115, (310, 1_355)),
+        ("dev", "gpu-g5", 21_440, 170_535, (130, 8_362)),
     ],
 )
 def test_the_job_figures_of_the_shipped_groups(

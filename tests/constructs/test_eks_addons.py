@@ -10,6 +10,7 @@ import pytest
 
 from config.addons import (
     ADDONS,
+    CLOUDWATCH_OBSERVABILITY,
     COREDNS,
     FSX_CSI_DRIVER,
     OBSERVABILITY,
@@ -28,13 +29,29 @@ from tests.support import bare_stack, eks_config, resources_of, template_of
 
 CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111111111111:cluster/abcdef012345"
 WORKSPACE_ARN = "arn:aws:aps:us-west-2:111111111111:workspace/ws-01234567-89ab-cdef-0123"
-CONTEXT = IdentityContext(hyperpod_cluster_arn=CLUSTER_ARN, workspace_arn=WORKSPACE_ARN)
+LOG_GROUP = "arn:aws:logs:us-west-2:111111111111:log-group:/aws/containerinsights/c/application"
+LOG_GROUP_ARNS = (LOG_GROUP, f"{LOG_GROUP}:log-stream:*")
+CONTEXT = IdentityContext(
+    hyperpod_cluster_arn=CLUSTER_ARN,
+    workspace_arn=WORKSPACE_ARN,
+    container_log_group_arns=LOG_GROUP_ARNS,
+)
 # What each identity may do, on which resource (AWS documents one permission per controller).
 # DescribeFileSystems has no resource type: on "*" or it grants nothing.
 PERMISSIONS = {
     FSX_CSI_DRIVER: ("fsx:DescribeFileSystems", "*"),
     TRAINING_OPERATOR: ("sagemaker:DescribeClusterNode", CLUSTER_ARN),
     OBSERVABILITY: ("aps:RemoteWrite", WORKSPACE_ARN),
+    # Fluent Bit: create (confirm) the platform's groups, their streams, and write them.
+    CLOUDWATCH_OBSERVABILITY: (
+        [
+            "logs:CreateLogGroup",
+            "logs:CreateLogStream",
+            "logs:DescribeLogStreams",
+            "logs:PutLogEvents",
+        ],
+        list(LOG_GROUP_ARNS),
+    ),
 }
 
 
@@ -154,6 +171,8 @@ def test_identity_add_ons_grant_exactly_their_documented_permission(name):
 def test_an_identity_fails_without_the_resource_it_names():
     with pytest.raises(ValueError, match="hyperpod_cluster_arn"):
         ADDON_IDENTITIES[TRAINING_OPERATOR](IdentityContext(workspace_arn=WORKSPACE_ARN))
+    with pytest.raises(ValueError, match="container_log_group_arns"):
+        ADDON_IDENTITIES[CLOUDWATCH_OBSERVABILITY](IdentityContext(workspace_arn=WORKSPACE_ARN))
 
 
 # --------------------------------------------------------------------------- placement
@@ -199,7 +218,14 @@ def test_a_row_with_a_service_account_and_no_identity_is_refused(monkeypatch):
 def test_synth_time_configuration_replaces_the_rows_and_only_for_placed_add_ons():
     stack = bare_stack()
     _place(stack, "observability", context=CONTEXT, configurations={OBSERVABILITY: {"logging": 1}})
-    (addon,) = resources_of(template_of(stack), "AWS::EKS::Addon").values()
-    assert json.loads(addon["Properties"]["ConfigurationValues"]) == {"logging": 1}
+    addons = {
+        a["Properties"]["AddonName"]: a["Properties"]
+        for a in resources_of(template_of(stack), "AWS::EKS::Addon").values()
+    }
+    assert json.loads(addons[OBSERVABILITY]["ConfigurationValues"]) == {"logging": 1}
+    # The stack's other add-on keeps its row's configuration.
+    assert json.loads(addons[CLOUDWATCH_OBSERVABILITY]["ConfigurationValues"]) == dict(
+        ADDONS[CLOUDWATCH_OBSERVABILITY].configuration or {}
+    )
     with pytest.raises(ValueError, match=OBSERVABILITY):
         _place(bare_stack(), "eks", configurations={OBSERVABILITY: {"logging": 1}})

@@ -30,7 +30,9 @@ EXPECTED = {
     "efa.json": "hyperpod-efa",
     "fsx.json": "hyperpod-fsx",
     "gpu.json": "hyperpod-gpu",
+    "job.json": "hyperpod-job",
     "jobs.json": "hyperpod-jobs",
+    "teams.json": "hyperpod-teams",
     "training.json": "hyperpod-training",
 }
 

@@ -31,7 +31,7 @@ from tools.observability_check import (
     rule_namespaces,
 )
 
-EXPECTED_FILES = ["efa", "gpu", "jobs", "nodes", "training"]
+EXPECTED_FILES = ["efa", "gpu", "jobs", "nodes", "teams", "training"]
 
 
 def _documents() -> dict[str, object]:

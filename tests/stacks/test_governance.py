@@ -9,6 +9,7 @@ import pytest
 from config.addons import ADDONS, TASK_GOVERNANCE
 from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
+from config.team_admission import team_admissions
 from config.team_groups import team_gid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
@@ -17,6 +18,7 @@ from config.teams import (
     team_directories,
 )
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE, KUEUE_CONTROLLER, KUEUE_WAIT_ID
+from platform_constructs.team_admission import admission_binding, admission_policy, policy_name
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -68,7 +70,7 @@ def test_one_quota_per_team_after_the_scheduler_config(prod: SynthResult):
     teams = {q["Properties"]["ComputeQuotaTarget"]["TeamName"]: q for q in quotas.values()}
     assert sorted(teams) == sorted(t.name for t in prod.config.governance.teams)
     for team, quota in teams.items():
-        assert quota["DependsOn"] == [scheduler_id]
+        assert quota["DependsOn"] == sorted([scheduler_id, _admission_of(prod, team)])
         assert quota["Properties"]["Name"] == prod.config.names.compute_quota(team)
         assert prod.exported(quota["Properties"]["ClusterArn"])[0] == "hyperpod"
     p5 = [
@@ -93,6 +95,39 @@ def _quota_of(result: SynthResult, team: str) -> str:
         if q["Properties"]["ComputeQuotaTarget"]["TeamName"] == team
     ]
     return logical_id
+
+
+def _admission_of(result: SynthResult, team: str) -> str:
+    """The logical ID of the manifest that applies `team`'s admission policy."""
+    manifests = result.resources("governance", "Custom::AWSCDK-EKS-KubernetesResource")
+    (logical_id,) = [
+        k
+        for k, m in manifests.items()
+        if any(
+            o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == policy_name(team)
+            for o in kubernetes_objects({"Resources": {k: m}})
+        )
+    ]
+    return logical_id
+
+
+def test_every_team_namespace_is_guarded_by_its_admission_policy(env: SynthResult):
+    """Policy and binding per team, built from the environment's config, applied before the
+    quota that creates the namespace."""
+    governance, groups = env.config.governance, env.config.hyperpod.instance_groups
+    for team, admission in team_admissions(governance, groups).items():
+        manifest = env.resources("governance", "Custom::AWSCDK-EKS-KubernetesResource")[
+            _admission_of(env, team)
+        ]
+        objects = kubernetes_objects({"Resources": {"M": manifest}})
+        assert [(o["kind"], o["spec"]) for o in objects] == [
+            (o["kind"], o["spec"])
+            for o in (admission_policy(admission), admission_binding(admission))
+        ]
+        assert (
+            _admission_of(env, team)
+            in env.resources("governance", COMPUTE_QUOTA_TYPE)[_quota_of(env, team)]["DependsOn"]
+        )
 
 
 def test_every_team_namespace_is_awaited_after_its_quota(env: SynthResult):

@@ -11,7 +11,9 @@ import pytest
 import yaml
 from aws_cdk.assertions import Capture
 
-from config.addons import ADDONS, OBSERVABILITY
+from config.addons import ADDONS, CLOUDWATCH_OBSERVABILITY, OBSERVABILITY
+from config.container_logs import ADDON_CONFIGURATION, CONTAINER_LOG_KINDS, container_log_group
+from config.gpu_accounting import team_gpu_quotas
 from config.kubernetes import (
     METRICS_LABEL,
     METRICS_LABEL_VALUE,
@@ -25,7 +27,7 @@ from platform_constructs.metrics_scraper import (
     pod_label_meta,
     scrape_configuration,
 )
-from platform_constructs.observability import rule_files
+from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 from stacks.observability_stack import WORKSPACE_LOG_RETENTION_DAYS
 from tests.support import SYNTH_GROUP, SynthResult, only, security_group_rules
 
@@ -60,7 +62,7 @@ def test_workspace_is_encrypted_keeps_samples_and_loads_every_rules_file(env: Sy
     assert props["KmsKeyArn"] == {"Fn::GetAtt": [key_id, "Arn"]}
     group_id = env.logical_id("observability", prometheus.log_group)
     assert props["LoggingConfiguration"]["LogGroupArn"] == {"Fn::GetAtt": [group_id, "Arn"]}
-    group = only(_resources(env, "AWS::Logs::LogGroup"))
+    group = _resources(env, "AWS::Logs::LogGroup")[group_id]
     assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [log_key, "Arn"]}
     assert group["Properties"]["RetentionInDays"] == WORKSPACE_LOG_RETENTION_DAYS
     retention = props["WorkspaceConfiguration"]["RetentionPeriodInDays"]
@@ -70,7 +72,9 @@ def test_workspace_is_encrypted_keeps_samples_and_loads_every_rules_file(env: Sy
         for n in _resources(env, "AWS::APS::RuleGroupsNamespace").values()
     }
     files = rule_files()
-    assert files and set(namespaces) == {f.stem for f in files}
+    assert files and set(namespaces) == {f.stem for f in files} | {QUOTA_NAMESPACE}
+    quotas = team_gpu_quotas(env.config.governance, env.config.hyperpod.instance_groups)
+    assert namespaces[QUOTA_NAMESPACE]["Data"] == team_quota_rules(quotas)
     for path in files:
         assert namespaces[path.stem]["Data"] == path.read_text(encoding="utf-8")
         assert namespaces[path.stem]["Workspace"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
@@ -98,13 +102,32 @@ def test_topic_is_encrypted_and_subscribes_the_configured_emails(env: SynthResul
     assert emails == set(env.config.observability.alarm_emails)
 
 
+def _addon(env: SynthResult, name: str) -> dict[str, Any]:
+    (addon,) = [
+        a["Properties"]
+        for a in _resources(env, "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == name
+    ]
+    return addon
+
+
+def _association(env: SynthResult, name: str) -> dict[str, Any]:
+    account = ADDONS[name].service_account
+    (association,) = [
+        a["Properties"]
+        for a in _resources(env, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == account.name
+    ]
+    return association
+
+
 def test_addon_writes_only_to_this_workspace_with_the_configured_levels(env: SynthResult):
-    addon = only(_resources(env, "AWS::EKS::Addon"))["Properties"]
+    addon = _addon(env, OBSERVABILITY)
     assert (addon["AddonName"], addon["AddonVersion"]) == (
         OBSERVABILITY,
         ADDONS[OBSERVABILITY].version,
     )
-    association = only(_resources(env, "AWS::EKS::PodIdentityAssociation"))["Properties"]
+    association = _association(env, OBSERVABILITY)
     account = ADDONS[OBSERVABILITY].service_account
     assert (association["Namespace"], association["ServiceAccount"]) == (
         account.namespace,
@@ -129,6 +152,67 @@ def test_addon_writes_only_to_this_workspace_with_the_configured_levels(env: Syn
     }
     assert not values["ampWorkspace"]["prometheusEndpoint"].endswith("/")
     assert {"Fn::GetAtt": [workspace_id, "Arn"]} in parts
+
+
+CLUSTER = "<EKS cluster>"
+
+
+def _cluster_named(env: SynthResult, value: Any) -> str:
+    """A joined name or ARN with the EKS stack's cluster name (an import) as CLUSTER, and the
+    other references as <ref>."""
+    parts = value["Fn::Join"][1] if isinstance(value, dict) else [value]
+    text = []
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        elif "Fn::ImportValue" in part:
+            short, exported = env.exported(part)
+            assert (short, exported) == ("eks", {"Ref": exported["Ref"]}), part
+            assert exported["Ref"].startswith("Cluster")
+            text.append(CLUSTER)
+        else:
+            text.append("<ref>")
+    return "".join(text)
+
+
+def test_container_logs_go_to_groups_created_first_with_the_retention_and_log_key(
+    env: SynthResult,
+):
+    stack = env.stacks["observability"]
+    groups = {
+        _cluster_named(env, g["Properties"]["LogGroupName"]): (logical_id, g)
+        for logical_id, g in _resources(env, "AWS::Logs::LogGroup").items()
+        if "LogGroupName" in g["Properties"]
+    }
+    expected = {container_log_group(CLUSTER, kind) for kind in CONTAINER_LOG_KINDS}
+    assert set(groups) == expected
+    log_key = env.logical_id("observability", stack.workspace.log_key)
+    for _, group in groups.values():
+        assert group["Properties"]["RetentionInDays"] == env.config.eks.log_retention_days
+        assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [log_key, "Arn"]}
+    addon_id = env.logical_id("observability", stack.identities[CLOUDWATCH_OBSERVABILITY].addon)
+    addon = _resources(env, "AWS::EKS::Addon")[addon_id]
+    assert {logical_id for logical_id, _ in groups.values()} <= set(addon["DependsOn"])
+    props = addon["Properties"]
+    assert props["AddonVersion"] == ADDONS[CLOUDWATCH_OBSERVABILITY].version
+    assert json.loads(props["ConfigurationValues"]) == ADDON_CONFIGURATION
+
+
+def test_fluent_bit_may_write_only_the_container_log_groups(env: SynthResult):
+    association = _association(env, CLOUDWATCH_OBSERVABILITY)
+    assert association["Namespace"] == ADDONS[CLOUDWATCH_OBSERVABILITY].service_account.namespace
+    (role_id, _) = association["RoleArn"]["Fn::GetAtt"]
+    role = _resources(env, "AWS::IAM::Role")[role_id]["Properties"]
+    (statement,) = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    assert statement["Action"] == [
+        "logs:CreateLogGroup",
+        "logs:CreateLogStream",
+        "logs:DescribeLogStreams",
+        "logs:PutLogEvents",
+    ]
+    names = {_cluster_named(env, r).split(":log-group:")[1] for r in statement["Resource"]}
+    groups = {container_log_group(CLUSTER, kind) for kind in CONTAINER_LOG_KINDS}
+    assert names == groups | {f"{g}:log-stream:*" for g in groups}
 
 
 def test_alarms_and_event_rules_notify_the_topic(env: SynthResult):

@@ -1,0 +1,232 @@
+"""`hpctl cluster events --since DAYS` against botocore's Stubber on one real SageMaker client
+(the API model checks each request and each canned response): per-node history over every
+page of ListClusterEvents, failures counted once per operation, repeat offenders and how to
+replace them, `--json`, and the failures (input, provisioning mode, AWS errors)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hpctl import cluster_cmd
+from hpctl.errors import ExitCode
+from tests.cli.conftest import Stubbed, expect_failure, hpctl
+from tests.cli.test_cluster_health import (
+    CLUSTER_ARN,
+    DESCRIBE_PARAMS,
+    NAME,
+    REGION,
+    describe,
+    node_id,
+    table_rows,
+)
+
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+PREFIX = "hpctl cluster events: "
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_cmd, "clock", lambda: NOW)
+
+
+def event(
+    number: int,
+    hours_ago: float,
+    level: str,
+    description: str,
+    node: int,
+    group: str = "gpu-p5",
+    operation: str | None = None,
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "EventId": f"{number:08x}-aaaa-bbbb-cccc-dddddddddddd",
+        "ClusterArn": CLUSTER_ARN,
+        "ClusterName": NAME,
+        "InstanceGroupName": group,
+        "InstanceId": node_id(node),
+        "ResourceType": "Instance",
+        "EventTime": NOW - timedelta(hours=hours_ago),
+        "EventLevel": level,
+        "Description": description,
+    }
+    if operation is not None:
+        summary["OperationId"] = operation
+    return summary
+
+
+OP_A = "11111111-2222-3333-4444-555555555555"
+OP_B = "66666666-7777-8888-9999-000000000000"
+# Node 3 failed twice (one failure reported by two events of one operation, then another),
+# node 5 once, node 17 (system) only had routine events.
+PAGE_1 = [
+    event(1, 150, "Error", "Node failed the deep health check", 3, operation=OP_A),
+    event(2, 149, "Warn", "Node is being rebooted", 3, operation=OP_A),
+    event(3, 100, "Info", "Node joined the cluster", 17, group="system"),
+]
+PAGE_2 = [
+    event(4, 20, "Warn", "Node failed the health check and is being rebooted", 3, operation=OP_B),
+    event(5, 5, "Error", "GPU XID 79: node is being rebooted", 5),
+]
+
+
+def events_params(token: str | None = None, days: int = 7) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "ClusterName": NAME,
+        "ResourceType": "Instance",
+        "EventTimeAfter": NOW - timedelta(days=days),
+        "SortBy": "EventTime",
+        "SortOrder": "Ascending",
+        "MaxResults": 100,
+    }
+    if token:
+        params["NextToken"] = token
+    return params
+
+
+def queue(
+    stubbed: Stubbed, pages: tuple[list[dict[str, Any]], ...] = (PAGE_1, PAGE_2), days: int = 7
+) -> None:
+    stub = stubbed.stubber
+    stub.add_response("describe_cluster", describe(), DESCRIBE_PARAMS)
+    for index, page in enumerate(pages):
+        response: dict[str, Any] = {"Events": page}
+        if index < len(pages) - 1:
+            response["NextToken"] = f"page-{index + 2}"
+        stub.add_response(
+            "list_cluster_events",
+            response,
+            events_params(f"page-{index + 1}" if index else None, days),
+        )
+
+
+def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemaker: Stubbed):
+    queue(sagemaker)
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "7")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert table_rows(result.stdout) == [
+        [
+            "gpu-p5",
+            node_id(3),
+            "2",
+            "3",
+            "3",
+            "2026-11-19 16:00",
+            "Node failed the health check and is being rebooted",
+        ],
+        [
+            "gpu-p5",
+            node_id(5),
+            "1",
+            "1",
+            "1",
+            "2026-11-20 07:00",
+            "GPU XID 79: node is being rebooted",
+        ],
+        ["system", node_id(17), "0", "0", "1", "2026-11-16 08:00", "Node joined the cluster"],
+    ]
+    lines = result.stdout.splitlines()
+    assert lines[-2:] == [
+        f"Failed more than once in the last 7 days: {node_id(3)}.",
+        "Replace them (drain first; README Operations): hpctl cluster replace --env prod "
+        f"--node-id {node_id(3)} --yes",
+    ]
+
+
+def test_json_has_every_event_per_node(sagemaker: Stubbed):
+    queue(sagemaker)
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "7", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["cluster"] == NAME
+    assert report["since"] == "2026-11-13T12:00:00+00:00"
+    assert report["days"] == 7
+    assert report["repeat_offenders"] == [node_id(3)]
+    first = report["nodes"][0]
+    assert (first["instance_id"], first["failures"], first["health_events"]) == (node_id(3), 2, 3)
+    assert [e["event_id"] for e in first["history"]] == [
+        e["EventId"] for e in (PAGE_1[0], PAGE_1[1], PAGE_2[0])
+    ]
+    assert first["history"][0] == {
+        "time": "2026-11-14T06:00:00+00:00",
+        "level": "Error",
+        "resource_type": "Instance",
+        "instance_group": "gpu-p5",
+        "instance_id": node_id(3),
+        "description": "Node failed the deep health check",
+        "event_id": PAGE_1[0]["EventId"],
+    }
+
+
+def test_no_events_says_so(sagemaker: Stubbed):
+    queue(sagemaker, pages=([],), days=1)
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No node events in {NAME} in the last 1 day.\n"
+
+
+def test_single_failures_are_not_repeat_offenders(sagemaker: Stubbed):
+    queue(sagemaker, pages=([PAGE_1[0], PAGE_1[1], PAGE_2[1]],))
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "7", "--json")
+    report = json.loads(result.stdout)
+    assert [n["failures"] for n in report["nodes"]] == [1, 1]
+    assert report["repeat_offenders"] == []
+
+
+@pytest.mark.parametrize("days", ["0", "366", "-1"])
+def test_since_out_of_range_is_a_usage_error(days: str):
+    expect_failure(
+        "cluster",
+        "events",
+        "--env",
+        "prod",
+        "--since",
+        days,
+        code=ExitCode.USAGE,
+        starts_with=f"{PREFIX}--since: {days} days is out of range; use 1 to 365",
+    )
+
+
+def test_cluster_without_continuous_provisioning_has_no_events(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("describe_cluster", describe(mode=None), DESCRIBE_PARAMS)
+    expect_failure(
+        "cluster",
+        "events",
+        "--env",
+        "prod",
+        code=ExitCode.FAILED,
+        starts_with=f"{PREFIX}{NAME}: ListClusterEvents needs NodeProvisioningMode Continuous",
+    )
+
+
+def test_an_aws_error_is_one_line(sagemaker: Stubbed):
+    sagemaker.stubber.add_response("describe_cluster", describe(), DESCRIBE_PARAMS)
+    sagemaker.stubber.add_client_error(
+        "list_cluster_events",
+        service_error_code="AccessDeniedException",
+        service_message="not authorized to perform sagemaker:ListClusterEvents",
+        http_status_code=400,
+        expected_params=events_params(),
+    )
+    expect_failure(
+        "cluster",
+        "events",
+        "--env",
+        "prod",
+        code=ExitCode.FAILED,
+        starts_with=f"{PREFIX}AccessDeniedException: not authorized to perform "
+        "sagemaker:ListClusterEvents",
+    )
+
+
+def test_by_name_the_hint_names_the_cluster(sagemaker: Stubbed):
+    queue(sagemaker)
+    result = hpctl("cluster", "events", "--name", NAME, "--region", REGION)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1].endswith(
+        f"hpctl cluster replace --name {NAME} --node-id {node_id(3)} --yes"
+    )
