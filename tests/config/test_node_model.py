@@ -185,10 +185,10 @@ def test_a_grace_node_shows_each_vcpu_as_a_core(threads_per_core: int) -> None:
 
 def test_the_job_figures_of_a_gb200_node() -> None:
     model = _gb200_group(1)
-    # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 990m DaemonSets - 1040m
+    # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 1290m DaemonSets - 1140m
     # system pods; 960 GiB less 7.5% = 909,312 MiB, less 2,433 MiB kube-reserved (11 x 198
-    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,148 MiB DaemonSets,
-    # 1,500 MiB system pods.
+    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,301 MiB DaemonSets,
+    # 1,564 MiB system pods.
     job = model.job
-    assert (job.cpu_millicores, job.memory_mib) == (141_540, 707_523)
+    assert (job.cpu_millicores, job.memory_mib) == (141_140, 707_306)
     assert model.kube_reserved_cpu_millicores == 430
