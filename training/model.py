@@ -150,8 +150,9 @@ class Transformer(nn.Module):
         loss = F.cross_entropy(self.output(h).flatten(0, 1).float(), labels.flatten())
         if isinstance(loss, DTensor):
             # Tensor parallelism: the vocabulary-parallel loss is the same on every rank of
-            # the group; the caller gets a plain tensor (differentiable, like the DTensor).
-            loss = loss.full_tensor()
+            # the group; the caller gets a plain tensor (differentiable, like the DTensor),
+            # a copy rather than a view, as FSDP wants the root module's output.
+            loss = loss.full_tensor().clone()
         return loss
 
     def blocks(self) -> list[Block]:
