@@ -22,8 +22,10 @@ the check it came from, and its target and whether it was met where one is set:
 * 8b with 4 layers: peak memory allocated at most the plan's estimate (the plan errs high),
   and the memory activation checkpointing saves within 25% of the plan's figure.
 
-A last line sums up. Exit code 0 when every check ran and met its targets, 1 otherwise, 2
-without a CUDA GPU (one line naming the missing GPU: run it on a GPU host). ``--allow-cpu``
+A last line sums up: targets met, the figures that missed theirs (a check that failed or
+overran its allowance misses), the checks the budget left unstarted. Exit code 0 when no
+target was missed, 1 otherwise, 2 without a CUDA GPU (one line naming the missing GPU: run it
+on a GPU host). ``--allow-cpu``
 runs the same harness on CPU with the `tiny` preset, a smoke test of the suite itself.
 """
 
@@ -171,7 +173,9 @@ class Suite:
             reason = f"exit code {run.returncode}: {tail[0][:300]}"
         else:
             return False
-        self.figure(check, "completed", False, met=False, reason=reason, run=run, command=command)
+        # Not started is not a failure (the budget ran out first): listed, not judged.
+        met = None if run is None else False
+        self.figure(check, "completed", False, met=met, reason=reason, run=run, command=command)
         return True
 
 
@@ -482,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     judged = [f for f in suite.figures if f["met"] is not None]
     missed = [f"{f['check']}.{f['figure']}" for f in judged if not f["met"]]
+    not_run = [f["check"] for f in suite.figures if f.get("reason", "").startswith("not started")]
     print(
         json.dumps(
             {
@@ -489,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                 "figure": "summary",
                 "value": f"{len(judged) - len(missed)}/{len(judged)} targets met",
                 "missed": missed,
+                "not_run": not_run,
                 "budget_s": args.budget_s,
                 **suite.common,
                 "elapsed_s": round(time.monotonic() - suite.started, 1),

@@ -93,4 +93,18 @@ def test_the_whole_harness_runs_on_cpu() -> None:
     assert by_name[("tensor_parallel_1b", "completed")]["skipped"] == (
         "needs 2 or more GPUs on the node, found 0"
     )
-    assert summary["figure"] == "summary" and summary["missed"] == []
+    assert summary["figure"] == "summary"
+    assert summary["missed"] == [] and summary["not_run"] == []
+
+
+def test_a_budget_too_small_starts_nothing_and_says_so() -> None:
+    # No check gets half its time allowance from a 1-second budget: none starts, each says
+    # why, and the summary lists them as not run.
+    result = _suite("--allow-cpu", "--budget-s", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    *figures, summary = [json.loads(ln) for ln in result.stdout.splitlines()]
+    not_started = [f for f in figures if f.get("reason")]
+    assert {f["reason"] for f in not_started} == {"not started: the suite's budget was spent"}
+    assert summary["missed"] == []
+    assert summary["not_run"] == [f["check"] for f in not_started]
+    assert "throughput_1b" in summary["not_run"] and "gpu_checkpoint_test" in summary["not_run"]

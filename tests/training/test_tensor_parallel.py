@@ -111,3 +111,23 @@ def test_checkpoint_resumes_under_another_tensor_parallel_layout(
     assert sorted(losses) == [7, 8]  # resumed at the final checkpoint of step 6
     for step in (7, 8):
         assert losses[step] == pytest.approx(want[step], abs=LOSS_TOL), step
+
+
+def test_hsdp_with_tensor_parallelism_trains_the_same_model(
+    reference_4_ranks: LaunchResult, tmp_path: Path
+) -> None:
+    # A (dp_replicate=2, dp_shard=1, tp=2) mesh: HSDP over the data-parallel sub-mesh, TP
+    # inside. Step 6's loss follows the updates of steps 1-5, all in the 5-step warm-up, whose
+    # learning rates do not depend on training.steps: the 8-step reference's losses apply.
+    r = launch(
+        tmp_path,
+        steps=6,
+        nproc=4,
+        overrides=[THREADS, "parallel.tp=2", "parallel.dp_replicate=2"],
+        timeout=240,
+    )
+    _ok(r)
+    got, want = step_losses(r), step_losses(reference_4_ranks)
+    assert sorted(got) == list(range(1, 7))
+    for step, loss in got.items():
+        assert loss == pytest.approx(want[step], abs=LOSS_TOL), step
