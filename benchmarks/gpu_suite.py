@@ -411,7 +411,7 @@ def _tensor_parallel(suite: Suite, where: Target) -> None:
         )
         return
     tp = degrees[-1] if degrees else 2
-    flags = ["--set", f"parallel.tp={tp}", "--set", "training.loss_chunk_tokens=0"]
+    flags = ["--set", f"parallel.tp={tp}"]
     argv = _torchrun(
         tp * (max(where.gpus, tp) // tp), where.throughput("1b", *flags, warmup=3, steps=5)
     )

@@ -2,8 +2,7 @@
 
     python benchmarks/training_throughput.py                      # one GPU
     torchrun --nproc_per_node 8 benchmarks/training_throughput.py  # one node
-    torchrun --nproc_per_node 8 benchmarks/training_throughput.py --set parallel.tp=2 \
-        --set training.loss_chunk_tokens=0                       # tensor parallel in pairs
+    torchrun --nproc_per_node 8 benchmarks/training_throughput.py --set parallel.tp=2  # TP pairs
     python benchmarks/training_throughput.py --set parallel.activation_checkpoint=every:2 \
         --set training.loss_chunk_tokens=0                       # any trainer override
 
@@ -196,7 +195,7 @@ def main() -> int:
             "passes_per_step": cfg.micro_batches(world)[1],
             "compile": cfg.parallel.compile,
             "activation_checkpoint": cfg.parallel.activation_checkpoint,
-            "loss_chunk_tokens": t.loss_chunk_tokens,
+            "loss_chunk_tokens": cfg.chunked_loss_tokens(),
             "step_time_s_median": round(step_s, 4),
             "tokens_per_s_per_gpu": round(tokens_per_gpu_s, 1),
             "model_flops_per_token": flops,

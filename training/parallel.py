@@ -154,7 +154,7 @@ def apply_parallelism(
     if tensor_parallel_size(mesh) > 1:
         apply_tensor_parallel(model, mesh[TP])
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpoint)
-    model.loss_chunk_tokens = cfg.training.loss_chunk_tokens
+    model.loss_chunk_tokens = cfg.chunked_loss_tokens()
     blocks = model.blocks()
     for block in blocks:
         if cfg.parallel.compile:

@@ -153,6 +153,12 @@ class Trainer:
         with torch.device("meta"):
             model = Transformer(cfg.model, max_seq_len=t.seq_len)
         self.model = apply_parallelism(model, cfg, self.mesh, info.device)
+        if info.is_main and cfg.chunked_loss_tokens() != t.loss_chunk_tokens:
+            sys.stderr.write(
+                f"hptrain: parallel.tp={cfg.parallel.tp}: the loss is vocabulary-parallel; "
+                f"training.loss_chunk_tokens={t.loss_chunk_tokens} applies without tensor "
+                "parallelism only\n"
+            )
         self.model.to_empty(device=info.device)
         self.model.init_weights(t.seed)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)

@@ -181,14 +181,13 @@ def test_tensor_parallel_degree_must_split_the_sequence() -> None:
     )
 
 
-def test_tensor_parallel_takes_the_vocabulary_parallel_loss_not_the_chunked_one() -> None:
-    assert _tp_error(["training.loss_chunk_tokens=16"]) == (
-        "training.loss_chunk_tokens must be 0 with parallel.tp=2 (got 16): the "
-        "vocabulary-parallel loss already splits the logits over the tensor-parallel ranks"
-    )
-    # The 8b preset over a node of 8 GPUs: every split divides once the chunked loss is off.
-    cfg = build_config("8b", ["parallel.tp=8", "training.loss_chunk_tokens=0"])
+def test_tensor_parallelism_takes_the_vocabulary_parallel_loss_over_the_chunked_one() -> None:
+    # The 8b preset over a node of 8 GPUs: every split divides, and its chunked loss gives way.
+    cfg = build_config("8b", ["parallel.tp=8"])
     assert cfg.mesh_shape(64) == (1, 8, 8)
+    assert cfg.training.loss_chunk_tokens == GPU_LOSS_CHUNK_TOKENS
+    assert cfg.chunked_loss_tokens() == 0
+    assert build_config("8b").chunked_loss_tokens() == GPU_LOSS_CHUNK_TOKENS
 
 
 def test_tensor_parallel_degree_must_divide_the_world() -> None:

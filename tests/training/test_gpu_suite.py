@@ -62,7 +62,8 @@ def test_the_readme_lists_the_commands_the_suite_runs() -> None:
             "--preset 8b --warmup 2 --steps 3 --set model.n_layers=4 "
             f"--set parallel.activation_checkpoint={choice}\n"
         ) in commands
-    assert "--set parallel.tp=8 --set training.loss_chunk_tokens=0" in commands
+    assert "--nproc_per_node 8 benchmarks/training_throughput.py --preset 1b" in commands
+    assert "--set parallel.tp=8\n" in commands
 
 
 @pytest.mark.slow

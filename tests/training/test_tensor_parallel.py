@@ -46,13 +46,19 @@ def tp1_run(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
 
 def test_tp2_trains_the_model_tp1_trains(tp1_run: LaunchResult, tmp_path: Path) -> None:
     trace = tmp_path / "samples"
+    # A chunked loss asked for gives way to the vocabulary-parallel one, and rank 0 says so.
     tp2 = launch(
         tmp_path / "run",
         steps=STEPS,
-        overrides=[THREADS, "parallel.tp=2"],
+        overrides=[THREADS, "parallel.tp=2", "training.loss_chunk_tokens=16"],
         env={SAMPLE_TRACE_ENV: str(trace)},
     )
     _ok(tp2)
+    notice = (
+        "hptrain: parallel.tp=2: the loss is vocabulary-parallel; "
+        "training.loss_chunk_tokens=16 applies without tensor parallelism only"
+    )
+    assert tp2.stdout.splitlines().count(notice) == 1
     want, got = step_losses(tp1_run), step_losses(tp2)
     assert sorted(got) == list(range(1, STEPS + 1))
     for step, loss in want.items():
