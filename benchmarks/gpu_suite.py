@@ -51,6 +51,9 @@ sys.path.insert(0, str(REPO))
 from benchmarks.training_checkpoint_gpu import TARGET_FIRST_STEPS, TARGET_RATIO  # noqa: E402
 
 SUITE_BUDGET_S = 480.0
+# A command stopped at its allowance gets SIGTERM and this long to end its workers (torchrun
+# passes it on to its ranks) before SIGKILL; kept out of the budget it may use.
+STOP_GRACE_S = 15.0
 TARGET_MFU = 0.50
 # The measured saving of activation checkpointing (8b, 4 layers: none - all) against the
 # plan's: the plan's per-layer activation bytes are an eager estimate, compiled blocks save
@@ -99,12 +102,13 @@ class Suite:
     def run(self, argv: list[str], allowance_s: float) -> Run | None:
         """Runs `argv` for at most `allowance_s` (less when the budget has less left); None
         when the budget cannot give it at least half its allowance (then it is not started).
-        Each command runs in its own session, so a stop ends its whole process tree (the
-        launcher's ranks, torchrun's workers)."""
+        Each command runs in its own session (process group); a stop sends the group
+        SIGTERM, then SIGKILL after STOP_GRACE_S, so it ends the whole tree (torchrun ends its
+        workers on SIGTERM; the local launcher's ranks die with the launcher)."""
         if self.list_only:
             print(shlex.join(["python", *argv[1:]]))
             return None
-        limit = min(allowance_s, self.remaining_s())
+        limit = min(allowance_s, self.remaining_s() - STOP_GRACE_S)
         if limit < allowance_s / 2:
             return None
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
@@ -122,8 +126,12 @@ class Suite:
             output, _ = proc.communicate(timeout=limit)
             code: int | None = proc.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                output, _ = proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                output, _ = proc.communicate()
             code = None
         return Run(argv, code, output, time.monotonic() - t0)
 

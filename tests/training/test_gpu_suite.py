@@ -109,3 +109,30 @@ def test_a_budget_too_small_starts_nothing_and_says_so() -> None:
     assert summary["missed"] == []
     assert summary["not_run"] == [f["check"] for f in not_started]
     assert "throughput_1b" in summary["not_run"] and "gpu_checkpoint_test" in summary["not_run"]
+
+
+def test_a_command_past_its_allowance_is_stopped_with_its_children(tmp_path: Path) -> None:
+    from benchmarks.gpu_suite import STOP_GRACE_S, Suite
+
+    pid_file = tmp_path / "child.pid"
+    # A parent that starts a long-lived child and waits: both must be gone after the stop.
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)"
+    )
+    suite = Suite(common={}, budget_s=STOP_GRACE_S + 60, list_only=False)
+    run = suite.run([sys.executable, "-c", script], allowance_s=3)
+    assert run is not None and run.returncode is None  # stopped, not finished
+    assert run.elapsed_s < 3 + STOP_GRACE_S
+    assert _gone(int(pid_file.read_text()))
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended: no such process, or a zombie nobody has reaped yet (its parent
+    was killed first)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
