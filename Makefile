@@ -8,7 +8,7 @@ export NPM_CONFIG_LOGLEVEL := error
 # One worker per core of the 2-core machines CI runs on; each loadgroup is built once.
 PYTEST := python -m pytest -n 2 --dist loadgroup
 
-.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench
+.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench gpu-suite
 
 setup:
 	@scripts/bootstrap.sh test
@@ -58,3 +58,7 @@ snapshots: setup
 
 bench: setup
 	@python benchmarks/synth_time.py
+
+# Every GPU check and benchmark, one JSON line per figure, within 8 minutes (benchmarks/README.md).
+gpu-suite: setup
+	@python -m benchmarks.gpu_suite

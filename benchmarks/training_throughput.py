@@ -2,6 +2,7 @@
 
     python benchmarks/training_throughput.py                      # one GPU
     torchrun --nproc_per_node 8 benchmarks/training_throughput.py  # one node
+    torchrun --nproc_per_node 8 benchmarks/training_throughput.py --set parallel.tp=2  # TP pairs
     python benchmarks/training_throughput.py --set parallel.activation_checkpoint=every:2 \
         --set training.loss_chunk_tokens=0                       # any trainer override
 
@@ -107,8 +108,10 @@ def main() -> int:
     if args.passes < 1:
         print(f"error: --passes must be at least 1, got {args.passes}", file=sys.stderr)
         return 2
+    # Per data-parallel rank: a tensor-parallel group (parallel.tp > 1) runs one share.
+    replicas = preset_cfg.data_parallel_size(world)
     measured = [
-        f"training.global_batch_size={micro * world * args.passes}",
+        f"training.global_batch_size={micro * replicas * args.passes}",
         f"training.micro_batch_size={micro}",
     ]
     if args.seq_len:
@@ -151,8 +154,9 @@ def main() -> int:
                 torch.cuda.reset_peak_memory_stats()  # compile and first-step peaks excluded
         m, t = cfg.model, cfg.training
         step_s = statistics.median(times)
-        per_gpu = t.global_batch_size // world
-        tokens_per_gpu_s = per_gpu * t.seq_len / step_s
+        per_replica = t.global_batch_size // replicas
+        # Every GPU's share of the step's tokens (under TP a group of GPUs shares a batch).
+        tokens_per_gpu_s = t.global_batch_size * t.seq_len / world / step_s
         flops = flops_per_token(m, t.seq_len)
         flops_with_embedding = flops_per_token(m, t.seq_len, count_embedding=True)
         cuda = info.device.type == "cuda"
@@ -185,11 +189,13 @@ def main() -> int:
             "params": count_params(m),
             "seq_len": t.seq_len,
             "micro_batch_per_gpu": micro,
-            "sequences_per_gpu_per_step": per_gpu,
+            # Per data-parallel rank: per GPU without tensor parallelism.
+            "sequences_per_gpu_per_step": per_replica,
+            "tp": cfg.parallel.tp,
             "passes_per_step": cfg.micro_batches(world)[1],
             "compile": cfg.parallel.compile,
             "activation_checkpoint": cfg.parallel.activation_checkpoint,
-            "loss_chunk_tokens": t.loss_chunk_tokens,
+            "loss_chunk_tokens": cfg.chunked_loss_tokens(),
             "step_time_s_median": round(step_s, 4),
             "tokens_per_s_per_gpu": round(tokens_per_gpu_s, 1),
             "model_flops_per_token": flops,

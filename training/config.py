@@ -38,6 +38,15 @@ class ModelConfig:
     init_std: float = 0.02
 
 
+def ffn_hidden_dim(cfg: ModelConfig) -> int:
+    """The SwiGLU hidden width: model.ffn_hidden, else Llama's 8/3 * dim rounded up to a
+    multiple of model.multiple_of."""
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    hidden = int(2 * (4 * cfg.dim) / 3)
+    return cfg.multiple_of * ((hidden + cfg.multiple_of - 1) // cfg.multiple_of)
+
+
 @dataclass
 class DataConfig:
     # "synthetic" (generated, for tests) or "memmap" (token shards *.bin in `path`).
@@ -69,7 +78,8 @@ class TrainingConfig:
     micro_batch_size: int = 0
     # Cross-entropy over chunks of this many tokens (model.chunked_cross_entropy): the logits
     # exist in fp32 for one chunk at a time and none are kept for backward. 0 = plain loss over
-    # the full logits (a batch x seq_len x vocab_size fp32 tensor and its copies).
+    # the full logits (a batch x seq_len x vocab_size fp32 tensor and its copies). Without
+    # tensor parallelism only: under TP the loss is vocabulary-parallel (chunked_loss_tokens).
     loss_chunk_tokens: int = 0
 
 
@@ -346,6 +356,7 @@ class JobConfig:
                 f"parallel.tp={tp} must divide model.n_heads={m.n_heads} and the key/value "
                 f"heads ({kv}): tensor parallelism splits whole heads"
             )
+        self._check_tensor_parallel_splits()
         if t.steps < 1 or t.global_batch_size < 1 or t.seq_len < 2:
             raise ConfigError("training.steps, global_batch_size must be >= 1 and seq_len >= 2")
         if self.data.source not in ("synthetic", "memmap"):
@@ -368,6 +379,35 @@ class JobConfig:
             raise ConfigError(
                 f"metrics.port must be 0 (off) or {METRICS_PORTS[0]}-{METRICS_PORTS[1]}, got {port}"
             )
+
+    def _check_tensor_parallel_splits(self) -> None:
+        """What tensor parallelism splits over parallel.tp ranks divides evenly."""
+        tp, m, t = self.parallel.tp, self.model, self.training
+        if tp == 1:
+            return
+        hidden = ffn_hidden_dim(m)
+        if hidden % tp:
+            raise ConfigError(
+                f"model.ffn_hidden (the MLP width, {hidden}) must be divisible by "
+                f"parallel.tp={tp}: tensor parallelism splits the hidden units"
+            )
+        if m.vocab_size % tp:
+            raise ConfigError(
+                f"model.vocab_size={m.vocab_size} must be divisible by parallel.tp={tp}: "
+                "the embedding and output are split over the vocabulary"
+            )
+        if t.seq_len % tp:
+            raise ConfigError(
+                f"training.seq_len={t.seq_len} must be divisible by parallel.tp={tp}: "
+                "sequence parallelism splits each sequence between the norms"
+            )
+
+    def chunked_loss_tokens(self) -> int:
+        """training.loss_chunk_tokens where it applies: without tensor parallelism. Under TP
+        the loss is vocabulary-parallel, its logits already split over the tp ranks (8b's
+        8192 tokens x 128256 in fp32 are 4.2 GB a copy, 0.5 GB a rank over 8), so the
+        presets' chunked loss gives way to it."""
+        return self.training.loss_chunk_tokens if self.parallel.tp == 1 else 0
 
     def check_world(self, world_size: int) -> None:
         """Checks that depend on the launch size, done once the world is known. The trainer

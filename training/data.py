@@ -5,14 +5,17 @@ falls in epoch ``g // N`` at position ``g % N``, and a keyed Feistel permutation
 position to a sample id. The permutation needs O(1) memory, so it scales to billions of
 samples without materialising an index array. The only state is the number of samples
 consumed by the whole job, so a resume continues mid-epoch without repeating or skipping a
-sample, and each rank reads only its own slice of every global batch.
+sample, at any world size, and each data-parallel rank reads only its own slice of every
+global batch (the ranks of one tensor-parallel group read the same slice).
 """
 
 from __future__ import annotations
 
 import bisect
 import glob
+import json
 import os
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -158,35 +161,73 @@ def global_sample_ids(global_indices: np.ndarray, num_samples: int, seed: int) -
     return out
 
 
+# Names a directory where each rank appends the sample indices it reads (SampleTrace): a test
+# hook, like the launcher's HPTRAIN_FAULTS, off unless set.
+SAMPLE_TRACE_ENV = "HPTRAIN_SAMPLE_TRACE"
+
+
+class SampleTrace:
+    """One JSON line per batch a rank reads: its world size, rank, data-parallel rank, the
+    job's sample position before the batch and the global sample indices read. Tests check
+    with it that a resize repeats and skips nothing; one file per (world size, rank)."""
+
+    def __init__(self, directory: Path, world_size: int, rank: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"world{world_size}_rank{rank}.jsonl"
+        self.world_size, self.rank = world_size, rank
+
+    @classmethod
+    def from_env(cls, world_size: int, rank: int) -> SampleTrace | None:
+        raw = os.environ.get(SAMPLE_TRACE_ENV, "")
+        return cls(Path(raw), world_size, rank) if raw else None
+
+    def record(self, dp_rank: int, position: int, indices: np.ndarray) -> None:
+        line = {
+            "world": self.world_size,
+            "rank": self.rank,
+            "dp_rank": dp_rank,
+            "position": position,
+            "indices": [int(i) for i in indices],
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 class ResumableLoader:
-    """Yields this rank's slice of each global batch; DCP-Stateful through state_dict()."""
+    """Yields this data-parallel rank's slice of each global batch; DCP-Stateful through
+    state_dict(). `dp_rank` / `dp_size` count data-parallel ranks, not the world: under
+    tensor parallelism every rank of a group passes the group's data-parallel rank."""
 
     def __init__(
         self,
         source: TokenSource,
         global_batch_size: int,
-        rank: int,
-        world_size: int,
+        dp_rank: int,
+        dp_size: int,
         seed: int,
         device: torch.device | None = None,
     ) -> None:
-        if global_batch_size % world_size:
-            raise ValueError("global batch size must be divisible by the world size")
+        if global_batch_size % dp_size:
+            raise ValueError("global batch size must be divisible by the data-parallel size")
         self.source = source
         self.global_batch_size = global_batch_size
-        self.local_batch_size = global_batch_size // world_size
-        self.rank = rank
+        self.local_batch_size = global_batch_size // dp_size
+        self.dp_rank = dp_rank
         self.seed = seed
         self.device = device or torch.device("cpu")
         self.consumed_samples = 0
+        self.trace: SampleTrace | None = None
 
     def local_indices(self) -> np.ndarray:
         """Global sample indices this rank reads for the next step."""
-        start = self.consumed_samples + self.rank * self.local_batch_size
+        start = self.consumed_samples + self.dp_rank * self.local_batch_size
         return np.arange(start, start + self.local_batch_size, dtype=np.int64)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = global_sample_ids(self.local_indices(), self.source.num_samples, self.seed)
+        indices = self.local_indices()
+        if self.trace is not None:
+            self.trace.record(self.dp_rank, self.consumed_samples, indices)
+        ids = global_sample_ids(indices, self.source.num_samples, self.seed)
         rows = np.stack([self.source.sample(int(i)) for i in ids])
         self.consumed_samples += self.global_batch_size
         batch = torch.from_numpy(rows)

@@ -27,6 +27,9 @@ class FaultPlan:
     kill_at_step: int | None = None
     kill_during_checkpoint: int | None = None
     sigterm_at_step: int | None = None
+    # SIGUSR1, the HyperPod elastic agent's scaling event, to rank 0 only: the step's stop
+    # flag must carry it to the other ranks.
+    scale_event_at_step: int | None = None
     hang_rank: int | None = None
     hang_at_step: int | None = None
     # Rank 0's checkpoint write fails with ENOSPC, after writing part of a shard: for the
@@ -93,6 +96,9 @@ class FaultInjector:
             if self.rank == 0:
                 self._note("sigterm", step)
             os.kill(os.getpid(), signal.SIGTERM)
+        if p.scale_event_at_step == step and self.rank == 0:
+            self._note("scale_event", step)
+            os.kill(os.getpid(), signal.SIGUSR1)
 
     def checkpoint_writing(self, step: int, ckpt_dir: Path) -> None:
         """Inside the DCP write of checkpoint `step` (its files go to `ckpt_dir`): a full disk.

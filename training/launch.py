@@ -235,6 +235,7 @@ class Launcher:
             kill_at_step=a.kill_at_step,
             kill_during_checkpoint=a.kill_during_checkpoint,
             sigterm_at_step=a.sigterm_at_step,
+            scale_event_at_step=a.scale_event_at_step,
             hang_rank=a.hang_rank,
             hang_at_step=a.hang_at_step,
             disk_full_at_checkpoint=a.disk_full_at_checkpoint,
@@ -529,6 +530,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
         "--sigterm-at-step", type=int, help="send SIGTERM to every rank during this step"
     )
     p.add_argument(
+        "--scale-event-at-step",
+        type=int,
+        help="send SIGUSR1 (HyperPod's elastic scaling event) to rank 0 during this step",
+    )
+    p.add_argument(
         "--hang-rank", type=int, help="rank that stops making progress (with --hang-at-step)"
     )
     p.add_argument("--hang-at-step", type=int, help="step at which --hang-rank hangs")
@@ -589,6 +595,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
     for name in (
         "kill_at_step",
         "sigterm_at_step",
+        "scale_event_at_step",
         "hang_at_step",
         "kill_during_checkpoint",
         "disk_full_at_checkpoint",
@@ -628,6 +635,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobCo
     for name in (
         "kill_at_step",
         "sigterm_at_step",
+        "scale_event_at_step",
         "hang_at_step",
         "disk_full_at_checkpoint",
         "disk_full_from_step",

@@ -31,6 +31,14 @@ START_FMT = (
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
 CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
 WATCHDOG_FMT = "HPTRAIN watchdog no progress for {seconds}s at step={step}; exiting"
+# A job resumed at another world size (an elastic scale-down or -up, or a relaunch at a new
+# size): once per resize, on rank 0. The global batch is the same; each data-parallel rank
+# runs its share as micro_batch sequences x passes.
+RESIZE_FMT = (
+    "HPTRAIN resize: world {old_world} -> {world} (dp {old_dp} -> {dp}), resumed at "
+    "step={step} sample_position={position} global_batch={batch} "
+    "per_dp_rank={micro}x{passes}"
+)
 UNSAVED_FMT = "HPTRAIN final checkpoint step={step} tier={tier} did not commit; exit_code={code}"
 
 GOODPUT_DEFINITION = (
@@ -73,6 +81,32 @@ def log_step(
 
 def log_checkpoint(step: int, tier: str, blocking_s: float, status: str) -> None:
     emit(CKPT_FMT.format(step=step, tier=tier, blocking=blocking_s, status=status))
+
+
+def log_resize(
+    old_world: int,
+    world: int,
+    old_dp: int,
+    dp: int,
+    step: int,
+    position: int,
+    batch: int,
+    micro: int,
+    passes: int,
+) -> None:
+    emit(
+        RESIZE_FMT.format(
+            old_world=old_world,
+            world=world,
+            old_dp=old_dp,
+            dp=dp,
+            step=step,
+            position=position,
+            batch=batch,
+            micro=micro,
+            passes=passes,
+        )
+    )
 
 
 def log_unsaved(step: int, tier: str, code: int) -> None:

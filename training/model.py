@@ -13,16 +13,12 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
-from training.config import ModelConfig
+from training.config import ModelConfig, ffn_hidden_dim
 
-
-def ffn_hidden_dim(cfg: ModelConfig) -> int:
-    if cfg.ffn_hidden is not None:
-        return cfg.ffn_hidden
-    hidden = int(2 * (4 * cfg.dim) / 3)
-    return cfg.multiple_of * ((hidden + cfg.multiple_of - 1) // cfg.multiple_of)
+__all__ = ["Transformer", "chunked_cross_entropy", "count_params", "ffn_hidden_dim"]
 
 
 def rope_tables(
@@ -54,6 +50,12 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, cfg.dim, bias=False)
+
+    def use_local_heads(self, tp: int) -> None:
+        """Tensor parallelism: this rank computes n_heads / tp query heads and n_kv_heads / tp
+        key/value heads (the column-wise wq/wk/wv return this rank's heads)."""
+        self.n_heads //= tp
+        self.n_kv_heads //= tp
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -145,7 +147,13 @@ class Transformer(nn.Module):
             return chunked_cross_entropy(
                 h.flatten(0, 1), self.output.weight, labels.flatten(), self.loss_chunk_tokens
             )
-        return F.cross_entropy(self.output(h).flatten(0, 1).float(), labels.flatten())
+        loss = F.cross_entropy(self.output(h).flatten(0, 1).float(), labels.flatten())
+        if isinstance(loss, DTensor):
+            # Tensor parallelism: the vocabulary-parallel loss is the same on every rank of
+            # the group; the caller gets a plain tensor (differentiable, like the DTensor),
+            # a copy rather than a view, as FSDP wants the root module's output.
+            loss = loss.full_tensor().clone()
+        return loss
 
     def blocks(self) -> list[Block]:
         """The decoder blocks, in order (``layers`` holds nothing else)."""
@@ -172,7 +180,7 @@ class Transformer(nn.Module):
         Each full tensor is generated on the parameter's device and only the local shard is
         kept, so the initial model is identical for any world size or mesh shape.
         """
-        from torch.distributed.tensor import DTensor, distribute_tensor
+        from torch.distributed.tensor import distribute_tensor
 
         for name, param in self.named_parameters():
             device = param.device

@@ -26,11 +26,18 @@ from torch.distributed.checkpoint.stateful import Stateful
 from training import fileio, metrics, metrics_export
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
 from training.config import JobConfig, preset_global_batch
-from training.data import ResumableLoader, build_source
+from training.data import ResumableLoader, SampleTrace, build_source
 from training.faults import FaultInjector, FaultPlan
 from training.model import Transformer
 from training.optim import apply_config, build_optimizer, materialize_state
-from training.parallel import DistInfo, apply_parallelism, build_mesh
+from training.parallel import (
+    DistInfo,
+    apply_parallelism,
+    build_mesh,
+    clip_grad_norm,
+    data_parallel_rank,
+    loss_context,
+)
 from training.run_identity import RunIdentity
 from training.watchdog import Watchdog
 
@@ -139,10 +146,19 @@ class Trainer:
         np.random.seed(t.seed)
         random.seed(t.seed)
 
+        # One mesh: (dp_replicate, dp_shard, tp); FSDP on its data-parallel part, TP on tp.
         self.mesh = build_mesh(cfg, info.world_size, info.device)
+        self.dp_rank = data_parallel_rank(self.mesh)
+        self.dp_size = cfg.data_parallel_size(info.world_size)
         with torch.device("meta"):
             model = Transformer(cfg.model, max_seq_len=t.seq_len)
         self.model = apply_parallelism(model, cfg, self.mesh, info.device)
+        if info.is_main and cfg.chunked_loss_tokens() != t.loss_chunk_tokens:
+            sys.stderr.write(
+                f"hptrain: parallel.tp={cfg.parallel.tp}: the loss is vocabulary-parallel; "
+                f"training.loss_chunk_tokens={t.loss_chunk_tokens} applies without tensor "
+                "parallelism only\n"
+            )
         self.model.to_empty(device=info.device)
         self.model.init_weights(t.seed)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)
@@ -158,9 +174,11 @@ class Trainer:
             seed=cfg.data.seed,
             synthetic_samples=cfg.data.synthetic_samples,
         )
+        # Per data-parallel rank: the ranks of a tensor-parallel group read the same samples.
         self.loader = ResumableLoader(
-            source, t.global_batch_size, info.rank, info.world_size, cfg.data.seed, info.device
+            source, t.global_batch_size, self.dp_rank, self.dp_size, cfg.data.seed, info.device
         )
+        self.loader.trace = SampleTrace.from_env(info.world_size, info.rank)
         self.state = TrainState(self.scheduler, self.loader, info.world_size)
 
         attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
@@ -191,6 +209,9 @@ class Trainer:
         self.faults.settle = self.checkpointer.wait
         self.watchdog = Watchdog(cfg.fault.watchdog_s)
         self._stop_requested = False
+        # Why the run stops early: "sigterm" (a drain, a preemption) or "scale_event" (the
+        # HyperPod elastic agent's SIGUSR1: save, exit 0, be restarted at a new world size).
+        self._stop_reason = "sigterm"
         self._saved_after_sigterm = False
         # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
         self._job_start = time.time()
@@ -211,11 +232,18 @@ class Trainer:
         self.exporter.record_checkpoint(blocking_s, committed=ok)
 
     def request_stop(self, signum: int, _frame: Any) -> None:
-        """SIGTERM handler: finish the current step, save, exit 0 (UNSAVED_EXIT_CODE when the
-        save did not commit), all within the grace period."""
+        """SIGTERM and SIGUSR1 handler: finish the current step, save, exit 0
+        (UNSAVED_EXIT_CODE when the save did not commit), all within the grace period.
+
+        SIGUSR1 is how HyperPod's elastic agent announces a scaling event to the workers
+        (hyperpod_elastic_agent/elastic_event_handler.py; the AWS elastic training guide has
+        the loop check it after each batch, save a DCP checkpoint and return). The step's
+        stop flag already makes every rank agree on the step, as the agent's "distributed"
+        coordination does, so its package is not needed here."""
         if self._stop_requested:
             return
         self._stop_requested = True
+        self._stop_reason = "scale_event" if signum == signal.SIGUSR1 else "sigterm"
         timer = threading.Timer(self.cfg.fault.sigterm_grace_s, self._grace_expired)
         timer.daemon = True
         timer.start()
@@ -234,6 +262,7 @@ class Trainer:
         if resumed is not None:
             # The loaded param groups and schedule carry the old run's values.
             apply_config(self.optimizer, self.scheduler, self.cfg.optim)
+            self._log_resize()
         # Staging buffers are allocated now, in the background, while the first steps run.
         self.checkpointer.prepare_staging()
         metrics.log_start(
@@ -272,9 +301,7 @@ class Trainer:
         inputs, labels = self.loader.next_batch()
         loss = self.forward_backward(inputs, labels)
         self.faults.mid_step(step)
-        torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.cfg.training.grad_clip, foreach=True
-        )
+        clip_grad_norm(self.model.parameters(), self.cfg.training.grad_clip)
 
         # The in-flight checkpoint copies parameters in the background during forward and
         # backward; the update must not start before that copy is complete.
@@ -284,7 +311,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
         # One small all-reduce carries the loss for logging and the stop flag, so every rank
-        # agrees on the step at which a SIGTERM takes effect.
+        # agrees on the step at which a SIGTERM takes effect. The mean over the world is the
+        # mean over data-parallel ranks: the ranks of a tensor-parallel group hold one loss.
         flags = torch.stack(
             [loss.detach().float(), torch.tensor(float(self._stop_requested), device=loss.device)]
         )
@@ -310,15 +338,13 @@ class Trainer:
         plan's assumption).
         """
         passes = self.micro_passes
-        if passes == 1:
-            loss: torch.Tensor = self.model(inputs, labels)
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-            return loss.detach()
         total = torch.zeros((), device=inputs.device)
-        for x, y in zip(inputs.chunk(passes), labels.chunk(passes), strict=True):
-            loss = self.model(x, y)
-            (loss / passes).backward()  # type: ignore[no-untyped-call]  # as above
-            total += loss.detach()
+        # Under tensor parallelism the loss is vocabulary-parallel, backward included.
+        with loss_context(self.mesh):
+            for x, y in zip(inputs.chunk(passes), labels.chunk(passes), strict=True):
+                loss: torch.Tensor = self.model(x, y)
+                (loss / passes).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+                total += loss.detach()
         return total / passes
 
     def maybe_checkpoint(self) -> None:
@@ -327,11 +353,32 @@ class Trainer:
         if tier is not None and self.state.step < self.cfg.training.steps:
             self.checkpointer.save(self.state.step, tier)
 
+    def _log_resize(self) -> None:
+        """One line on rank 0 when the checkpoint was written by another world size."""
+        changes = {c.key: c.old for c in self.checkpointer.resumed_changes}
+        if self.ledger is None or "world_size" not in changes:
+            return
+        old_world = int(changes["world_size"])
+        old_tp = int(changes.get("parallel.tp", self.cfg.parallel.tp))
+        metrics.log_resize(
+            old_world,
+            self.info.world_size,
+            old_world // old_tp,
+            self.dp_size,
+            self.state.step,
+            self.loader.consumed_samples,
+            self.cfg.training.global_batch_size,
+            self.micro_batch,
+            self.micro_passes,
+        )
+
     def _log_step(self, step: int, loss: float, step_time: float) -> None:
         ledger = self.ledger
         if ledger is None:  # rank 0 alone logs steps and keeps the ledger
             return
         t = self.cfg.training
+        # The global batch's tokens: each sample counted once, not once per tensor-parallel
+        # rank that reads it.
         tokens_per_s = t.global_batch_size * t.seq_len / step_time
         metrics.log_step(step, loss, tokens_per_s, t.global_batch_size / step_time, step_time)
         rec = ledger.record
@@ -360,9 +407,11 @@ class Trainer:
         return self.checkpointer.last_committed_step.get(tier) == self.state.step
 
     def shutdown_on_signal(self) -> int:
+        # The durable tier by default: after a drain or a scale-down the next world may not
+        # have this node's memory or NVMe.
         tier = self.cfg.checkpoint.sigterm_tier
         self._saved_after_sigterm = self._save_final(tier)
-        return self._summarise("sigterm", tier, self._saved_after_sigterm)
+        return self._summarise(self._stop_reason, tier, self._saved_after_sigterm)
 
     def finish(self) -> int:
         tier = self.cfg.checkpoint.final_tier
@@ -445,3 +494,4 @@ class Trainer:
 
 def install_signal_handlers(trainer: Trainer) -> None:
     signal.signal(signal.SIGTERM, trainer.request_stop)
+    signal.signal(signal.SIGUSR1, trainer.request_stop)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.device_mesh import DeviceMesh
 
 from training.config import JobConfig, build_config
 from training.data import ResumableLoader, build_source
@@ -28,6 +29,7 @@ class AppState:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     loader: ResumableLoader
     train: TrainState
+    mesh: DeviceMesh
 
     @property
     def stateful(self) -> dict[str, Stateful]:
@@ -73,7 +75,9 @@ def build(overrides: list[str] | None = None, *, materialize: bool = True) -> Ap
         synthetic_samples=cfg.data.synthetic_samples,
     )
     loader = ResumableLoader(source, t.global_batch_size, 0, 1, cfg.data.seed, CPU)
-    return AppState(cfg, model, optimizer, scheduler, loader, TrainState(scheduler, loader, 1))
+    return AppState(
+        cfg, model, optimizer, scheduler, loader, TrainState(scheduler, loader, 1), mesh
+    )
 
 
 def state_dict(app: AppState) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 import torch.distributed as dist
 from filelock import FileLock
 
+from tests.training import loglines
 from training.config import CheckpointConfig, TierConfig
 from training.launch import command
 
@@ -47,6 +48,20 @@ class LaunchResult:
         return [ln for ln in self.stdout.splitlines() if ln.startswith(prefix)]
 
 
+def step_losses(r: LaunchResult) -> dict[int, float]:
+    """Loss by step from rank 0's step lines (the last attempt's, where a step was redone)."""
+    return {int(s["step"]): float(s["loss"]) for s in loglines.find(loglines.STEP, r.stdout)}
+
+
+def read_sample_trace(directory: Path) -> list[dict[str, Any]]:
+    """Every line the ranks' SampleTrace wrote under `directory` (HPTRAIN_SAMPLE_TRACE)."""
+    return [
+        json.loads(line)
+        for path in sorted(directory.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
 def launch(
     out: Path,
     *extra: str,
@@ -54,6 +69,7 @@ def launch(
     overrides: list[str] | None = None,
     timeout: float = 150,
     nproc: int = 2,
+    env: dict[str, str] | None = None,
 ) -> LaunchResult:
     cmd = command(
         out,
@@ -64,8 +80,14 @@ def launch(
         steps=steps,
         overrides=BASE_OVERRIDES + (overrides or []),
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return LaunchResult(proc.returncode, proc.stdout, proc.stderr, out)
 
 

@@ -137,6 +137,59 @@ def test_tensor_parallel_degree_must_split_whole_heads() -> None:
     )
 
 
+def _tp_error(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as raised:
+        build_config("tiny", ["parallel.tp=2", *overrides])
+    return str(raised.value)
+
+
+def test_tensor_parallel_degree_must_split_the_mlp_width() -> None:
+    build_config("tiny", ["parallel.tp=2", "model.ffn_hidden=98"])
+    assert _tp_error(["model.ffn_hidden=99"]) == (
+        "model.ffn_hidden (the MLP width, 99) must be divisible by parallel.tp=2: tensor "
+        "parallelism splits the hidden units"
+    )
+
+
+def test_tensor_parallel_degree_must_split_the_derived_mlp_width() -> None:
+    # dim 40 derives int(8/3 * 40) = 106, rounded up to a multiple of 5: 110, which tp=4
+    # does not divide; the message names the derived width.
+    with pytest.raises(ConfigError, match=r"^model\.ffn_hidden \(the MLP width, 110\)"):
+        build_config(
+            "tiny",
+            [
+                "parallel.tp=4",
+                "model.dim=40",
+                "model.n_heads=4",
+                "model.n_kv_heads=4",
+                "model.multiple_of=5",
+            ],
+        )
+
+
+def test_tensor_parallel_degree_must_split_the_vocabulary() -> None:
+    assert _tp_error(["model.vocab_size=1023"]) == (
+        "model.vocab_size=1023 must be divisible by parallel.tp=2: the embedding and output "
+        "are split over the vocabulary"
+    )
+
+
+def test_tensor_parallel_degree_must_split_the_sequence() -> None:
+    assert _tp_error(["training.seq_len=63"]) == (
+        "training.seq_len=63 must be divisible by parallel.tp=2: sequence parallelism splits "
+        "each sequence between the norms"
+    )
+
+
+def test_tensor_parallelism_takes_the_vocabulary_parallel_loss_over_the_chunked_one() -> None:
+    # The 8b preset over a node of 8 GPUs: every split divides, and its chunked loss gives way.
+    cfg = build_config("8b", ["parallel.tp=8"])
+    assert cfg.mesh_shape(64) == (1, 8, 8)
+    assert cfg.training.loss_chunk_tokens == GPU_LOSS_CHUNK_TOKENS
+    assert cfg.chunked_loss_tokens() == 0
+    assert build_config("8b").chunked_loss_tokens() == GPU_LOSS_CHUNK_TOKENS
+
+
 def test_tensor_parallel_degree_must_divide_the_world() -> None:
     cfg = build_config("tiny", ["parallel.tp=2"])
     with pytest.raises(ConfigError, match=r"parallel\.tp=2 does not divide world size 3"):

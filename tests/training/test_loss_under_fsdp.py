@@ -20,7 +20,7 @@ def _grads(
     app.model.loss_chunk_tokens = chunk
     app.optimizer.zero_grad(set_to_none=True)
     loss = Trainer.forward_backward(
-        SimpleNamespace(model=app.model, micro_passes=passes),  # type: ignore[arg-type]
+        SimpleNamespace(model=app.model, micro_passes=passes, mesh=app.mesh),  # type: ignore[arg-type]
         inputs,
         labels,
     )

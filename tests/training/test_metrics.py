@@ -16,6 +16,29 @@ from training import metrics
 from training.metrics import AttemptRecord, params_sha256, recovery_stats
 
 
+def test_resize_line_format(capsys: pytest.CaptureFixture[str]) -> None:
+    # One line per elastic resize; pinned whole, and read back by the elastic test's pattern.
+    metrics.log_resize(4, 2, 4, 2, 8, 64, 8, 2, 2)
+    line = capsys.readouterr().out
+    assert line == (
+        "HPTRAIN resize: world 4 -> 2 (dp 4 -> 2), resumed at step=8 sample_position=64 "
+        "global_batch=8 per_dp_rank=2x2\n"
+    )
+    assert loglines.find(loglines.line_pattern(metrics.RESIZE_FMT), line) == [
+        {
+            "old_world": "4",
+            "world": "2",
+            "old_dp": "4",
+            "dp": "2",
+            "step": "8",
+            "position": "64",
+            "batch": "8",
+            "micro": "2",
+            "passes": "2",
+        }
+    ]
+
+
 def test_log_line_formats(capsys: pytest.CaptureFixture[str]) -> None:
     # The operator's log monitoring matches these lines: the formats are a fixed contract,
     # pinned here whole, byte for byte.

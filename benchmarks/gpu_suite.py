@@ -1,0 +1,516 @@
+"""Every GPU check and benchmark of the project in one command, within 8 minutes:
+
+    make gpu-suite                          # = python -m benchmarks.gpu_suite
+    python -m benchmarks.gpu_suite --list   # the commands it runs, without running them
+
+On one H100 or H200 it runs, most important first: the `1b` preset's throughput and MFU as
+shipped; the cost of async fast-tier checkpoints against a synchronous save; the CUDA
+checkpoint test (async checkpoints commit, a killed run resumes bit for bit); the 8b shapes
+with 4 layers against the memory plan; then the measured `1b` variants benchmarks/README.md
+discusses. With 2 or more GPUs it adds the tensor-parallel throughput on the node, with 8 the
+`8b` preset's settings. Each is a subprocess with its own time allowance; the suite stops
+starting work at its 8-minute budget and reports what it did not run, so it always ends in
+time.
+
+Output: one JSON line per figure, each with the device, GPU count, torch and CUDA versions,
+the check it came from, and its target and whether it was met where one is set:
+
+* MFU >= 0.50 on `1b` as shipped, by the standard FLOP count (training.model.flops_per_token);
+* every async checkpoint committed; blocking <= 5% of a synchronous save of the same state;
+  the first checkpoint costs at most 2 steps (benchmarks/training_checkpoint_gpu.py);
+* the CUDA checkpoint test passes (tests/training/test_gpu_checkpoint.py);
+* 8b with 4 layers: peak memory allocated at most the plan's estimate (the plan errs high),
+  and the memory activation checkpointing saves within 25% of the plan's figure.
+
+A last line sums up: targets met, the figures that missed theirs (a check that failed or
+overran its allowance misses), the checks the budget left unstarted. Exit code 0 when no
+target was missed, 1 otherwise, 2 without a CUDA GPU (one line naming the missing GPU: run it
+on a GPU host). ``--allow-cpu``
+runs the same harness on CPU with the `tiny` preset, a smoke test of the suite itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.training_checkpoint_gpu import TARGET_FIRST_STEPS, TARGET_RATIO  # noqa: E402
+
+SUITE_BUDGET_S = 480.0
+# A command stopped at its allowance gets SIGTERM and this long to end its workers (torchrun
+# passes it on to its ranks) before SIGKILL; kept out of the budget it may use.
+STOP_GRACE_S = 15.0
+TARGET_MFU = 0.50
+# The measured saving of activation checkpointing (8b, 4 layers: none - all) against the
+# plan's: the plan's per-layer activation bytes are an eager estimate, compiled blocks save
+# somewhat less (benchmarks/README.md).
+MEMORY_SAVING_TOLERANCE = 0.25
+PYTHON = sys.executable
+THROUGHPUT = "benchmarks/training_throughput.py"
+
+
+@dataclass
+class Run:
+    """The outcome of one command."""
+
+    argv: list[str]
+    returncode: int | None  # None: stopped at its time allowance
+    output: str
+    elapsed_s: float
+
+    def json_line(self) -> dict[str, Any] | None:
+        """The benchmark's JSON line: the last stdout line that parses as an object."""
+        for line in reversed(self.output.splitlines()):
+            if line.startswith("{"):
+                try:
+                    parsed: dict[str, Any] = json.loads(line)
+                except ValueError:
+                    continue
+                return parsed
+        return None
+
+
+@dataclass
+class Suite:
+    """Runs commands within the suite's budget and prints figures."""
+
+    common: dict[str, Any]
+    budget_s: float
+    list_only: bool
+    # The CPU smoke test: figures are printed with their targets but not judged.
+    smoke: bool = False
+    started: float = field(default_factory=time.monotonic)
+    figures: list[dict[str, Any]] = field(default_factory=list)
+
+    def remaining_s(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def run(self, argv: list[str], allowance_s: float) -> Run | None:
+        """Runs `argv` for at most `allowance_s` (less when the budget has less left); None
+        when the budget cannot give it at least half its allowance (then it is not started).
+        Each command runs in its own session (process group); a stop sends the group
+        SIGTERM, then SIGKILL after STOP_GRACE_S, so it ends the whole tree (torchrun ends its
+        workers on SIGTERM; the local launcher's ranks die with the launcher)."""
+        if self.list_only:
+            print(shlex.join(["python", *argv[1:]]))
+            return None
+        limit = min(allowance_s, self.remaining_s() - STOP_GRACE_S)
+        if limit < allowance_s / 2:
+            return None
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = proc.communicate(timeout=limit)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                output, _ = proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                output, _ = proc.communicate()
+            code = None
+        return Run(argv, code, output, time.monotonic() - t0)
+
+    def figure(
+        self,
+        check: str,
+        name: str,
+        value: Any,
+        *,
+        unit: str | None = None,
+        target: str | None = None,
+        met: bool | None = None,
+        run: Run | None = None,
+        **extra: Any,
+    ) -> None:
+        if self.list_only:
+            return
+        line = {
+            "suite": "gpu",
+            "check": check,
+            "figure": name,
+            "value": value,
+            "unit": unit,
+            "target": target,
+            "met": None if self.smoke else met,
+            **self.common,
+            "elapsed_s": round(run.elapsed_s, 1) if run else None,
+            **extra,
+        }
+        self.figures.append(line)
+        print(json.dumps(line), flush=True)
+
+    def not_done(
+        self, check: str, run: Run | None, argv: list[str], *, exit_codes: tuple[int, ...] = (0,)
+    ) -> bool:
+        """One figure for a command that did not run, did not finish, or ended with an exit
+        code outside `exit_codes`; True if so (and always when only listing commands)."""
+        if self.list_only:
+            return True
+        command = shlex.join(argv)
+        if run is None:
+            reason = "not started: the suite's budget was spent"
+        elif run.returncode is None:
+            reason = "stopped at its time allowance"
+        elif run.returncode not in exit_codes:
+            tail = run.output.strip().splitlines()[-1:] or [""]
+            reason = f"exit code {run.returncode}: {tail[0][:300]}"
+        else:
+            return False
+        # Not started is not a failure (the budget ran out first): listed, not judged.
+        met = None if run is None else False
+        self.figure(check, "completed", False, met=met, reason=reason, run=run, command=command)
+        return True
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the suite runs: a GPU host, or the CPU smoke test (tiny preset, few steps)."""
+
+    gpus: int
+    cpu: bool
+
+    def preset(self, preset: str) -> str:
+        return "tiny" if self.cpu else preset
+
+    def throughput(self, preset: str, *args: str, warmup: int = 5, steps: int = 10) -> list[str]:
+        argv = [PYTHON, THROUGHPUT, "--preset", self.preset(preset)]
+        argv += [
+            "--warmup",
+            str(1 if self.cpu else warmup),
+            "--steps",
+            str(2 if self.cpu else steps),
+        ]
+        return argv + (["--allow-cpu", *self._tiny(args)] if self.cpu else list(args))
+
+    @staticmethod
+    def _tiny(args: tuple[str, ...]) -> list[str]:
+        # The tiny model keeps its own shape; the other settings are measured as given.
+        kept: list[str] = []
+        for flag, value in zip(args[::2], args[1::2], strict=True):
+            if not value.startswith("model."):
+                kept += [flag, value]
+        return kept
+
+
+def _throughput_1b(suite: Suite, where: Target) -> None:
+    argv = where.throughput("1b")
+    run = suite.run(argv, 150)
+    if suite.not_done("throughput_1b", run, argv):
+        return
+    assert run is not None
+    out = run.json_line() or {}
+    mfu = out.get("mfu")
+    suite.figure(
+        "throughput_1b",
+        "mfu",
+        mfu,
+        target=f">= {TARGET_MFU} (1b as shipped, standard FLOP count)",
+        met=None if mfu is None else mfu >= TARGET_MFU,
+        run=run,
+        command=out.get("command"),
+    )
+    suite.figure("throughput_1b", "tokens_per_s_per_gpu", out.get("tokens_per_s_per_gpu"), run=run)
+    suite.figure(
+        "throughput_1b",
+        "max_memory_reserved_gb",
+        out.get("max_memory_reserved_gb"),
+        unit="GB",
+        run=run,
+    )
+
+
+def _checkpoint_cost(suite: Suite, where: Target) -> None:
+    argv = [PYTHON, "benchmarks/training_checkpoint_gpu.py", "--preset", where.preset("1b")]
+    argv += ["--checkpoints", "3", "--sync-repeats", "1"]
+    if where.cpu:
+        argv += ["--allow-cpu", "--every", "3", "--warmup", "1", "--baseline", "3"]
+    run = suite.run(argv, 150)
+    if suite.not_done("checkpoint_cost", run, argv):
+        return
+    assert run is not None
+    out = run.json_line() or {}
+    committed, attempted = out.get("checkpoints_committed"), out.get("checkpoints_attempted")
+    suite.figure(
+        "checkpoint_cost",
+        "async_checkpoints_committed",
+        f"{committed}/{attempted}",
+        target="every async checkpoint committed",
+        met=committed == attempted and out.get("checkpoints_failed") == 0,
+        run=run,
+    )
+    ratio = out.get("blocking_ratio")
+    suite.figure(
+        "checkpoint_cost",
+        "blocking_ratio",
+        ratio,
+        target=f"<= {TARGET_RATIO} of a synchronous save",
+        met=None if ratio is None else ratio <= TARGET_RATIO,
+        run=run,
+        sync_save_s=out.get("sync_save_s"),
+        steady_checkpoint_extra_s=out.get("steady_checkpoint_extra_s"),
+    )
+    first = out.get("first_checkpoint_extra_steps")
+    suite.figure(
+        "checkpoint_cost",
+        "first_checkpoint_extra_steps",
+        first,
+        unit="steps",
+        target=f"<= {TARGET_FIRST_STEPS}",
+        met=None if first is None else first <= TARGET_FIRST_STEPS,
+        run=run,
+    )
+
+
+def _checkpoint_test(suite: Suite, where: Target) -> None:
+    argv = [PYTHON, "-m", "pytest", "tests/training/test_gpu_checkpoint.py", "-q"]
+    argv += ["-p", "no:cacheprovider"]
+    run = suite.run(argv, 200)
+    # pytest: 0 all passed, 1 some failed (counted below); anything else did not run them.
+    if suite.not_done("gpu_checkpoint_test", run, argv, exit_codes=(0, 1)):
+        return
+    assert run is not None
+    counts = {
+        kind: int(m.group(1)) if (m := re.search(rf"(\d+) {kind}", run.output)) else 0
+        for kind in ("passed", "failed", "skipped", "error")
+    }
+    suite.figure(
+        "gpu_checkpoint_test",
+        "tests_passed",
+        counts["passed"],
+        target="all pass (async checkpoints commit; a killed run resumes bit for bit)",
+        met=None
+        if where.cpu
+        else counts["passed"] > 0 and counts["failed"] == counts["error"] == 0,
+        run=run,
+        failed=counts["failed"],
+        skipped=counts["skipped"],
+        errors=counts["error"],
+    )
+
+
+def _memory_8b_four_layers(suite: Suite, where: Target) -> None:
+    """8b's width, heads, vocabulary and sequence with 4 of its 32 layers on one GPU, with no
+    layer and with every layer checkpointed, against benchmarks/memory_plan.py."""
+    from benchmarks.memory_plan import GB, totals
+    from training.config import build_config
+
+    sets = ["--set", "model.n_layers=4"]
+    plan_cfg = build_config(where.preset("8b"), [] if where.cpu else ["model.n_layers=4"])
+    choices = ["none", "all"]
+    plan = dict(zip(choices, (t / GB for t in totals(plan_cfg, 1, choices)), strict=True))
+    measured: dict[str, float | None] = {}
+    for choice in choices:
+        check = f"memory_8b_4_layers_{choice}"
+        argv = where.throughput(
+            "8b", *sets, "--set", f"parallel.activation_checkpoint={choice}", warmup=2, steps=3
+        )
+        run = suite.run(argv, 90)
+        if suite.not_done(check, run, argv):
+            continue
+        assert run is not None
+        allocated = (run.json_line() or {}).get("max_memory_allocated_gb")
+        measured[choice] = allocated
+        suite.figure(
+            check,
+            "max_memory_allocated_gb",
+            allocated,
+            unit="GB",
+            target=f"<= {plan[choice]:.1f} (the plan's estimate)",
+            met=None if allocated is None else allocated <= plan[choice],
+            run=run,
+            max_memory_reserved_gb=(run.json_line() or {}).get("max_memory_reserved_gb"),
+        )
+    planned = plan["none"] - plan["all"]
+    none, every = measured.get("none"), measured.get("all")
+    saving = None if none is None or every is None else round(none - every, 2)
+    suite.figure(
+        "memory_8b_4_layers",
+        "activation_checkpointing_saving_gb",
+        saving,
+        unit="GB",
+        target=f"{planned:.2f} +/- {MEMORY_SAVING_TOLERANCE:.0%} (the plan's none - all)",
+        met=None if saving is None else abs(saving - planned) <= MEMORY_SAVING_TOLERANCE * planned,
+    )
+
+
+# The measured 1b settings benchmarks/README.md compares (the preset's choice is the first
+# check): name, then the flags.
+VARIANTS_1B: list[tuple[str, list[str]]] = [
+    ("1b_8_passes", ["--passes", "8"]),
+    ("1b_plain_loss", ["--set", "training.loss_chunk_tokens=0"]),
+    (
+        "1b_mb8_every2",
+        ["--micro-batch", "8", "--set", "parallel.activation_checkpoint=every:2"],
+    ),
+    (
+        "1b_mb2_all_plain_loss",
+        [
+            "--micro-batch",
+            "2",
+            "--set",
+            "parallel.activation_checkpoint=all",
+            "--set",
+            "training.loss_chunk_tokens=0",
+        ],
+    ),
+]
+# 8b's activation-checkpointing choices on 8 GPUs (one node): the preset's every:2 first.
+VARIANTS_8B = ["every:2", "all", "first:24"]
+
+
+def _throughput_figures(suite: Suite, check: str, run: Run) -> None:
+    out = run.json_line() or {}
+    suite.figure(check, "mfu", out.get("mfu"), run=run, command=out.get("command"))
+    suite.figure(check, "tokens_per_s_per_gpu", out.get("tokens_per_s_per_gpu"), run=run)
+    suite.figure(
+        check, "max_memory_reserved_gb", out.get("max_memory_reserved_gb"), unit="GB", run=run
+    )
+
+
+def _variants_1b(suite: Suite, where: Target) -> None:
+    for name, flags in VARIANTS_1B:
+        argv = where.throughput("1b", *flags, warmup=3, steps=5)
+        run = suite.run(argv, 90)
+        if not suite.not_done(name, run, argv):
+            assert run is not None
+            _throughput_figures(suite, name, run)
+
+
+def _torchrun(nproc: int, argv: list[str]) -> list[str]:
+    """`argv` (a benchmark script under this Python) under torchrun with `nproc` ranks."""
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone"]
+    return [*launcher, "--nproc_per_node", str(nproc), *argv[1:]]
+
+
+def _tensor_parallel(suite: Suite, where: Target) -> None:
+    """1b with tensor parallelism over the node's GPUs (the largest of 2, 4, 8 they hold)."""
+    degrees = [d for d in (2, 4, 8) if d <= where.gpus]
+    if not degrees and not suite.list_only:
+        suite.figure(
+            "tensor_parallel_1b",
+            "completed",
+            None,
+            skipped=f"needs 2 or more GPUs on the node, found {where.gpus}",
+        )
+        return
+    tp = degrees[-1] if degrees else 2
+    flags = ["--set", f"parallel.tp={tp}"]
+    argv = _torchrun(
+        tp * (max(where.gpus, tp) // tp), where.throughput("1b", *flags, warmup=3, steps=5)
+    )
+    run = suite.run(argv, 120)
+    if not suite.not_done("tensor_parallel_1b", run, argv):
+        assert run is not None
+        _throughput_figures(suite, "tensor_parallel_1b", run)
+
+
+def _node_8b(suite: Suite, where: Target) -> None:
+    if where.gpus < 8 and not suite.list_only:
+        suite.figure(
+            "throughput_8b_node",
+            "completed",
+            None,
+            skipped=f"needs 8 GPUs on the node, found {where.gpus}",
+        )
+        return
+    for choice in VARIANTS_8B:
+        check = f"throughput_8b_{choice.replace(':', '')}"
+        flags = ["--set", f"parallel.activation_checkpoint={choice}"]
+        argv = _torchrun(8, where.throughput("8b", *flags, warmup=2, steps=4))
+        run = suite.run(argv, 150)
+        if not suite.not_done(check, run, argv):
+            assert run is not None
+            _throughput_figures(suite, check, run)
+
+
+CHECKS: list[Callable[[Suite, Target], None]] = [
+    _throughput_1b,
+    _checkpoint_cost,
+    _checkpoint_test,
+    _memory_8b_four_layers,
+    _tensor_parallel,
+    _variants_1b,
+    _node_8b,
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--list", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--allow-cpu", action="store_true", help="smoke-test the suite on CPU")
+    ap.add_argument("--budget-s", type=float, default=SUITE_BUDGET_S)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not (args.allow_cpu or args.list):
+        sys.stderr.write(
+            "error: the GPU suite needs a CUDA GPU and this machine has none visible "
+            "(torch.cuda.is_available() is False); run `make gpu-suite` on a GPU host\n"
+        )
+        return 2
+    gpus = torch.cuda.device_count() if cuda else 0
+    where = Target(gpus=8 if args.list else gpus, cpu=not cuda and not args.list)
+    suite = Suite(
+        common={
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "gpus": gpus,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+        budget_s=args.budget_s,
+        list_only=args.list,
+        smoke=where.cpu,
+    )
+    for check in CHECKS:
+        check(suite, where)
+    if args.list:
+        return 0
+    judged = [f for f in suite.figures if f["met"] is not None]
+    missed = [f"{f['check']}.{f['figure']}" for f in judged if not f["met"]]
+    not_run = [f["check"] for f in suite.figures if f.get("reason", "").startswith("not started")]
+    print(
+        json.dumps(
+            {
+                "suite": "gpu",
+                "figure": "summary",
+                "value": f"{len(judged) - len(missed)}/{len(judged)} targets met",
+                "missed": missed,
+                "not_run": not_run,
+                "budget_s": args.budget_s,
+                **suite.common,
+                "elapsed_s": round(time.monotonic() - suite.started, 1),
+            }
+        )
+    )
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

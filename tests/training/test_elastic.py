@@ -1,0 +1,136 @@
+"""Elastic resize end to end on CPU (gloo): 4 ranks train, a scaling event (SIGUSR1, as
+HyperPod's elastic agent sends it) stops them with a checkpoint, 2 ranks resume, another event,
+4 ranks resume and finish. Each launch is one world size, as the training operator restarts
+the job's workers at a new size.
+
+Checked against a run at a fixed size of 4 ranks: no sample is read twice or skipped (the
+ranks' sample traces cover the job's sample positions exactly once), the global batch stays
+8 with the per-rank share and accumulation adjusted, each resize is logged once, and the
+losses stay within LOSS_TOL (fp32: at 2 ranks each gradient is accumulated over two passes
+and reduced over fewer ranks, so sums run in another order; the step line has 4 decimals).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.training import loglines
+from tests.training.conftest import LaunchResult, launch, read_sample_trace, step_losses
+from training.data import SAMPLE_TRACE_ENV
+from training.metrics import CKPT_FMT, RESIZE_FMT
+
+pytestmark = pytest.mark.slow
+
+LOSS_TOL = 2e-3
+STEPS = 24
+BATCH = 8
+# Two sequences per pass: 4 ranks run one pass of 2, 2 ranks two passes of 2.
+OVERRIDES = ["training.cpu_threads=1", "training.micro_batch_size=2"]
+RESIZE = loglines.line_pattern(RESIZE_FMT)
+
+
+def _ok(r: LaunchResult) -> None:
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def fixed_size(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
+    r = launch(tmp_path_factory.mktemp("fixed"), steps=STEPS, nproc=4, overrides=OVERRIDES)
+    _ok(r)
+    return r
+
+
+@dataclass(frozen=True)
+class Resized:
+    runs: list[LaunchResult]
+    # Each launch's summary.json as it left it (the next launch rewrites the file).
+    summaries: list[dict[str, Any]]
+    trace: Path
+
+
+@pytest.fixture(scope="module")
+def resized(tmp_path_factory: pytest.TempPathFactory) -> Resized:
+    """4 ranks to step 8, 2 ranks to step 16, 4 ranks to the end; a scaling event ends each
+    of the first two."""
+    out = tmp_path_factory.mktemp("elastic")
+    trace = out / "samples"
+    runs: list[LaunchResult] = []
+    summaries: list[dict[str, Any]] = []
+    for nproc, event in ((4, 8), (2, 16), (4, None)):
+        extra = ["--scale-event-at-step", str(event)] if event else []
+        r = launch(
+            out / "run",
+            *extra,
+            steps=STEPS,
+            nproc=nproc,
+            overrides=OVERRIDES,
+            env={SAMPLE_TRACE_ENV: str(trace)},
+            timeout=240,
+        )
+        _ok(r)
+        runs.append(r)
+        summaries.append(r.summary)
+    return Resized(runs, summaries, trace)
+
+
+def test_a_scaling_event_saves_and_exits_cleanly_on_every_rank(resized: Resized) -> None:
+    runs, summaries = resized.runs, resized.summaries
+    for r, summary, (nproc, stop) in zip(runs, summaries, ((4, 8), (2, 16)), strict=False):
+        assert summary["launcher"]["attempts"][0]["exit_codes"] == [0] * nproc
+        # Only rank 0 got the signal: the step's stop flag carried it to the others.
+        assert max(step_losses(r)) == stop
+        assert summary["exit_reason"] == "scale_event" and summary["steps"] == stop
+        saved = loglines.line_pattern(CKPT_FMT, step=str(stop), tier="durable")
+        assert [c["status"] for c in loglines.find(saved, r.stdout)] == ["started", "committed"]
+    assert summaries[2]["exit_reason"] == "completed" and summaries[2]["steps"] == STEPS
+    assert summaries[2]["restarts"] == 2  # the job's: two resizes
+
+
+def test_each_resize_is_logged_once_with_the_same_global_batch(resized: Resized) -> None:
+    runs = resized.runs
+    assert loglines.find(RESIZE, runs[0].stdout) == []
+    expected = [
+        ("4", "2", "4", "2", "8", "64", "2x2"),
+        ("2", "4", "2", "4", "16", "128", "2x1"),
+    ]
+    for r, want in zip(runs[1:], expected, strict=True):
+        lines = loglines.find(RESIZE, r.stdout)
+        assert len(lines) == 1, r.stdout[-3000:]
+        (line,) = lines
+        assert line["batch"] == str(BATCH)
+        fields = ("old_world", "world", "old_dp", "dp", "step", "position")
+        got = (*(line[k] for k in fields), f"{line['micro']}x{line['passes']}")
+        assert got == want
+    starts = loglines.find(loglines.START, "".join(r.stdout for r in runs))
+    assert {s["batch"] for s in starts} == {str(BATCH)}
+
+
+def test_no_sample_is_repeated_or_skipped(resized: Resized) -> None:
+    reads = read_sample_trace(resized.trace)
+    # One record per rank and step: 4 x 8 + 2 x 8 + 4 x 8.
+    assert len(reads) == 4 * 8 + 2 * 8 + 4 * 8
+    every = sorted(i for r in reads for i in r["indices"])
+    assert every == list(range(STEPS * BATCH))
+    # Each step's ranks read exactly the global batch at the job's position, each rank its
+    # data-parallel share, whatever the world size.
+    for r in reads:
+        share = BATCH // r["world"]
+        start = r["position"] + r["dp_rank"] * share
+        assert r["indices"] == list(range(start, start + share)), r
+
+
+def test_the_loss_curve_follows_the_fixed_size_run(
+    resized: Resized, fixed_size: LaunchResult
+) -> None:
+    want = step_losses(fixed_size)
+    got: dict[int, float] = {}
+    for r in resized.runs:
+        got.update(step_losses(r))
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step, loss in want.items():
+        assert got[step] == pytest.approx(loss, abs=LOSS_TOL), step
+    assert got[STEPS] < got[1]

@@ -1,0 +1,138 @@
+"""benchmarks/gpu_suite.py: refuses without a GPU in one line, lists the commands the
+benchmarks README shows, and runs its whole harness on CPU (the tiny preset) with a figure
+line per check that says where it was measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "benchmarks" / "README.md"
+
+
+def _suite(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_suite", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_without_a_gpu_it_refuses_in_one_line_naming_it() -> None:
+    # No GPU visible, whatever the machine has: the suite must not start anything.
+    result = _suite(env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: the GPU suite needs a CUDA GPU and this machine has none visible "
+        "(torch.cuda.is_available() is False); run `make gpu-suite` on a GPU host"
+    ]
+
+
+def test_the_readme_lists_the_commands_the_suite_runs() -> None:
+    result = _suite("--list")
+    assert result.returncode == 0, result.stderr
+    block = re.search(
+        r"<!-- gpu-suite-commands -->\n```\n(.*?)\n```\n<!-- /gpu-suite-commands -->",
+        README.read_text(),
+        flags=re.DOTALL,
+    )
+    assert block, "benchmarks/README.md has no gpu-suite-commands block"
+    assert block.group(1).splitlines() == result.stdout.strip().splitlines()
+    # Every GPU check the project has is among them.
+    commands = result.stdout
+    assert "benchmarks/training_throughput.py --preset 1b --warmup 5 --steps 10\n" in commands
+    assert "benchmarks/training_checkpoint_gpu.py --preset 1b" in commands
+    assert "-m pytest tests/training/test_gpu_checkpoint.py" in commands
+    for choice in ("none", "all"):
+        assert (
+            "--preset 8b --warmup 2 --steps 3 --set model.n_layers=4 "
+            f"--set parallel.activation_checkpoint={choice}\n"
+        ) in commands
+    assert "--nproc_per_node 8 benchmarks/training_throughput.py --preset 1b" in commands
+    assert "--set parallel.tp=8\n" in commands
+
+
+@pytest.mark.slow
+def test_the_whole_harness_runs_on_cpu() -> None:
+    result = _suite("--allow-cpu")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines: list[dict[str, Any]] = [json.loads(ln) for ln in result.stdout.splitlines()]
+    *figures, summary = lines
+    for f in figures:
+        assert f["suite"] == "gpu" and f["device"] == "cpu" and f["gpus"] == 0
+        assert f["torch"] == torch.__version__ and f["met"] is None  # not judged on CPU
+        assert f.get("reason") is None, f  # every check ran to the end
+    checks = {f["check"] for f in figures}
+    assert {
+        "throughput_1b",
+        "checkpoint_cost",
+        "gpu_checkpoint_test",
+        "memory_8b_4_layers_none",
+        "memory_8b_4_layers_all",
+        "memory_8b_4_layers",
+        "tensor_parallel_1b",
+        "throughput_8b_node",
+    } <= checks
+    by_name = {(f["check"], f["figure"]): f for f in figures}
+    assert by_name[("checkpoint_cost", "async_checkpoints_committed")]["value"] == "4/4"
+    assert by_name[("throughput_1b", "mfu")]["target"].startswith(">= 0.5 (1b as shipped")
+    assert by_name[("throughput_1b", "tokens_per_s_per_gpu")]["value"] > 0
+    assert by_name[("tensor_parallel_1b", "completed")]["skipped"] == (
+        "needs 2 or more GPUs on the node, found 0"
+    )
+    assert summary["figure"] == "summary"
+    assert summary["missed"] == [] and summary["not_run"] == []
+
+
+def test_a_budget_too_small_starts_nothing_and_says_so() -> None:
+    # No check gets half its time allowance from a 1-second budget: none starts, each says
+    # why, and the summary lists them as not run.
+    result = _suite("--allow-cpu", "--budget-s", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    *figures, summary = [json.loads(ln) for ln in result.stdout.splitlines()]
+    not_started = [f for f in figures if f.get("reason")]
+    assert {f["reason"] for f in not_started} == {"not started: the suite's budget was spent"}
+    assert summary["missed"] == []
+    assert summary["not_run"] == [f["check"] for f in not_started]
+    assert "throughput_1b" in summary["not_run"] and "gpu_checkpoint_test" in summary["not_run"]
+
+
+def test_a_command_past_its_allowance_is_stopped_with_its_children(tmp_path: Path) -> None:
+    from benchmarks.gpu_suite import STOP_GRACE_S, Suite
+
+    pid_file = tmp_path / "child.pid"
+    # A parent that starts a long-lived child and waits: both must be gone after the stop.
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)"
+    )
+    suite = Suite(common={}, budget_s=STOP_GRACE_S + 60, list_only=False)
+    run = suite.run([sys.executable, "-c", script], allowance_s=3)
+    assert run is not None and run.returncode is None  # stopped, not finished
+    assert run.elapsed_s < 3 + STOP_GRACE_S
+    assert _gone(int(pid_file.read_text()))
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended: no such process, or a zombie nobody has reaped yet (its parent
+    was killed first)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
