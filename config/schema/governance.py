@@ -9,6 +9,7 @@ the namespace hyperpod-ns-<team>), sharing strategies Lend, DontLend and LendAnd
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Annotated, Literal
@@ -25,7 +26,7 @@ from config.kubernetes import (
     priority_class,
 )
 from config.model import Strict
-from config.schema.base import unique
+from config.schema.base import PARTITION, unique
 from config.schema.hyperpod import InstanceGroupConfig
 from config.team_groups import team_gids
 
@@ -100,6 +101,9 @@ class QuotaConfig(Strict):
         return self
 
 
+_PRINCIPAL_ARN = re.compile(rf"^arn:{PARTITION}:iam::\d{{12}}:(role|user)/[\w+=,.@/-]{{1,512}}$")
+
+
 class TeamConfig(Strict):
     name: GovernanceName
     quotas: list[QuotaConfig] = Field(min_length=1, max_length=MAX_QUOTA_RESOURCES)
@@ -120,6 +124,23 @@ class TeamConfig(Strict):
         "lower-priority tasks running on it.",
     )
     fair_share_weight: int = Field(default=0, ge=0, le=100)
+    access_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM roles or users that get AmazonEKSEditPolicy in the team's namespace "
+        "only (EKS access entries scoped to the namespace). Empty: only cluster admins.",
+    )
+
+    @field_validator("access_principal_arns")
+    @classmethod
+    def _principal_arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not _PRINCIPAL_ARN.match(arn):
+                raise ValueError(
+                    f"{arn!r} is not an IAM role or user ARN "
+                    "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
+                )
+        unique(value, "principal")
+        return value
 
     @field_validator("name")
     @classmethod

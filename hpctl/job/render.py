@@ -15,6 +15,7 @@ import yaml
 
 from config.kubernetes import (
     EFA_RESOURCE,
+    ELASTIC_AGENT_PORT,
     FSX_MOUNT,
     GPU_RESOURCE,
     INSTANCE_GROUP_LABEL,
@@ -45,7 +46,7 @@ from training.config import AUTO_STORAGE, tier_key
 API_VERSION = "sagemaker.amazonaws.com/v1"
 KIND = "HyperPodPyTorchJob"
 
-AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
+AGENT_PORT = ELASTIC_AGENT_PORT  # the operator talks to the elastic agent on this port
 # The elastic agent only monitors logs that torchrun writes to files, so workers must tee.
 AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads it
 TRAINER_MODULE = "training.train"
