@@ -53,6 +53,11 @@ class EnvironmentConfig(Strict):
         description="Keep FSx, buckets and the cluster when the stack is deleted. Required in prod."
     )
     tags: dict[str, str] = Field(default_factory=dict)
+    require_image_digest: bool = Field(
+        default=False,
+        description="`hpctl job render` accepts only a training image named by digest "
+        "(REPOSITORY@sha256:...): every pod of every job runs exactly the reviewed image.",
+    )
     network: NetworkConfig
     storage: StorageConfig
     eks: EksConfig
