@@ -103,6 +103,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         scope,
         **stack_props("storage"),
         storage=config.storage,
+        role_prefix=names.stack_prefix,
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
         removal_policy=removal_policy,

@@ -9,7 +9,6 @@ the namespace hyperpod-ns-<team>), sharing strategies Lend, DontLend and LendAnd
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Annotated, Literal
@@ -26,7 +25,7 @@ from config.kubernetes import (
     priority_class,
 )
 from config.model import Strict
-from config.schema.base import PARTITION, unique
+from config.schema.base import principal_arns, unique
 from config.schema.hyperpod import InstanceGroupConfig
 from config.team_groups import team_gids
 
@@ -101,9 +100,6 @@ class QuotaConfig(Strict):
         return self
 
 
-_PRINCIPAL_ARN = re.compile(rf"^arn:{PARTITION}:iam::\d{{12}}:(role|user)/[\w+=,.@/-]{{1,512}}$")
-
-
 class TeamConfig(Strict):
     name: GovernanceName
     quotas: list[QuotaConfig] = Field(min_length=1, max_length=MAX_QUOTA_RESOURCES)
@@ -133,14 +129,7 @@ class TeamConfig(Strict):
     @field_validator("access_principal_arns")
     @classmethod
     def _principal_arns(cls, value: list[str]) -> list[str]:
-        for arn in value:
-            if not _PRINCIPAL_ARN.match(arn):
-                raise ValueError(
-                    f"{arn!r} is not an IAM role or user ARN "
-                    "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
-                )
-        unique(value, "principal")
-        return value
+        return principal_arns(value)
 
     @field_validator("name")
     @classmethod
