@@ -84,8 +84,15 @@ class Addon:
 # plan (config/capacity.py) sizes the cluster subnets as one address per ENI slot: pods get
 # secondary IPs on that ENI. Prefix delegation would take /28 blocks instead, which breaks
 # the plan's arithmetic and fragments the subnets, so it is pinned off rather than left to
-# a default. Nothing else departs from the add-on defaults, which is what HyperPod expects.
-VPC_CNI_CONFIGURATION: Mapping[str, Any] = {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
+# a default. Network policy is on: the network policy agent enforces the team namespaces'
+# NetworkPolicies (platform_constructs/team_network.py); the add-on's `enableNetworkPolicy`
+# value ("Restrict Pod network traffic with Kubernetes network policies", EKS User Guide:
+# VPC CNI 1.14 or later, below this table's minimum). Nothing else departs from the
+# add-on defaults, which is what HyperPod expects.
+VPC_CNI_CONFIGURATION: Mapping[str, Any] = {
+    "enableNetworkPolicy": "true",
+    "env": {"ENABLE_PREFIX_DELEGATION": "false"},
+}
 
 # The add-ons' names, for the table below and the code that refers to one (kube-proxy's build
 # must match the cluster's minor; the node model counts their pods).

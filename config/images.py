@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 HEALTH_MONITORING_AGENT = "health-monitoring-agent"
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"
@@ -63,6 +64,61 @@ NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.19.16
 # Official Image, as ECR Public mirrors it.
 TEAM_DIRECTORIES_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
+
+@dataclass(frozen=True)
+class PinnedImage:
+    """An image by repository, the tag people read, and the digest that pins it: what the
+    registry served for the tag when it was reviewed (`hpctl preflight` checks it is still
+    served, and prints the digest of an image recorded without one)."""
+
+    repository: str  # [registry/]path, as a reference writes it
+    tag: str
+    digest: str | None = None  # sha256:<64 hex>
+
+    @property
+    def reference(self) -> str:
+        by_tag = f"{self.repository}:{self.tag}"
+        return f"{by_tag}@{self.digest}" if self.digest else by_tag
+
+
+# The training image's base (training/Dockerfile FROM names exactly this reference): the
+# official PyTorch 2.11.0 / CUDA 12.8 runtime image, its multi-platform index digest.
+TRAINING_BASE = "training-base"
+TRAINING_BASE_IMAGE = PinnedImage(
+    repository="pytorch/pytorch",
+    tag="2.11.0-cuda12.8-cudnn9-runtime",
+    digest="sha256:eee11b3b3872a8c838e35ef48f08b2d5def2080902c7f666831310ca1a0ef2be",
+)
+
+
+def platform_images(region: str) -> dict[str, PinnedImage]:
+    """Every image the platform runs or builds from, for `region`: the one table of image
+    pins (`pinned_images` gives the references the manifests use)."""
+    images = {
+        NVIDIA_DEVICE_PLUGIN: _split(NVIDIA_DEVICE_PLUGIN_IMAGE),
+        NEURON_DEVICE_PLUGIN: _split(NEURON_DEVICE_PLUGIN_IMAGE),
+        TEAM_DIRECTORIES: _split(TEAM_DIRECTORIES_IMAGE),
+        TRAINING_BASE: TRAINING_BASE_IMAGE,
+    }
+    account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
+    if account is not None:
+        images[HEALTH_MONITORING_AGENT] = PinnedImage(
+            f"{account}.dkr.ecr.{region}.amazonaws.com/hyperpod-health-monitoring-agent",
+            HEALTH_MONITORING_AGENT_TAG,
+        )
+        images[EFA_DEVICE_PLUGIN] = PinnedImage(
+            f"{EKS_IMAGE_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/eks/aws-efa-k8s-device-plugin",
+            EFA_DEVICE_PLUGIN_TAG,
+        )
+    return images
+
+
+def _split(reference: str) -> PinnedImage:
+    by_tag, _, digest = reference.partition("@")
+    repository, _, tag = by_tag.rpartition(":")
+    return PinnedImage(repository, tag, digest or None)
+
+
 # A private ECR registry: <12-digit account>.dkr.ecr.<region>.<partition's domain>/...
 _PRIVATE_ECR = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\."
@@ -71,24 +127,13 @@ _PRIVATE_ECR = re.compile(
 
 
 def pinned_images(region: str) -> dict[str, str]:
-    """Default image per component for `region` (components without a regional image for
-    `region` are absent: they need an override)."""
-    images = {
-        NVIDIA_DEVICE_PLUGIN: NVIDIA_DEVICE_PLUGIN_IMAGE,
-        NEURON_DEVICE_PLUGIN: NEURON_DEVICE_PLUGIN_IMAGE,
-        TEAM_DIRECTORIES: TEAM_DIRECTORIES_IMAGE,
+    """Default image reference per cluster component for `region` (components without a
+    regional image for `region` are absent: they need an override)."""
+    return {
+        name: image.reference
+        for name, image in platform_images(region).items()
+        if name in COMPONENTS
     }
-    account = HEALTH_MONITORING_AGENT_ACCOUNTS.get(region)
-    if account is not None:
-        images[HEALTH_MONITORING_AGENT] = (
-            f"{account}.dkr.ecr.{region}.amazonaws.com/"
-            f"hyperpod-health-monitoring-agent:{HEALTH_MONITORING_AGENT_TAG}"
-        )
-        images[EFA_DEVICE_PLUGIN] = (
-            f"{EKS_IMAGE_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
-            f"eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
-        )
-    return images
 
 
 def _domain(region: str) -> str:

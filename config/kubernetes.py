@@ -91,6 +91,9 @@ METRICS_LABEL_VALUE: Final = "trainer"
 TRAINING_JOB_LABEL: Final = f"{PLATFORM_LABEL_DOMAIN}/training-job"
 # A container port name (IANA service name: at most 15 lowercase letters, digits and '-').
 METRICS_PORT_NAME: Final = "metrics"
+# The elastic agent's HTTP server in every training pod (`hyperpodrun --server-port`): the
+# training operator talks to it there, so team NetworkPolicies admit the operator to it.
+ELASTIC_AGENT_PORT: Final = 8080
 # Unprivileged and clear of the elastic agent's 8080; pods have their own network namespace,
 # so it cannot collide with a node's exporters.
 METRICS_PORT: Final = 9410

@@ -70,6 +70,26 @@ class PinnedAddon(Construct):
         )
 
 
+def pod_identity_conditions(
+    scope: Construct, cluster_name: str, service_account: ServiceAccount
+) -> dict[str, Any]:
+    """Trust conditions of a Pod Identity role: this account, this cluster, and the session
+    tags EKS sets from the pod (its namespace and service account)."""
+    stack = cdk.Stack.of(scope)
+    return {
+        "StringEquals": {
+            "aws:SourceAccount": stack.account,
+            "aws:RequestTag/kubernetes-namespace": service_account.namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account.name,
+        },
+        "ArnEquals": {
+            "aws:SourceArn": stack.format_arn(
+                service="eks", resource="cluster", resource_name=cluster_name
+            )
+        },
+    }
+
+
 class PodIdentity(Construct):
     """An IAM role for one Kubernetes service account, with its EKS Pod Identity association.
 
@@ -93,8 +113,13 @@ class PodIdentity(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            # EKS Pod Identity assumes the role and tags the session with the pod's identity.
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            # EKS Pod Identity assumes the role and tags the session with the pod's identity;
+            # the trust accepts only this cluster's pods of this service account (the session
+            # tags and source conditions of the EKS User Guide's "Create an IAM role with a
+            # trust policy for EKS Pod Identity").
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com")
+            .with_conditions(pod_identity_conditions(self, cluster_name, service_account))
+            .with_session_tags(),
             description=description,
             inline_policies={"Permissions": iam.PolicyDocument(statements=list(statements))},
         )

@@ -22,11 +22,17 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct, IConstruct
 
+from config.kubernetes import PLATFORM_LABEL_DOMAIN
 from platform_constructs.cfn_lint import ignore_redundant_role_dependency
 from platform_constructs.nag import acknowledge, acknowledge_resource
 
 ON_CREATE = "on_create.sh"
 CONFIG_FILE = "lifecycle_config.json"
+# The tag that marks the deployment's role, the one principal the bucket lets change the
+# prefix (a role tag, so the bucket's stack needs no reference to the role's).
+WRITER_TAG = f"{PLATFORM_LABEL_DOMAIN}/lifecycle-writer"
+# Every way to change or remove an object under the prefix.
+WRITE_ACTIONS = ("s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +102,24 @@ class LifecycleScripts(Construct):
             retain_on_delete=True,
         )
         self._acknowledge_handler()
+        self._only_the_deployment_writes(bucket, prefix)
+
+    def _only_the_deployment_writes(self, bucket: s3.IBucket, prefix: str) -> None:
+        """Nodes run whatever is under the prefix as root: the bucket refuses writes there
+        to anyone but the deployment's role (tagged here)."""
+        cdk.Tags.of(self.deployment.handler_role).add(WRITER_TAG, "true")
+        result = bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheDeploymentWritesLifecycleScripts",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=list(WRITE_ACTIONS),
+                resources=[bucket.arn_for_objects(f"{prefix}*")],
+                conditions={"StringNotEquals": {f"aws:PrincipalTag/{WRITER_TAG}": "true"}},
+            )
+        )
+        if not result.statement_added:
+            raise ValueError(f"{bucket.node.path} takes no bucket policy; pass the bucket itself")
 
     @property
     def s3_uri(self) -> str:

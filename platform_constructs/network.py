@@ -60,6 +60,84 @@ AWS_CUSTOM_RESOURCE_HANDLER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 RESTRICT_DEFAULT_SG_PROVIDER_ID = "Custom::VpcRestrictDefaultSGCustomResourceProvider"
 
 
+ECR_ENDPOINTS = ("ecr.api", "ecr.dkr")
+# ECR's pulls (and the token every ECR call needs): open to every registry, since add-on and
+# HyperPod images live in AWS's accounts. Anything else (pushes, deletes, policies) only on
+# this account's repositories: no image leaves the closed network for another account.
+ECR_PULL_ACTIONS = (
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+)
+
+
+def s3_endpoint_statements(partition: str, region: str, account: str) -> list[iam.PolicyStatement]:
+    """The S3 gateway endpoint's policy: any S3 action on this account's buckets; reads of
+    the AWS-owned buckets nodes use: ECR's image layers ("Amazon ECR interface VPC
+    endpoints", the starport layer bucket), Amazon Linux package repositories (AL2023 and
+    AL2 user guides, "S3 gateway endpoint"), and the SSM agent's buckets ("Step 6: Create
+    a VPC endpoint policy", Systems Manager User Guide)."""
+
+    def objects(*buckets: str) -> list[str]:
+        return [f"arn:{partition}:s3:::{bucket}/*" for bucket in buckets]
+
+    anyone = [iam.AnyPrincipal()]
+    return [
+        iam.PolicyStatement(
+            sid="ThisAccountsBuckets",
+            principals=anyone,
+            actions=["s3:*"],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": account}},
+        ),
+        iam.PolicyStatement(
+            sid="EcrImageLayers",
+            principals=anyone,
+            actions=["s3:GetObject"],
+            resources=objects(f"prod-{region}-starport-layer-bucket"),
+        ),
+        iam.PolicyStatement(
+            sid="AmazonLinuxRepositories",
+            principals=anyone,
+            actions=["s3:GetObject"],
+            resources=objects(f"al2023-repos-{region}-de612dc2", f"amazonlinux-2-repos-{region}"),
+        ),
+        iam.PolicyStatement(
+            sid="SsmAgent",
+            principals=anyone,
+            actions=["s3:GetObject"],
+            resources=objects(
+                f"aws-ssm-{region}",
+                f"amazon-ssm-{region}",
+                f"amazon-ssm-packages-{region}",
+                f"{region}-birdwatcher-prod",
+                f"aws-ssm-document-attachments-{region}",
+                f"patch-baseline-snapshot-{region}",
+            ),
+        ),
+    ]
+
+
+def ecr_endpoint_statements(account: str) -> list[iam.PolicyStatement]:
+    anyone = [iam.AnyPrincipal()]
+    return [
+        iam.PolicyStatement(
+            sid="PullFromAnyRegistry",
+            principals=anyone,
+            actions=list(ECR_PULL_ACTIONS),
+            resources=["*"],
+        ),
+        iam.PolicyStatement(
+            sid="EverythingElseInThisAccount",
+            principals=anyone,
+            actions=["ecr:*"],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": account}},
+        ),
+    ]
+
+
 def endpoint_construct_id(service: str) -> str:
     """Construct ID of a service's endpoint (ecr.api -> EcrApiEndpoint): stable and
     readable logical IDs."""
@@ -254,6 +332,8 @@ class ClusterNetwork(Construct):
             for service in interface_endpoints
         }
 
+        self._limit_endpoints(stack)
+
         # One key for this stack's log groups (flow logs, the prefix-list lookup's logs).
         self.log_key = log_key(self, "LogKey", removal_policy=removal_policy)
         self.flow_log_group = self._log_group(
@@ -265,6 +345,23 @@ class ClusterNetwork(Construct):
             resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        # The delivery role trusts VPC Flow Logs for this account's flow logs only (the
+        # confused-deputy conditions of the VPC User Guide's "IAM role for publishing flow
+        # logs to CloudWatch Logs"); set on CDK's own role, which keeps its logical ID.
+        flow_log_role = self.flow_log.iam_role
+        if flow_log_role is None:
+            raise ValueError("the CloudWatch Logs flow log has a delivery role")
+        default_resource(flow_log_role, iam.CfnRole).add_property_override(
+            "AssumeRolePolicyDocument.Statement.0.Condition",
+            {
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {
+                    "aws:SourceArn": stack.format_arn(
+                        service="ec2", resource="vpc-flow-log", resource_name="*"
+                    )
+                },
+            },
         )
 
         self.s3_prefix_list_id = self._s3_prefix_list_id(
@@ -363,6 +460,19 @@ class ClusterNetwork(Construct):
         return subnet
 
     # ----------------------------------------------------------------------- security
+
+    def _limit_endpoints(self, stack: cdk.Stack) -> None:
+        """Endpoint policies: S3 through the gateway reaches this account's buckets and the
+        AWS-owned buckets nodes read (s3_endpoint_statements); images are pushed only to
+        this account's ECR repositories (pulls from AWS's registries stay open)."""
+        for statement in s3_endpoint_statements(stack.partition, stack.region, stack.account):
+            self.s3_gateway_endpoint.add_to_policy(statement)
+        for service in ECR_ENDPOINTS:
+            endpoint = self.interface_endpoints.get(service)
+            if endpoint is None:
+                continue
+            for statement in ecr_endpoint_statements(stack.account):
+                endpoint.add_to_policy(statement)
 
     def _endpoint_security_group(self) -> ec2.SecurityGroup:
         group = ec2.SecurityGroup(

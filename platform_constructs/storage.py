@@ -1,15 +1,16 @@
 """Shared storage: S3 buckets with one secure baseline, and FSx for Lustre linked to the
 data bucket.
 
-Bucket encryption is S3-managed (SSE-S3), deliberately:
-- the data bucket is linked to FSx by a data repository association; with a customer key,
-  FSx's per-file-system service-linked role (created with the association, so it cannot be
-  named in the key policy beforehand) would have to be granted the key, and a mistake there
-  silently breaks auto import/export;
-- server access log buckets must use SSE-S3;
-- checkpoints are written by every node at high rates; SSE-S3 adds no KMS request quota
-  to the checkpoint path and no key grant to coordinate with each role that reads them.
-The customer key (rotation on) encrypts the file system, where the working data lives.
+The data and checkpoint buckets are encrypted with customer keys of their own (SSE-KMS with
+S3 Bucket Keys, so the checkpoint path adds few KMS requests). Each key's policy lets the
+account administer it and names its users: the environment's own roles (CloudFormation
+names them after their stacks, `<environment prefix>-*`), the data bucket's FSx service-
+linked role (created with the data repository association, so named by its documented path
+and prefix: "Working with server-side encrypted Amazon S3 buckets", FSx for Lustre User
+Guide), and the principals the config adds, each only through S3 in this account. Grants
+on the buckets (`grant_read` and the like) carry the key grant with them. The artifact and
+access log buckets stay SSE-S3 (server access log buckets must). The file system has its
+own customer key.
 """
 
 from __future__ import annotations
@@ -79,6 +80,107 @@ class StorageKey(kms.Key):
         )
 
 
+# What the account may do to a bucket key (administration), and what its users may do.
+KEY_ADMIN_ACTIONS = (
+    "kms:CancelKeyDeletion",
+    "kms:Create*",
+    "kms:Delete*",
+    "kms:Describe*",
+    "kms:Disable*",
+    "kms:Enable*",
+    "kms:Get*",
+    "kms:List*",
+    "kms:Put*",
+    "kms:Revoke*",
+    "kms:RotateKeyOnDemand",
+    "kms:ScheduleKeyDeletion",
+    "kms:TagResource",
+    "kms:UntagResource",
+    "kms:Update*",
+)
+KEY_USER_ACTIONS = (
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:Encrypt",
+    "kms:GenerateDataKey*",
+    "kms:ReEncrypt*",
+)
+# FSx for Lustre's per-file-system role for a linked bucket (its path and name prefix).
+FSX_S3_ACCESS_ROLE = (
+    "aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_"
+)
+
+
+class BucketKey(kms.Key):
+    """A bucket's customer key: rotated yearly, recoverable like the file system's key, and
+    used only by `user_arns` (ARN patterns) through S3 in this account."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        purpose: str,
+        user_arns: Sequence[str],
+        removal_policy: cdk.RemovalPolicy,
+    ) -> None:
+        stack = cdk.Stack.of(scope)
+        super().__init__(
+            scope,
+            construct_id,
+            description=f"Encrypts the {purpose} bucket of {stack.stack_name}",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+            pending_window=cdk.Duration.days(
+                30 if removal_policy == cdk.RemovalPolicy.RETAIN else 7
+            ),
+        )
+        self.user_arns = tuple(user_arns)
+        account = iam.AccountRootPrincipal()
+        policy = iam.PolicyDocument(
+            statements=[
+                iam.PolicyStatement(
+                    sid="KeyAdministration",
+                    principals=[account],
+                    actions=list(KEY_ADMIN_ACTIONS),
+                    resources=["*"],
+                ),
+                iam.PolicyStatement(
+                    sid="KeyUsersThroughS3",
+                    principals=[account],
+                    actions=list(KEY_USER_ACTIONS),
+                    resources=["*"],
+                    conditions={
+                        "StringEquals": {
+                            "kms:ViaService": f"s3.{stack.region}.{stack.url_suffix}",
+                            "kms:CallerAccount": stack.account,
+                        },
+                        "ArnLike": {"aws:PrincipalArn": list(self.user_arns)},
+                    },
+                ),
+            ]
+        )
+        # The whole policy, in place of CDK's default (the account may do anything, which
+        # names no user). Grants to this account's roles still go to the roles' own
+        # policies (CDK trusts account identities), so key and roles' stacks stay apart.
+        default_resource(self, kms.CfnKey).add_property_override(
+            "KeyPolicy", stack.resolve(policy.to_json())
+        )
+
+
+def environment_role_arns(scope: Construct, role_prefix: str) -> str:
+    """Every IAM role of the environment: CloudFormation names a role after its stack."""
+    return cdk.Stack.of(scope).format_arn(
+        service="iam", region="", resource="role", resource_name=f"{role_prefix}-*"
+    )
+
+
+def fsx_s3_access_role_arns(scope: Construct) -> str:
+    return cdk.Stack.of(scope).format_arn(
+        service="iam", region="", resource="role", resource_name=f"{FSX_S3_ACCESS_ROLE}*"
+    )
+
+
 def expire_noncurrent_versions(purpose: str, days: int) -> s3.LifecycleRule:
     """Delete overwritten or deleted versions of a versioned bucket's objects after `days`."""
     return s3.LifecycleRule(
@@ -88,9 +190,10 @@ def expire_noncurrent_versions(purpose: str, days: int) -> s3.LifecycleRule:
 
 
 class SecureBucket(s3.Bucket):
-    """An S3 bucket with the platform's baseline: SSE-S3, all public access blocked, TLS
-    1.2+ only, ACLs disabled, server access logs to `access_log_bucket`, incomplete
-    multipart uploads aborted. Physical names are left to CloudFormation."""
+    """An S3 bucket with the platform's baseline: SSE-S3 (SSE-KMS with a Bucket Key when
+    given `encryption_key`), all public access blocked, TLS 1.2+ only, ACLs disabled, server
+    access logs to `access_log_bucket`, incomplete multipart uploads aborted. Physical names
+    are left to CloudFormation."""
 
     def __init__(
         self,
@@ -101,11 +204,16 @@ class SecureBucket(s3.Bucket):
         access_log_bucket: s3.Bucket | None,
         versioned: bool,
         lifecycle_rules: Sequence[s3.LifecycleRule] = (),
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
             construct_id,
-            encryption=s3.BucketEncryption.S3_MANAGED,
+            encryption=s3.BucketEncryption.KMS
+            if encryption_key is not None
+            else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=encryption_key,
+            bucket_key_enabled=True if encryption_key is not None else None,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             minimum_tls_version=1.2,

@@ -49,6 +49,7 @@ from platform_constructs.task_governance import (
     kueue_controller_available,
 )
 from platform_constructs.team_admission import TeamAdmissionPolicy
+from platform_constructs.team_network import PodNetwork, TeamIsolation
 from platform_constructs.team_workspace import TeamWorkspace, TeamWorkspaceProps
 
 
@@ -107,7 +108,8 @@ def workspace_props(
 
 class GovernanceStack(cdk.Stack):
     """Exports `kueue_ready` (the wait for Kueue's controller), `quotas`, `workspaces` and
-    `admission` (team name -> ComputeQuota / TeamWorkspace / TeamAdmissionPolicy)."""
+    `admission` and `isolation` (team name -> ComputeQuota / TeamWorkspace /
+    TeamAdmissionPolicy / TeamIsolation)."""
 
     def __init__(
         self,
@@ -124,6 +126,7 @@ class GovernanceStack(cdk.Stack):
         file_system: LustreFileSystem,
         checkpoint_bucket: s3.IBucket,
         data_bucket: s3.IBucket,
+        pod_network: PodNetwork,
         removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
@@ -208,4 +211,19 @@ class GovernanceStack(cdk.Stack):
                 created_after=quota,
             )
             for team, quota in self.quotas.items()
+        }
+        # Each team namespace: default-deny NetworkPolicies, Pod Security labels and the
+        # team's namespace-scoped access (platform_constructs/team_network.py).
+        self.isolation: dict[str, TeamIsolation] = {
+            team.name: TeamIsolation(
+                self,
+                f"Isolation-{team.name}",
+                cluster=kubernetes,
+                cluster_name=eks_cluster_name,
+                namespace=team_namespace(team.name),
+                network=pod_network,
+                access_principal_arns=team.access_principal_arns,
+                namespace_ready=self.workspaces[team.name].namespace_ready,
+            )
+            for team in governance.teams_by_name()
         }

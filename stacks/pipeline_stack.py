@@ -12,6 +12,12 @@ connection (no stored credentials).
   stops the pipeline if a stateful resource would be deleted or replaced; then, where
   configured, a person approves.
 - Failed executions and pending approvals notify an SNS topic encrypted with its own key.
+- Pull-request checks read templates, never data: per environment, a tooling-account role
+  that only the plan job of the protected GitHub environment `<prefix><name>` can assume
+  (OIDC `sub` = `repo:<owner>/<repo>:environment:<prefix><name>`), which may assume only
+  that environment's plan-reader role: CloudFormation template reads on the environment's
+  stacks (what `hpctl guard` and `cdk diff --no-change-set` call). Synthesis does no
+  lookups (cdk.context.json is committed), so no CDK lookup role and no ReadOnlyAccess.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from config.schema.pipeline import PipelineConfig
 from platform_constructs.cfn_lint import ignore_cfn_lint
 from platform_constructs.l1 import default_resource
 from platform_constructs.log_groups import FunctionLogGroups, log_group, stack_log_key
-from platform_constructs.nag import acknowledge_known_wildcards
+from platform_constructs.nag import acknowledge_known_wildcards, acknowledge_resource
 from platform_constructs.storage import AccessLogBucket
 from stacks.platform import PlatformStacks, build_platform, cdk_json_context
 
@@ -68,7 +74,13 @@ class PlatformStage(cdk.Stage):
     """One environment, deployed by the pipeline exactly as `cdk deploy -c env=<name>`."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, loaded: LoadedEnvironment, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline: PipelineConfig,
+        loaded: LoadedEnvironment,
+        **kwargs: Any,
     ) -> None:
         config = loaded.config
         super().__init__(
@@ -78,11 +90,116 @@ class PlatformStage(cdk.Stage):
             **kwargs,
         )
         self.platform: PlatformStacks = build_platform(self, loaded)
+        self.plan_reader = PlanReaderStack(
+            self,
+            plan_reader_stack_name(loaded),
+            stack_name=plan_reader_stack_name(loaded),
+            env=cdk.Environment(account=config.account, region=config.region),
+            pipeline=pipeline,
+            loaded=loaded,
+        )
+
+
+# What `hpctl guard` (GetTemplate) and `cdk diff --no-change-set` (DescribeStacks,
+# GetTemplate, ListStackResources for nested stacks, GetTemplateSummary) call: templates and
+# stack status, no resource data.
+PLAN_READER_ACTIONS = (
+    "cloudformation:DescribeStacks",
+    "cloudformation:GetTemplate",
+    "cloudformation:GetTemplateSummary",
+    "cloudformation:ListStackResources",
+)
+
+
+def partition_of(region: str) -> str:
+    """The ARN partition of a Region (the workflow builds role ARNs before it has a token)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def pull_request_role_name(environment: str) -> str:
+    """The tooling-account role one environment's pull-request plan job assumes (OIDC)."""
+    return f"hyperpod-pull-request-{environment}"
+
+
+def pull_request_role_arn(pipeline: PipelineConfig, environment: str) -> str:
+    return (
+        f"arn:{partition_of(pipeline.region)}:iam::{pipeline.account}:role/"
+        f"{pull_request_role_name(environment)}"
+    )
+
+
+def plan_reader_role_name(loaded: LoadedEnvironment) -> str:
+    """The target-account role that reads the environment's templates for a pull request."""
+    return f"{loaded.config.names.stack_prefix}-plan-reader"
+
+
+def plan_reader_role_arn(loaded: LoadedEnvironment) -> str:
+    config = loaded.config
+    return (
+        f"arn:{partition_of(config.region)}:iam::{config.account}:role/"
+        f"{plan_reader_role_name(loaded)}"
+    )
+
+
+def plan_reader_stack_name(loaded: LoadedEnvironment) -> str:
+    return f"{loaded.config.names.stack_prefix}-plan-reader"
+
+
+def github_environment(pipeline: PipelineConfig, environment: str) -> str:
+    """The protected GitHub environment whose plan job may read `environment`'s templates."""
+    return f"{pipeline.pull_requests.github_environment_prefix}{environment}"
+
+
+class PlanReaderStack(cdk.Stack):
+    """In the target account: the role a pull request's plan reads templates with. Trusted
+    only by the tooling account's pull-request role of this environment."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline: PipelineConfig,
+        loaded: LoadedEnvironment,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        config = loaded.config
+        stacks = (
+            f"arn:{self.partition}:cloudformation:{config.region}:{config.account}:stack/"
+            f"{config.names.stack_prefix}-*/*"
+        )
+        self.role = iam.Role(
+            self,
+            "PlanReader",
+            role_name=plan_reader_role_name(loaded),
+            description="Pull-request plans: reads this environment's templates, no data",
+            max_session_duration=cdk.Duration.hours(1),
+            assumed_by=iam.ArnPrincipal(pull_request_role_arn(pipeline, config.environment)),
+            inline_policies={
+                "ReadTemplates": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(actions=list(PLAN_READER_ACTIONS), resources=[stacks])
+                    ]
+                )
+            },
+        )
+        acknowledge_resource(
+            self.role,
+            "IAM5",
+            "Template reads on this environment's stacks only (name prefix); stack IDs are "
+            "generated.",
+            resource=stacks,
+        )
 
 
 def lookup_role_name(account: str, region: str) -> str:
-    """The read-only role `cdk bootstrap --trust` lets the pipeline account assume (also
-    what the pull-request workflow assumes)."""
+    """The read-only role `cdk bootstrap --trust` lets the pipeline account assume (the
+    pipeline's guard step, which runs reviewed code from the pipeline branch)."""
     return f"cdk-{cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER}-lookup-role-{account}-{region}"
 
 
@@ -166,7 +283,7 @@ class PipelineStack(cdk.Stack):
         self.stages: dict[str, PlatformStage] = {}
         for loaded in environments:
             name = loaded.config.environment
-            stage = PlatformStage(self, name, loaded=loaded)
+            stage = PlatformStage(self, name, pipeline=pipeline, loaded=loaded)
             guard = guard_step(source, loaded)
             pre: list[pipelines.Step] = [guard]
             if name in pipeline.approval_before:
@@ -182,7 +299,7 @@ class PipelineStack(cdk.Stack):
         self.pipeline.build_pipeline()
         self._log_artifact_access()
         self._acknowledge_generated_grants()
-        self.pull_request_role = self._pull_request_role(pipeline, environments)
+        self.pull_request_roles = self._pull_request_roles(pipeline, environments)
         # CDK Pipelines writes the cross-account action role ARNs with Fn::Join (cfn-lint
         # prefers Fn::Sub, same value) and a DependsOn on the role it also references.
         ignore_cfn_lint(
@@ -244,12 +361,12 @@ class PipelineStack(cdk.Stack):
         for policy in _policies(self.pipeline):
             acknowledge_known_wildcards(policy, known)
 
-    def _pull_request_role(
+    def _pull_request_roles(
         self, pipeline: PipelineConfig, environments: Sequence[LoadedEnvironment]
-    ) -> iam.Role:
-        """What pull-request checks run as (GitHub OIDC, this repository's pull requests
-        only): assume each environment's read-only lookup role, for `hpctl guard --env`
-        and `cdk diff`. Nothing else; no stored keys."""
+    ) -> dict[str, iam.Role]:
+        """Per environment, what its pull-request plan job runs as (GitHub OIDC, only the
+        job of that protected GitHub environment): assume that environment's plan-reader
+        role, for `hpctl guard --env` and `cdk diff`. Nothing else; no stored keys."""
         arn = pipeline.pull_requests.github_oidc_provider_arn
         provider = (
             iam.OidcProviderNative.from_oidc_provider_arn(self, "GitHubOidc", arn)
@@ -263,36 +380,37 @@ class PipelineStack(cdk.Stack):
             )
         )
         issuer = GITHUB_OIDC_URL.removeprefix("https://")
-        role = iam.Role(
-            self,
-            "PullRequestRole",
-            description="Read-only plan of pull requests: guard and diff",
-            max_session_duration=cdk.Duration.hours(1),
-            assumed_by=iam.WebIdentityPrincipal(
-                provider.oidc_provider_arn,
-                conditions={
-                    "StringEquals": {
-                        f"{issuer}:aud": GITHUB_OIDC_AUDIENCE,
-                        f"{issuer}:sub": f"repo:{pipeline.source.repository}:pull_request",
-                    }
+        roles: dict[str, iam.Role] = {}
+        for loaded in environments:
+            name = loaded.config.environment
+            subject = f"repo:{pipeline.source.repository}:environment:"
+            roles[name] = iam.Role(
+                self,
+                f"PullRequestRole-{name}",
+                role_name=pull_request_role_name(name),
+                description=f"Pull-request plan of {name}: assumes its template reader only",
+                max_session_duration=cdk.Duration.hours(1),
+                assumed_by=iam.WebIdentityPrincipal(
+                    provider.oidc_provider_arn,
+                    conditions={
+                        "StringEquals": {
+                            f"{issuer}:aud": GITHUB_OIDC_AUDIENCE,
+                            f"{issuer}:sub": subject + github_environment(pipeline, name),
+                        }
+                    },
+                ),
+                inline_policies={
+                    "AssumePlanReader": iam.PolicyDocument(
+                        statements=[
+                            iam.PolicyStatement(
+                                actions=["sts:AssumeRole"],
+                                resources=[plan_reader_role_arn(loaded)],
+                            )
+                        ]
+                    )
                 },
-            ),
-            inline_policies={
-                "AssumeLookupRoles": iam.PolicyDocument(
-                    statements=[
-                        iam.PolicyStatement(
-                            actions=["sts:AssumeRole"],
-                            resources=[
-                                lookup_role_arn(e.config.account, e.config.region)
-                                for e in environments
-                            ],
-                        )
-                    ]
-                )
-            },
-        )
-        cdk.CfnOutput(self, "PullRequestRoleArn", value=role.role_arn)
-        return role
+            )
+        return roles
 
 
 def build_pipeline_app(

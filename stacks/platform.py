@@ -21,6 +21,7 @@ from config.loader import LoadedEnvironment
 from config.names import STACK_UNITS, StackUnit
 from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.retention import stateful_removal_policy
+from platform_constructs.team_network import PodNetwork
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
 from stacks.governance_stack import GovernanceStack
@@ -103,6 +104,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         scope,
         **stack_props("storage"),
         storage=config.storage,
+        role_prefix=names.stack_prefix,
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
         removal_policy=removal_policy,
@@ -164,6 +166,11 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             file_system=storage.file_system,
             checkpoint_bucket=storage.checkpoint_bucket,
             data_bucket=storage.data_bucket,
+            pod_network=PodNetwork(
+                # The managed collector's ENIs: the control-plane (infrastructure) subnets.
+                scraper_cidrs=[str(c) for _, c in sorted(loaded.layout.infra.items())],
+                node_cidrs=[str(p.cidr) for _, p in sorted(loaded.layout.cluster.items())],
+            ),
             removal_policy=removal_policy,
         )
         # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the

@@ -15,12 +15,15 @@ from config.schema import StorageConfig
 from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.storage import (
     AccessLogBucket,
+    BucketKey,
     DataRepositoryProps,
     FsxLustre,
     FsxProps,
     SecureBucket,
     StorageKey,
+    environment_role_arns,
     expire_noncurrent_versions,
+    fsx_s3_access_role_arns,
 )
 
 
@@ -54,13 +57,16 @@ class StorageStack(cdk.Stack):
         construct_id: str,
         *,
         storage: StorageConfig,
+        role_prefix: str,
         subnet: ec2.ISubnet,
         security_group: ec2.ISecurityGroup,
         removal_policy: cdk.RemovalPolicy,
         **kwargs: Any,
     ) -> None:
         """`subnet`: the cluster subnet of the training AZ (training I/O stays in-AZ: no
-        cross-AZ latency or charges). `removal_policy` applies to every resource here."""
+        cross-AZ latency or charges). `role_prefix`: the environment's stack name prefix, which
+        every role CloudFormation names here starts with (the bucket keys' users).
+        `removal_policy` applies to every resource here."""
         super().__init__(scope, construct_id, **kwargs)
         buckets = storage.buckets
         self.kms_key: kms.IKey = StorageKey(self, "StorageKey", removal_policy=removal_policy)
@@ -72,11 +78,27 @@ class StorageStack(cdk.Stack):
             retention_days=buckets.access_log_retention_days,
         )
         self.access_log_bucket: s3.IBucket = access_log_bucket
+        own_roles = environment_role_arns(self, role_prefix)
+        self.data_key = BucketKey(
+            self,
+            "DataKey",
+            purpose="data",
+            user_arns=[own_roles, fsx_s3_access_role_arns(self), *buckets.key_user_arns],
+            removal_policy=removal_policy,
+        )
+        self.checkpoint_key = BucketKey(
+            self,
+            "CheckpointKey",
+            purpose="checkpoint",
+            user_arns=[own_roles, *buckets.key_user_arns],
+            removal_policy=removal_policy,
+        )
         self.data_bucket: s3.IBucket = SecureBucket(
             self,
             "DataBucket",
             removal_policy=removal_policy,
             access_log_bucket=access_log_bucket,
+            encryption_key=self.data_key,
             versioned=True,
             lifecycle_rules=[expire_noncurrent_versions("data", buckets.data_noncurrent_days)],
         )
@@ -85,6 +107,7 @@ class StorageStack(cdk.Stack):
             "CheckpointBucket",
             removal_policy=removal_policy,
             access_log_bucket=access_log_bucket,
+            encryption_key=self.checkpoint_key,
             # An overwritten or deleted checkpoint stays recoverable for a while.
             versioned=True,
             lifecycle_rules=[

@@ -101,6 +101,21 @@ def _zone(value: str, info: ValidationInfo) -> str:
 Zone = Annotated[str, AfterValidator(_zone)]
 
 
+_PRINCIPAL_ARN = re.compile(rf"^arn:{PARTITION}:iam::\d{{12}}:(role|user)/[\w+=,.@/-]{{1,512}}$")
+
+
+def principal_arns(value: list[str]) -> list[str]:
+    """IAM role or user ARNs, each listed once."""
+    for arn in value:
+        if not _PRINCIPAL_ARN.match(arn):
+            raise ValueError(
+                f"{arn!r} is not an IAM role or user ARN "
+                "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
+            )
+    unique(value, "principal")
+    return value
+
+
 def unique(values: Sequence[object], what: str) -> None:
     """Reject repeats; `what` names one item ("AZ", "endpoint")."""
     duplicates = sorted({str(v) for v in values if values.count(v) > 1})

@@ -53,6 +53,11 @@ class EnvironmentConfig(Strict):
         description="Keep FSx, buckets and the cluster when the stack is deleted. Required in prod."
     )
     tags: dict[str, str] = Field(default_factory=dict)
+    require_image_digest: bool = Field(
+        default=False,
+        description="`hpctl job render` accepts only a training image named by digest "
+        "(REPOSITORY@sha256:...): every pod of every job runs exactly the reviewed image.",
+    )
     network: NetworkConfig
     storage: StorageConfig
     eks: EksConfig
@@ -128,6 +133,22 @@ class EnvironmentConfig(Strict):
                 raise FieldError(*problem)
         return self
 
+    def _one_access_entry_per_principal(self) -> None:
+        """EKS keeps one access entry per principal: an admin or another team's principal
+        cannot also get a team's namespace access."""
+        owners = {arn: "eks.admin_role_arns" for arn in self.eks.admin_role_arns}
+        teams = self.governance.teams if self.governance is not None else []
+        for t_index, team in enumerate(teams):
+            for index, arn in enumerate(team.access_principal_arns):
+                where = f"governance.teams[{t_index}].access_principal_arns[{index}]"
+                if arn in owners:
+                    raise FieldError(
+                        where,
+                        f"{arn} already has cluster access through {owners[arn]} (one access "
+                        "entry per principal); give the team its own role",
+                    )
+                owners[arn] = f"governance.teams[{t_index}]"
+
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
         network_azs = self.network.availability_zones
@@ -164,6 +185,7 @@ class EnvironmentConfig(Strict):
                 "storage.fsx.availability_zone",
                 f"{fsx_az} has no cluster subnet; use one of {', '.join(network_azs)}",
             )
+        self._one_access_entry_per_principal()
         if self.environment == "prod" and not self.retain_stateful:
             raise FieldError(
                 "retain_stateful", "prod must retain FSx, buckets and the cluster; set it to true"

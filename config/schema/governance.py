@@ -25,7 +25,7 @@ from config.kubernetes import (
     priority_class,
 )
 from config.model import Strict
-from config.schema.base import unique
+from config.schema.base import principal_arns, unique
 from config.schema.hyperpod import InstanceGroupConfig
 from config.team_groups import team_gids
 
@@ -120,6 +120,16 @@ class TeamConfig(Strict):
         "lower-priority tasks running on it.",
     )
     fair_share_weight: int = Field(default=0, ge=0, le=100)
+    access_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM roles or users that get AmazonEKSEditPolicy in the team's namespace "
+        "only (EKS access entries scoped to the namespace). Empty: only cluster admins.",
+    )
+
+    @field_validator("access_principal_arns")
+    @classmethod
+    def _principal_arns(cls, value: list[str]) -> list[str]:
+        return principal_arns(value)
 
     @field_validator("name")
     @classmethod

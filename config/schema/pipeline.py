@@ -47,6 +47,14 @@ class PullRequestConfig(Strict):
         description="An account has one OIDC provider per URL: name it if it exists already, "
         "or leave it out and the pipeline stack creates it.",
     )
+    github_environment_prefix: Annotated[
+        str, StringConstraints(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    ] = Field(
+        default="plan-",
+        description="Each environment's pull-request plan runs in the GitHub environment "
+        "<prefix><name> (protect it: required reviewers); only that job may assume the "
+        "environment's plan role. The workflow's plan job names the same environment.",
+    )
 
 
 class PipelineConfig(Strict):

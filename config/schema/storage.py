@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from config.model import Strict
-from config.schema.base import Zone, unique
+from config.schema.base import Zone, principal_arns, unique
 
 RepositoryEvent = Literal["NEW", "CHANGED", "DELETED"]
 _ALL_EVENTS: tuple[RepositoryEvent, ...] = ("NEW", "CHANGED", "DELETED")
@@ -92,6 +92,17 @@ class BucketsConfig(Strict):
         "stays recoverable.",
     )
     access_log_retention_days: int = Field(default=365, ge=1, le=3653)
+    key_user_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM roles or users outside the platform that read or write the data and "
+        "checkpoint buckets (e.g. a data-ingest role): their keys name them as users. The "
+        "platform's own roles and FSx are named already; anyone else is refused the key.",
+    )
+
+    @field_validator("key_user_arns")
+    @classmethod
+    def _key_users(cls, value: list[str]) -> list[str]:
+        return principal_arns(value)
 
 
 class StorageConfig(Strict):

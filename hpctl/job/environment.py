@@ -293,6 +293,7 @@ def spec_for_environment(
         "name": name if name is not None else default_job_name(team, tag, clock()),
         "team": team,
         "priority": priority,
+        "require_image_digest": config.require_image_digest,
         "image": image,
         "instance_type": group.instance_type,
         "instance_group": group.name,

@@ -15,6 +15,7 @@ import yaml
 
 from config.kubernetes import (
     EFA_RESOURCE,
+    ELASTIC_AGENT_PORT,
     FSX_MOUNT,
     GPU_RESOURCE,
     HYPERPOD_JOB_GROUP,
@@ -57,7 +58,7 @@ from training.config import (
 API_VERSION = f"{HYPERPOD_JOB_GROUP}/{HYPERPOD_JOB_VERSION}"
 KIND = HYPERPOD_JOB_KIND
 
-AGENT_PORT = 8080  # the elastic agent's HTTP server; the operator talks to it on this port
+AGENT_PORT = ELASTIC_AGENT_PORT  # the operator talks to the elastic agent on this port
 # The elastic agent only monitors logs that torchrun writes to files, so workers must tee.
 AGENT_LOG_DIR = "/tmp/hyperpod"  # noqa: S108 - inside the pod, the agent reads it
 TRAINER_MODULE = "training.train"
@@ -229,8 +230,9 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
-        # The image is pinned, so a cached copy is the right one; avoids re-pulling many GiB.
-        "imagePullPolicy": "IfNotPresent",
+        # A digest names one image, so a cached copy is it (no re-pull of many GiB); a tag
+        # can be pushed again, so nodes ask the registry each time.
+        "imagePullPolicy": "IfNotPresent" if "@sha256:" in spec.image else "Always",
         "command": _command(spec),
         "args": _args(spec),
         "ports": [
@@ -244,10 +246,20 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
             {"name": "fsx", "mountPath": FSX_MOUNT},
             {"name": "shm", "mountPath": SHM_MOUNT},
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # Pod Security "restricted" (what team namespaces audit). Writable root file system
+        # kept: the trainer's libraries (torch's compile caches, NCCL's topology files, pip-
+        # installed packages' caches under $HOME) write outside the mounted volumes.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
+        # Pod Identity credentials come from the EKS Pod Identity agent, not the projected
+        # service-account token mount, and neither the elastic agent nor the checkpointing
+        # library calls the Kubernetes API: no API token in the pod.
+        "automountServiceAccountToken": False,
         "nodeSelector": {
             INSTANCE_GROUP_LABEL: spec.instance_group,
             INSTANCE_TYPE_LABEL: spec.instance_type,
@@ -296,6 +308,7 @@ def pod_security_context(spec: JobSpec) -> dict[str, Any]:
     """
     return {
         "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
         "runAsUser": TRAINING_UID,
         "runAsGroup": TRAINING_GID,
         "supplementalGroups": [team_gid(spec.team)],

@@ -200,6 +200,8 @@ class JobSpec(BaseModel):
     name: str
     team: str
     priority: str
+    # The environment's require_image_digest (validated before `image`, which reads it).
+    require_image_digest: bool = False
     image: str
     instance_type: str
     instance_group: str
@@ -312,7 +314,7 @@ class JobSpec(BaseModel):
 
     @field_validator("image")
     @classmethod
-    def _image(cls, value: str) -> str:
+    def _image(cls, value: str, info: ValidationInfo) -> str:
         match = _IMAGE.fullmatch(value)
         if not match:
             raise ValueError(f"{value!r} is not a valid image reference; use REPOSITORY:TAG")
@@ -320,6 +322,12 @@ class JobSpec(BaseModel):
             raise ValueError(
                 f"{value!r} is not pinned; use an explicit version tag (REPOSITORY:1.2.3) or a "
                 "digest (REPOSITORY@sha256:...) so every node and restart runs the same image"
+            )
+        if match["digest"] is None and info.data.get("require_image_digest"):
+            raise ValueError(
+                f"{value!r} names a tag, and this environment runs images by digest only "
+                "(require_image_digest); use REPOSITORY@sha256:<digest> (docker buildx "
+                "imagetools inspect prints it)"
             )
         return value
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from hpctl.aws import AwsCallError
 from hpctl.preflight.admin_roles import ADMIN_ROLE, admin_role_rows
 from hpctl.preflight.context import CheckContext, Row, failure_row
+from hpctl.preflight.digests import DIGEST, digest_rows
 from hpctl.preflight.images import IMAGE, image_rows
 from hpctl.preflight.kubernetes_version import KUBERNETES_VERSION, kubernetes_version_rows
 from hpctl.preflight.quotas import QUOTA, quota_rows
@@ -28,6 +29,7 @@ CHECKS: tuple[Check, ...] = (
     Check(AVAILABILITY_ZONE, availability_zone_rows),
     Check(ADMIN_ROLE, admin_role_rows),
     Check(IMAGE, image_rows),
+    Check(DIGEST, digest_rows),
     Check(KUBERNETES_VERSION, kubernetes_version_rows),
 )
 

@@ -5,6 +5,7 @@ network: credentials are fake and sockets refuse to connect."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,9 +16,10 @@ import pytest
 import yaml
 from botocore.exceptions import NoCredentialsError
 
+from config.images import platform_images
 from hpctl import options
 from hpctl.errors import ExitCode
-from hpctl.preflight import context
+from hpctl.preflight import context, digests
 from tests.cli.conftest import (
     Stubs,
     error_line,
@@ -53,6 +55,15 @@ def real_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, real_clients: dict[str, Any]) -> Iterator[Stubs]:
     monkeypatch.setattr(context, "clock", lambda: NOW)
+    # Every image of the table recorded by digest and served (the digest check's own calls
+    # are tested in tests/preflight/test_digests.py).
+    pinned = {
+        name: dataclasses.replace(image, digest=image.digest or DIGEST)
+        for name, image in platform_images(REGION).items()
+    }
+    monkeypatch.setattr(digests, "platform_images", lambda region: pinned)
+    monkeypatch.setattr(digests, "ecr_digest", lambda _context, image: image.digest)
+    monkeypatch.setattr(digests, "manifest_digest", lambda _repository, reference, **_: reference)
     with stubbed_clients(monkeypatch, real_clients, ACCOUNT) as stubbed:
         yield stubbed
 
@@ -338,6 +349,7 @@ CHECK_NAMES = (
     "availability-zone",
     "admin-role",
     "image",
+    "digest",
     "kubernetes-version",
 )
 
@@ -361,7 +373,7 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert all(isinstance(v, str) for r in report["checks"] for v in r.values())
     assert report["environment"] == "prod"
     assert (report["account"], report["region"], report["ok"]) == (ACCOUNT, REGION, True)
-    assert report["counts"] == {"ok": 15, "problem": 0, "skipped": 0}
+    assert report["counts"] == {"ok": 19, "problem": 0, "skipped": 0}
     # prod is a closed network: no NAT gateway, so no Elastic IP row (and no call for it).
     assert [(r["check"], r["subject"], r["status"]) for r in report["checks"]] == [
         ("training-plan", f"gpu-p5: {PLAN}", "ok"),
@@ -378,6 +390,11 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("admin-role", BREAK_GLASS, "ok"),
         ("image", "nvidia-device-plugin", "ok"),
         ("image", "team-directories", "ok"),
+        # prod overrides the other two images; their override's row is `image`.
+        ("digest", "aws-efa-k8s-device-plugin", "ok"),
+        ("digest", "health-monitoring-agent", "ok"),
+        ("digest", "neuron-device-plugin", "ok"),
+        ("digest", "training-base", "ok"),
         ("kubernetes-version", "1.34", "ok"),
     ]
     details = {(r["check"], r["subject"]): r["detail"] for r in report["checks"]}
@@ -425,11 +442,11 @@ def test_prod_all_ok_table(stubs: Stubs):
         if line.startswith("│") and not line.startswith("│ check")
     ]
     first_lines = [c for c in cells if c[0]]
-    assert len(first_lines) == 15
+    assert len(first_lines) == 19
     assert {c[2] for c in first_lines} == {"ok"}
     assert ["training-plan", f"gpu-p5: {PLAN}", "ok"] == first_lines[0][:3]
     assert ["admin-role", BREAK_GLASS, "ok", "exists (AROAEXAMPLEID0000002)", "-"] in first_lines
-    assert lines[-1] == "15 ok, 0 problems, 0 skipped"
+    assert lines[-1] == "19 ok, 0 problems, 0 skipped"
 
 
 def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
@@ -1041,7 +1058,7 @@ def test_local_botocore_failure_is_a_row_not_a_traceback(
     report_lines = [line for line in result.stdout.splitlines() if "availability-zone" in line]
     assert len(report_lines) == 3
     assert all("problem" in line and "NoCredentialsError" in line for line in report_lines)
-    assert result.stdout.splitlines()[-1] == "12 ok, 3 problems, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "16 ok, 3 problems, 0 skipped"
 
 
 def test_problem_table_and_stderr_line(stubs: Stubs):
@@ -1057,13 +1074,13 @@ def test_problem_table_and_stderr_line(stubs: Stubs):
     result = hpctl("preflight", "--env", "prod")
     line = error_line(result, ExitCode.FAILED)
     assert line == (
-        f"{PREFIX}1 of 15 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
+        f"{PREFIX}1 of 19 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
         "deploying prod"
     )
     (denied,) = [text for text in result.stdout.splitlines() if BREAK_GLASS in text]
     assert "problem" in denied
     assert "AccessDenied: needs iam:GetRole" in denied
-    assert result.stdout.splitlines()[-1] == "14 ok, 1 problem, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "18 ok, 1 problem, 0 skipped"
 
 
 # ------------------------------------------------------------------ usage

@@ -85,7 +85,19 @@ def test_service_accounts_belong_to_the_add_ons_that_call_aws_apis():
 
 
 def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():
-    assert ADDONS["vpc-cni"].configuration == {"env": {"ENABLE_PREFIX_DELEGATION": "false"}}
+    configuration = ADDONS["vpc-cni"].configuration
+    assert configuration is not None
+    assert configuration["env"] == {"ENABLE_PREFIX_DELEGATION": "false"}
+
+
+def test_vpc_cni_enforces_network_policies_on_a_version_that_has_them():
+    # The add-on's configuration value; network policy needs VPC CNI 1.14 (EKS User Guide,
+    # "Restrict Pod network traffic with Kubernetes network policies").
+    addon = ADDONS["vpc-cni"]
+    assert addon.configuration is not None
+    assert addon.configuration["enableNetworkPolicy"] == "true"  # a string in the schema
+    assert set(addon.configuration) == {"enableNetworkPolicy", "env"}
+    assert addon.minimum >= (1, 14, 0)
 
 
 def test_placement_what_nodes_boot_with_first_the_rest_after_the_cluster():

@@ -263,3 +263,44 @@ def mutated(name: str, mutate: Any) -> dict[str, Any]:
     data = environment_data(name)
     mutate(data)
     return data
+
+
+TEAM_ROLE = "arn:aws:iam::333333333333:role/research-engineers"
+
+
+def test_team_access_principals_default_to_none():
+    governance = environment("prod").config.governance
+    assert all(t.access_principal_arns == [] for t in governance.teams)
+
+
+def test_team_access_principals_are_iam_role_or_user_arns():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["access_principal_arns"] = ["research-engineers"]
+
+    line = one_error_on("governance.teams[0].access_principal_arns", mutate, base="prod")
+    assert "is not an IAM role or user ARN" in line
+
+
+def test_team_access_principals_are_listed_once():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["access_principal_arns"] = [TEAM_ROLE, TEAM_ROLE]
+
+    line = one_error_on("governance.teams[0].access_principal_arns", mutate, base="prod")
+    assert "list each principal once" in line
+
+
+def test_a_principal_has_one_access_entry_admin_or_team():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][1]["access_principal_arns"] = [d["eks"]["admin_role_arns"][0]]
+
+    line = one_error_on("governance.teams[1].access_principal_arns[0]", mutate, base="prod")
+    assert "one access entry per principal" in line
+
+
+def test_a_principal_belongs_to_one_team():
+    def mutate(d: dict[str, Any]) -> None:
+        d["governance"]["teams"][0]["access_principal_arns"] = [TEAM_ROLE]
+        d["governance"]["teams"][2]["access_principal_arns"] = [TEAM_ROLE]
+
+    line = one_error_on("governance.teams[2].access_principal_arns[0]", mutate, base="prod")
+    assert "governance.teams[0]" in line

@@ -63,7 +63,7 @@ def test_module_is_pure_data():
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module
     }
-    assert imported <= {"__future__", "re", "collections"}, imported
+    assert imported <= {"__future__", "re", "collections", "dataclasses"}, imported
 
 
 def test_component_names_are_the_override_keys_the_schema_accepts():
@@ -219,3 +219,23 @@ def test_team_directory_image_is_needed_only_with_teams():
     assert "public.ecr.aws/docker/library/busybox:1.37.0 cannot be pulled" in message
     assert problems(teams=True, overrides={TEAM_DIRECTORIES: MIRROR}) == []
     assert problems(teams=True, https_egress=True) == []
+
+
+def test_the_dockerfile_builds_from_the_tables_base_image():
+    from config.images import TRAINING_BASE, TRAINING_BASE_IMAGE, platform_images
+
+    dockerfile = (Path(__file__).resolve().parents[2] / "training" / "Dockerfile").read_text()
+    (line,) = [x for x in dockerfile.splitlines() if x.startswith("FROM ")]
+    assert line == f"FROM {TRAINING_BASE_IMAGE.reference}"
+    assert TRAINING_BASE_IMAGE.digest is not None  # by digest, not by tag
+    assert platform_images("us-east-1")[TRAINING_BASE] == TRAINING_BASE_IMAGE
+
+
+def test_manifests_use_the_tables_references():
+    from config.images import COMPONENTS, pinned_images, platform_images
+
+    table = platform_images("us-east-1")
+    assert pinned_images("us-east-1") == {
+        name: image.reference for name, image in table.items() if name in COMPONENTS
+    }
+    assert set(table) - set(COMPONENTS) == {"training-base"}

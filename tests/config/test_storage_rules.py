@@ -50,3 +50,20 @@ def test_data_noncurrent_days_is_bounded():
         lambda d: d["storage"]["buckets"].update(data_noncurrent_days=0),
     )
     assert "0 is too small; use 1 or more" in line
+
+
+def test_key_users_are_iam_role_or_user_arns():
+    line = one_error_on(
+        "storage.buckets.key_user_arns",
+        lambda d: d["storage"].setdefault("buckets", {}).update(key_user_arns=["ingest"]),
+    )
+    assert "is not an IAM role or user ARN" in line
+
+
+def test_key_users_are_listed_once():
+    arn = "arn:aws:iam::111111111111:role/ingest"
+    line = one_error_on(
+        "storage.buckets.key_user_arns",
+        lambda d: d["storage"].setdefault("buckets", {}).update(key_user_arns=[arn, arn]),
+    )
+    assert "list each principal once" in line

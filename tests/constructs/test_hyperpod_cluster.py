@@ -64,7 +64,7 @@ def cluster_stack(props: HyperPodClusterProps, stack: cdk.Stack | None = None) -
         stack,
         "Lifecycle",
         source_dir=LIFECYCLE_DIR,
-        bucket=s3.Bucket.from_bucket_name(stack, "Artifacts", "artifacts"),
+        bucket=s3.Bucket(stack, "Artifacts"),
         prefix=LIFECYCLE_PREFIX,
         settings=LifecycleSettings(fsx_efa_enabled=False),
     )

@@ -17,7 +17,8 @@ SETTINGS = LifecycleSettings(fsx_efa_enabled=True)
 
 
 def scripts(stack, *, source_dir=LIFECYCLE_DIR, prefix="lifecycle/") -> LifecycleScripts:
-    bucket = s3.Bucket.from_bucket_name(stack, "Artifacts", "artifacts")
+    # A bucket of the app (with a policy, which the construct extends).
+    bucket = s3.Bucket(stack, "Artifacts", bucket_name="artifacts")
     return LifecycleScripts(
         stack, "Lifecycle", source_dir=source_dir, bucket=bucket, prefix=prefix, settings=SETTINGS
     )
@@ -37,7 +38,16 @@ def test_a_folder_without_on_create_is_refused(tmp_path):
 def test_nodes_read_only_the_lifecycle_prefix():
     stack = bare_stack()
     lifecycle = scripts(stack)
-    assert lifecycle.s3_uri == "s3://artifacts/lifecycle/"
+    assert stack.resolve(lifecycle.s3_uri) == {
+        "Fn::Join": [
+            "",
+            [
+                "s3://",
+                {"Ref": stack.get_logical_id(lifecycle.bucket.node.default_child)},
+                "/lifecycle/",
+            ],
+        ]
+    }
     assert lifecycle.on_create == "on_create.sh"
     assert SETTINGS.as_json()["fsx_efa_enabled"] is True
     role = iam.Role(stack, "Nodes", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
@@ -50,7 +60,7 @@ def test_nodes_read_only_the_lifecycle_prefix():
     }
     read, listing = statements["ReadLifecycleScripts"], statements["ListLifecycleScripts"]
     assert read["Action"] == "s3:GetObject"
-    assert read["Resource"]["Fn::Join"][1][-1] == ":s3:::artifacts/lifecycle/*"
+    assert read["Resource"]["Fn::Join"][1][-1] == "/lifecycle/*"
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["lifecycle/*"]}}
 
@@ -72,3 +82,38 @@ def test_generated_config_uses_the_hyperpod_storage_layout_and_the_scripts_accep
     assert warnings == []
     assert values["ebs_volume_mount_point"] == "/opt/sagemaker"
     assert values["instance_store_mount_point"] == "/opt/dlami/nvme"
+
+
+def test_only_the_tagged_deployment_role_writes_the_prefix():
+    stack = bare_stack()
+    deployed = scripts(stack)
+    template = template_of(stack).to_json()
+    (policy,) = resources_of(template, "AWS::S3::BucketPolicy").values()
+    (deny,) = [
+        s
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s.get("Sid") == "OnlyTheDeploymentWritesLifecycleScripts"
+    ]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
+    assert sorted(deny["Action"]) == ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"]
+    assert deny["Resource"]["Fn::Join"][1][-1] == "/lifecycle/*"
+    assert deny["Condition"] == {
+        "StringNotEquals": {"aws:PrincipalTag/hyperpod-platform/lifecycle-writer": "true"}
+    }
+    role_id = stack.get_logical_id(deployed.deployment.handler_role.node.default_child)
+    tags = resources_of(template, "AWS::IAM::Role")[role_id]["Properties"]["Tags"]
+    assert {"Key": "hyperpod-platform/lifecycle-writer", "Value": "true"} in tags
+
+
+def test_an_imported_bucket_without_a_policy_is_refused():
+    stack = bare_stack()
+    bucket = s3.Bucket.from_bucket_name(stack, "Imported", "artifacts")
+    with pytest.raises(ValueError, match="takes no bucket policy"):
+        LifecycleScripts(
+            stack,
+            "Lifecycle",
+            source_dir=LIFECYCLE_DIR,
+            bucket=bucket,
+            prefix="l/",
+            settings=SETTINGS,
+        )

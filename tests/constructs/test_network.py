@@ -225,3 +225,77 @@ def test_a_closed_network_refuses_nat_gateways_and_egress_cidrs():
                 flow_log_retention_days=30,
                 removal_policy=cdk.RemovalPolicy.DESTROY,
             )
+
+
+def test_flow_log_role_trusts_only_this_accounts_flow_logs(ordered):
+    (log,) = resources_of(ordered, "AWS::EC2::FlowLog").values()
+    role_id = log["Properties"]["DeliverLogsPermissionArn"]["Fn::GetAtt"][0]
+    role = resources_of(ordered, "AWS::IAM::Role")[role_id]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": "111111111111"}
+    (source,) = trust["Condition"]["ArnLike"].values()
+    parts = source["Fn::Join"][1]
+    assert parts[-1] == ":ec2:us-west-2:111111111111:vpc-flow-log/*"
+
+
+def _endpoint_policy(template: dict, service: str) -> list[dict]:
+    (endpoint,) = [
+        r
+        for r in resources_of(template, "AWS::EC2::VPCEndpoint").values()
+        if _text(r["Properties"]["ServiceName"]).endswith(f".{service}")
+    ]
+    statements: list[dict] = endpoint["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _text(value: object) -> str:
+    """A value written with Fn::Join (region, partition, URL suffix) as plain text."""
+    if isinstance(value, dict) and "Fn::Join" in value:
+        names = {"AWS::Region": "us-west-2", "AWS::Partition": "aws", "AWS::URLSuffix": "com"}
+        return "".join(
+            p if isinstance(p, str) else names.get(p.get("Ref", ""), "?")
+            for p in value["Fn::Join"][1]
+        )
+    return str(value)
+
+
+def test_other_interface_endpoints_keep_the_default_policy(ordered):
+    (sts,) = [
+        r
+        for r in resources_of(ordered, "AWS::EC2::VPCEndpoint").values()
+        if _text(r["Properties"]["ServiceName"]).endswith(".sts")
+    ]
+    assert "PolicyDocument" not in sts["Properties"]
+
+
+def test_s3_gateway_reaches_this_accounts_buckets_and_named_aws_buckets_only(ordered):
+    statements = {s["Sid"]: s for s in _endpoint_policy(ordered, "s3")}
+    own = statements["ThisAccountsBuckets"]
+    assert own["Condition"] == {"StringEquals": {"aws:ResourceAccount": "111111111111"}}
+    assert own["Action"] == "s3:*"
+    others = [s for sid, s in statements.items() if sid != "ThisAccountsBuckets"]
+    for statement in others:
+        assert statement["Action"] == "s3:GetObject"  # reads only outside the account
+        resources = statement["Resource"]
+        for resource in resources if isinstance(resources, list) else [resources]:
+            assert _text(resource).startswith("arn:aws:s3:::") and _text(resource).endswith("/*")
+    layers = _text(statements["EcrImageLayers"]["Resource"])
+    assert layers == "arn:aws:s3:::prod-us-west-2-starport-layer-bucket/*"
+    assert all(
+        s["Effect"] == "Allow" and s["Principal"] == {"AWS": "*"} for s in statements.values()
+    )
+
+
+def test_ecr_endpoints_pull_anywhere_but_push_only_to_this_account(ordered):
+    # ecr.dkr gets the same statements (the stacks' tests see both endpoints).
+    pull, rest = _endpoint_policy(ordered, "ecr.api")
+    assert sorted(pull["Action"]) == [
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:BatchGetImage",
+        "ecr:GetAuthorizationToken",
+        "ecr:GetDownloadUrlForLayer",
+    ]
+    assert "Condition" not in pull
+    assert rest["Action"] == "ecr:*"
+    assert rest["Condition"] == {"StringEquals": {"aws:ResourceAccount": "111111111111"}}

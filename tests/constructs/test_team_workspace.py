@@ -249,3 +249,19 @@ def test_directory_job_name_follows_its_spec():
     ):
         assert directory_job(changed)["metadata"]["name"] != name
     assert len(name) <= 63  # the Job's name becomes a label value on its pods
+
+
+def test_team_role_trusts_only_its_service_account_in_this_cluster():
+    association = only(resources_of(TEMPLATE, "AWS::EKS::PodIdentityAssociation"))["Properties"]
+    role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    role = resources_of(TEMPLATE, "AWS::IAM::Role")[role_id]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert trust["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": "111111111111",
+        "aws:RequestTag/kubernetes-namespace": NAMESPACE,
+        "aws:RequestTag/kubernetes-service-account": "training",
+    }
+    (source,) = trust["Condition"]["ArnEquals"].values()
+    assert source["Fn::Join"][1][-1] == ":eks:us-west-2:111111111111:cluster/c"

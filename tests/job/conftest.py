@@ -26,7 +26,8 @@ REQUIRED: dict[str, Any] = {
     "name": "llama-8b",
     "team": "research",
     "priority": "training",
-    "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0",
+    # By digest, as prod requires (require_image_digest); the tag stays for people.
+    "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0@sha256:4f1c2f9e6b0d3a8c7e5b2a9d1f0e8c6b4a2d9f7e5c3b1a0f8e6d4c2b0a9f7e5d",
     "instance_type": "ml.p5.48xlarge",
     "instance_group": "gpu-p5",
     # What a node of prod's gpu-p5 group leaves a job, as `hpctl job render` derives it.

@@ -102,14 +102,15 @@ def test_no_lint_suppressions() -> None:
 
 def test_base_image_is_pinned_cuda_pytorch(dockerfile) -> None:
     image = _base_image(dockerfile)
-    name, _, tag = image.rpartition(":")
-    assert "@sha256:" in image or (tag and tag != "latest" and "/" not in tag), image
+    reference, _, digest = image.partition("@")
+    name, _, tag = reference.rpartition(":")
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), image  # by digest, the tag for people
     assert name == "pytorch/pytorch"
     assert "-cuda12." in tag and tag.endswith("-runtime")
 
 
 def test_torch_pin_matches_the_base_image(dockerfile) -> None:
-    tag = _base_image(dockerfile).rpartition(":")[2]
+    tag = _base_image(dockerfile).partition("@")[0].rpartition(":")[2]
     base_torch = tag.split("-", 1)[0]
     assert f"torch=={base_torch}" in REQUIREMENTS.read_text().splitlines()
 
@@ -231,10 +232,11 @@ def test_exposes_the_agent_and_metrics_ports_jobs_use(dockerfile) -> None:
 
 def test_installs_the_pinned_requirements_and_copies_the_package(dockerfile) -> None:
     runs = " ".join(_args(dockerfile, "RUN"))
-    assert "--requirement /tmp/requirements-container.txt" in runs
+    assert "--require-hashes --no-deps --requirement /tmp/requirements-container.lock" in runs
+    assert runs.index("--requirement /tmp/requirements-container.lock") < runs.index("pip check")
     assert "--no-cache-dir" in runs
     copies = _args(dockerfile, "COPY")
-    assert "requirements-container.txt /tmp/requirements-container.txt" in copies
+    assert "requirements-container.txt requirements-container.lock /tmp/" in copies
     assert ". training/" in copies
     assert _args(dockerfile, "WORKDIR")[-1] == "/opt/hptrain"
 

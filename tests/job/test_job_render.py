@@ -15,6 +15,7 @@ from config.team_groups import team_gid
 from config.teams import TRAINING_GID, TRAINING_UID
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
+from tests.job.conftest import IMAGE
 from training.config import TierConfig
 from training.train import parse_args
 
@@ -187,7 +188,7 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
         "--set",
         f"metrics.port={METRICS_PORT}",
     ]
-    assert container["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/hptrain:1.4.0"
+    assert container["image"] == IMAGE
 
 
 @pytest.mark.parametrize(
@@ -386,11 +387,15 @@ def test_pod_runs_as_non_root(spec_factory) -> None:
     # checks them against the directories the platform creates); no fsGroup on Lustre.
     assert _pod(manifest)["securityContext"] == {
         "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
         "runAsUser": 10001,
         "runAsGroup": 10001,
         "supplementalGroups": [team_gid("research")],
     }
-    assert _container(manifest)["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert _container(manifest)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def test_the_image_runs_as_the_user_pods_name() -> None:

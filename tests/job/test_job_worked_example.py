@@ -26,6 +26,7 @@ from tools import REPO
 
 MARKER = "<!-- worked-example -->"
 ACCOUNT = "123456789012"
+DIGEST = "0" * 64
 # Kubernetes expands $(NAME) in a container's command and args from its env; an undefined
 # name is left as it is, so a typo reaches the program as literal text.
 REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -33,12 +34,12 @@ REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 def readme_command() -> list[str]:
     """The argv of the README's worked example (the fenced block after the marker), the
-    image's account filled in."""
+    image's account and digest filled in."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     block = text.split(MARKER, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     argv = shlex.split(block.replace("\\\n", " "))
     assert argv[:3] == ["hpctl", "job", "render"], argv
-    return [arg.replace("<account>", ACCOUNT) for arg in argv[1:]]
+    return [arg.replace("<account>", ACCOUNT).replace("<digest>", DIGEST) for arg in argv[1:]]
 
 
 @pytest.fixture(scope="module")

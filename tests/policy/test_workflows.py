@@ -86,3 +86,16 @@ def test_runs_the_readme_test_command_and_plans_every_pipeline_environment():
     assert matrix == load_pipeline().config.environments
     plan = "\n".join(step.get("run", "") for step in workflow["jobs"]["plan"]["steps"])
     assert 'hpctl guard --env "$ENVIRONMENT"' in plan and "cdk diff" in plan
+
+
+def test_plan_job_runs_in_the_protected_environment_its_role_trusts():
+    plan = _workflow()["jobs"]["plan"]
+    prefix = load_pipeline().config.pull_requests.github_environment_prefix
+    assert plan["environment"] == prefix + "${{ matrix.environment }}"
+    (credentials,) = [s for s in plan["steps"] if "configure-aws-credentials" in s.get("uses", "")]
+    assert (
+        credentials["with"]["role-to-assume"] == "${{ steps.settings.outputs.pull_request_role }}"
+    )
+    text = PULL_REQUEST.read_text()
+    assert "lookup" not in text and "vars." not in text
+    assert "--no-change-set" in text

@@ -50,6 +50,8 @@ STORAGE_LOGICAL_IDS: dict[str, str] = {
     "data_bucket": "DataBucketE3889A50",
     "checkpoint_bucket": "CheckpointBucketDFE4871A",
     "artifact_bucket": "ArtifactBucket7410C9EF",
+    "data_key": "DataKey17AFBB84",
+    "checkpoint_key": "CheckpointKey6ED5B60F",
 }
 BUCKETS = ("access_log_bucket", "data_bucket", "checkpoint_bucket", "artifact_bucket")
 STORAGE_STATEFUL_TYPES = (
@@ -111,7 +113,10 @@ def test_storage_logical_ids_are_pinned(env: SynthResult):
         "kms_key": env.logical_id("storage", stack.kms_key),
         "file_system": env.logical_id("storage", stack.lustre.resource),
         "data_repository": env.logical_id("storage", stack.lustre.data_repository),
-    } | {name: env.logical_id("storage", getattr(stack, name)) for name in BUCKETS}
+    } | {
+        name: env.logical_id("storage", getattr(stack, name))
+        for name in (*BUCKETS, "data_key", "checkpoint_key")
+    }
     assert actual == STORAGE_LOGICAL_IDS
     stateful = {k for t in STORAGE_STATEFUL_TYPES for k in env.resources("storage", t)}
     assert stateful == set(STORAGE_LOGICAL_IDS.values())

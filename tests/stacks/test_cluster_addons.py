@@ -14,16 +14,22 @@ from tests.support import SYNTH_GROUP, SynthResult
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
-POD_IDENTITY_TRUST = {
-    "Statement": [
-        {
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Effect": "Allow",
-            "Principal": {"Service": "pods.eks.amazonaws.com"},
-        }
-    ],
-    "Version": "2012-10-17",
-}
+
+def assert_pod_identity_trust(env, role: dict, namespace: str, service_account: str) -> None:
+    """EKS Pod Identity, only for this cluster's pods of this service account (the session
+    tags and source conditions of the EKS User Guide)."""
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": env.config.account,
+        "aws:RequestTag/kubernetes-namespace": namespace,
+        "aws:RequestTag/kubernetes-service-account": service_account,
+    }
+    (source,) = trust["Condition"]["ArnEquals"].values()
+    prefix, name = source["Fn::Join"][1]
+    assert prefix == f"arn:aws:eks:{env.config.region}:{env.config.account}:cluster/"
+    assert name == _eks_cluster_name(env)
 
 
 def _resources(result: SynthResult, type_: str) -> dict[str, dict]:
@@ -105,7 +111,7 @@ def test_fsx_csi_controller_identity_only_describes_file_systems(env):
         },
     )
     role = template.to_json()["Resources"][role_id]["Properties"]
-    assert role["AssumeRolePolicyDocument"] == POD_IDENTITY_TRUST
+    assert_pod_identity_trust(env, role, "kube-system", "fsx-csi-controller-sa")
     assert "ManagedPolicyArns" not in role
     (policy,) = role["Policies"]
     (statement,) = policy["PolicyDocument"]["Statement"]
@@ -127,7 +133,7 @@ def test_training_operator_identity_per_aws_docs(env):
         },
     )
     role = template.to_json()["Resources"][role_id]["Properties"]
-    assert role["AssumeRolePolicyDocument"] == POD_IDENTITY_TRUST
+    assert_pod_identity_trust(env, role, "aws-hyperpod", "hp-training-operator-controller-manager")
     assert "ManagedPolicyArns" not in role
     (policy,) = role["Policies"]
     assert policy["PolicyDocument"]["Statement"] == [

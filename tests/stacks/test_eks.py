@@ -220,8 +220,10 @@ def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes(env):
         for a in env.resources("eks", "AWS::EKS::Addon").values()
         if a["Properties"]["AddonName"] == "vpc-cni"
     )
+    # And the network policy agent on, which enforces the team namespaces' policies.
     assert json.loads(addon["Properties"]["ConfigurationValues"]) == {
-        "env": {"ENABLE_PREFIX_DELEGATION": "false"}
+        "enableNetworkPolicy": "true",
+        "env": {"ENABLE_PREFIX_DELEGATION": "false"},
     }
 
 

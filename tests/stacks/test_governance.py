@@ -180,3 +180,28 @@ def test_every_team_gets_its_directories_owned_by_the_group_its_jobs_carry(env: 
         for directory in team_directories(team):
             assert directory in script
         assert {t["key"] for t in pod.get("tolerations", [])} == taints
+
+
+def test_every_team_namespace_is_isolated_once_it_exists(env: SynthResult):
+    """Per team: the NetworkPolicies and the Pod Security patch wait for its namespace, and
+    the collector's allow names the control-plane subnets (where its ENIs are)."""
+    teams = [t.name for t in env.config.governance.teams]
+    policies = [
+        o for o in kubernetes_objects(env.templates["governance"]) if o["kind"] == "NetworkPolicy"
+    ]
+    for team in teams:
+        namespace = team_namespace(team)
+        names = {p["metadata"]["name"] for p in policies if p["metadata"]["namespace"] == namespace}
+        assert "default-deny" in names and "allow-metrics-scrape" in names, team
+    (scrape,) = [
+        p for p in policies
+        if p["metadata"]["name"] == "allow-metrics-scrape"
+        and p["metadata"]["namespace"] == team_namespace(teams[0])
+    ]  # fmt: skip
+    sources = [b["ipBlock"]["cidr"] for b in scrape["spec"]["ingress"][0]["from"]]
+    assert sources == [str(c) for _, c in sorted(env.layout.infra.items())]
+    patches = env.resources("governance", "Custom::AWSCDK-EKS-KubernetesPatch")
+    patched = {p["Properties"]["ResourceName"] for p in patches.values()}
+    assert patched == {f"namespace/{team_namespace(t)}" for t in teams}
+    # No team names principals in the shipped configs: no access entries.
+    assert env.resources("governance", "AWS::EKS::AccessEntry") == {}

@@ -81,7 +81,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
-IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hptrain:1.4.0"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hptrain:1.4.0@sha256:4f1c2f9e6b0d3a8c7e5b2a9d1f0e8c6b4a2d9f7e5c3b1a0f8e6d4c2b0a9f7e5d"
 # Labels HyperPod puts on every node it manages (group, type, health).
 HYPERPOD_NODE_LABELS = frozenset({INSTANCE_GROUP_LABEL, INSTANCE_TYPE_LABEL, NODE_HEALTH_LABEL})
 HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")

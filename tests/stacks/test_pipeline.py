@@ -24,11 +24,15 @@ from stacks.pipeline_stack import (
     NOTIFIED_EVENTS,
     PIPELINE_LOG_RETENTION_DAYS,
     PIPELINE_STACK_NAME,
+    PLAN_READER_ACTIONS,
     SYNTH_COMMAND,
     TEST_COMMAND,
     PipelineStack,
     build_pipeline_app,
     lookup_role_arn,
+    plan_reader_role_arn,
+    pull_request_role_arn,
+    pull_request_role_name,
 )
 from stacks.platform import PlatformStacks, build_platform
 from tests.support import SYNTH_GROUP, resources_of
@@ -104,9 +108,12 @@ def test_stage_stacks_keep_the_names_cdk_deploy_uses(pipeline: PipelineSynth):
             for a in manifest["artifacts"].values()
             if a["type"] == "aws:cloudformation:stack"
         }
-        platform = pipeline.stack.stages[config.environment].platform
-        assert set(stacks) == {s.stack_name for s in platform.by_name().values()}
-        assert set(stacks) == {config.names.stack(STACK_UNITS[s]) for s in platform.by_name()}
+        stage = pipeline.stack.stages[config.environment]
+        platform = stage.platform
+        # The platform's stacks and the pull requests' plan reader, deployed only here.
+        platform_stacks = {s.stack_name for s in platform.by_name().values()}
+        assert set(stacks) == platform_stacks | {stage.plan_reader.stack_name}
+        assert platform_stacks == {config.names.stack(STACK_UNITS[s]) for s in platform.by_name()}
         assert set(stacks.values()) == {f"aws://{config.account}/{config.region}"}
 
 
@@ -236,26 +243,103 @@ def test_cdk_nag_runs_on_the_pipeline_stack(tmp_path: Path):
     assert f"{PIPELINE_STACK_NAME}/PlantedAdmin" in str(caught.value)
 
 
-def test_pull_request_role_trusts_this_repositorys_pull_requests_and_only_reads(
+def test_each_pull_request_role_trusts_only_its_protected_github_environment(
     pipeline: PipelineSynth,
 ):
-    role = pipeline.template["Resources"][
-        pipeline.stack.get_logical_id(
-            default_resource(pipeline.stack.pull_request_role, iam.CfnRole)
+    config = pipeline.loaded.config
+    assert set(pipeline.stack.pull_request_roles) == set(config.environments)
+    for loaded in pipeline.loaded.environments:
+        name = loaded.config.environment
+        role = pipeline.template["Resources"][
+            pipeline.stack.get_logical_id(
+                default_resource(pipeline.stack.pull_request_roles[name], iam.CfnRole)
+            )
+        ]["Properties"]
+        assert role["RoleName"] == pull_request_role_name(name)
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+        assert trust["Condition"] == {
+            "StringEquals": {
+                "token.actions.githubusercontent.com:aud": "sts.amazonaws.com",
+                "token.actions.githubusercontent.com:sub": (
+                    f"repo:{config.source.repository}:environment:plan-{name}"
+                ),
+            }
+        }
+        (policy,) = role["Policies"]
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert statement == {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Resource": plan_reader_role_arn(loaded),
+        }
+        assert "lookup-role" not in json.dumps(role)
+
+
+def _plan_reader(pipeline: PipelineSynth, loaded: LoadedEnvironment) -> dict[str, Any]:
+    stage = pipeline.stack.stages[loaded.config.environment]
+    template = json.loads(
+        (
+            pipeline.outdir
+            / f"assembly-{PIPELINE_STACK_NAME}-{loaded.config.environment}"
+            / f"{stage.plan_reader.artifact_id}.template.json"
+        ).read_text()
+    )
+    (role,) = resources_of(template, "AWS::IAM::Role").values()
+    assert len(template["Resources"]) == 1, "the plan reader is one role, nothing else"
+    properties: dict[str, Any] = role["Properties"]
+    return properties
+
+
+def test_plan_reader_is_trusted_only_by_its_pull_request_role_and_reads_only_templates(
+    pipeline: PipelineSynth,
+):
+    for loaded in pipeline.loaded.environments:
+        config = loaded.config
+        role = _plan_reader(pipeline, loaded)
+        assert role["RoleName"] == f"hyperpod-{config.environment}-plan-reader"
+        assert "ManagedPolicyArns" not in role  # no ReadOnlyAccess, nothing attached
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust == {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"AWS": pull_request_role_arn(pipeline.loaded.config, config.environment)},
+        }
+        (policy,) = role["Policies"]
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert statement["Action"] == [
+            "cloudformation:DescribeStacks",
+            "cloudformation:GetTemplate",
+            "cloudformation:GetTemplateSummary",
+            "cloudformation:ListStackResources",
+        ]
+        resource = json.dumps(statement["Resource"])
+        assert f"stack/hyperpod-{config.environment}-*/*" in resource
+        assert f"{config.account}" in resource and "s3" not in resource
+
+
+def test_plan_reader_grants_only_read_actions_authorized_on_stacks(pipeline: PipelineSynth):
+    from policy_sentry.querying.actions import get_action_data
+
+    from tests.policy.iam_permissions import Stack, environment_violations
+
+    for action in PLAN_READER_ACTIONS:
+        service, name = action.split(":")
+        levels = {a["access_level"] for a in get_action_data(service, name)[service]}
+        assert levels <= {"Read", "List"}, action
+    stacks = {}
+    for loaded in pipeline.loaded.environments:
+        config = loaded.config
+        stage = pipeline.stack.stages[config.environment]
+        template = json.loads(
+            (
+                pipeline.outdir
+                / f"assembly-{PIPELINE_STACK_NAME}-{config.environment}"
+                / f"{stage.plan_reader.artifact_id}.template.json"
+            ).read_text()
         )
-    ]["Properties"]
-    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
-    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
-    repository = pipeline.loaded.config.source.repository
-    assert trust["Condition"]["StringEquals"] == {
-        "token.actions.githubusercontent.com:aud": "sts.amazonaws.com",
-        "token.actions.githubusercontent.com:sub": f"repo:{repository}:pull_request",
-    }
-    (policy,) = role["Policies"]
-    (statement,) = policy["PolicyDocument"]["Statement"]
-    assert statement["Action"] == "sts:AssumeRole"
-    expected = [
-        pipeline.stack.resolve(lookup_role_arn(e.config.account, e.config.region))
-        for e in pipeline.loaded.environments
-    ]
-    assert statement["Resource"] == expected
+        stacks[config.environment] = Stack(
+            name=config.environment, template=template, region=config.region,
+            account=config.account,
+        )  # fmt: skip
+    assert environment_violations(stacks) == ([], set())

@@ -4,6 +4,8 @@ staging, prod); pinned logical IDs and replacement-only values are in tests/stab
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk import RemovalPolicy
 from aws_cdk.assertions import Match, Template
@@ -24,6 +26,8 @@ CHECKPOINT_NONCURRENT_DAYS = {"dev": 3, "staging": 7, "prod": 14}
 ACCESS_LOG_DAYS = {"dev": 90, "staging": 365, "prod": 731}
 BUCKET_PREFIX = {"dev": "", "staging": "", "prod": "datasets/"}
 BUCKETS = ("access_log_bucket", "data_bucket", "checkpoint_bucket", "artifact_bucket")
+# The buckets with a customer key of their own, and that key's attribute on the stack.
+KEYED_BUCKETS = {"data_bucket": "data_key", "checkpoint_bucket": "checkpoint_key"}
 LOGGED_BUCKETS = {
     "data_bucket": "DataBucket/",
     "checkpoint_bucket": "CheckpointBucket/",
@@ -57,7 +61,10 @@ def storage_ids(result: SynthResult) -> dict[str, str]:
         "kms_key": result.logical_id("storage", stack.kms_key),
         "file_system": result.logical_id("storage", stack.lustre.resource),
         "data_repository": result.logical_id("storage", stack.lustre.data_repository),
-    } | {name: result.logical_id("storage", getattr(stack, name)) for name in BUCKETS}
+    } | {
+        name: result.logical_id("storage", getattr(stack, name))
+        for name in (*BUCKETS, *KEYED_BUCKETS.values())
+    }
 
 
 def file_system(result: SynthResult) -> dict:
@@ -96,11 +103,11 @@ def test_one_persistent2_lustre_file_system(env):
 def test_file_system_uses_the_rotating_customer_key(env):
     key = storage_ids(env)["kms_key"]
     assert file_system(env)["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
-    storage(env).resource_count_is("AWS::KMS::Key", 1)
-    storage(env).has_resource_properties(
-        "AWS::KMS::Key",
-        {"EnableKeyRotation": True, "PendingWindowInDays": 30 if RETAINED[env.env_name] else 7},
-    )
+    # The file system's key and one per keyed bucket, all rotating, all recoverable alike.
+    storage(env).resource_count_is("AWS::KMS::Key", 1 + len(KEYED_BUCKETS))
+    for key in resources(env, "AWS::KMS::Key").values():
+        assert key["Properties"]["EnableKeyRotation"] is True
+        assert key["Properties"]["PendingWindowInDays"] == (30 if RETAINED[env.env_name] else 7)
 
 
 def test_file_system_sits_in_the_training_azs_cluster_subnet(env):
@@ -171,11 +178,25 @@ def test_four_buckets_and_no_auto_delete_handler(env):
 @pytest.mark.parametrize("name", BUCKETS)
 def test_bucket_baseline(env, name):
     props = bucket(env, name)["Properties"]
-    assert props["BucketEncryption"] == {
-        "ServerSideEncryptionConfiguration": [
-            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
-        ]
-    }
+    if name in KEYED_BUCKETS:
+        key = env.logical_id("storage", getattr(env.stacks["storage"], KEYED_BUCKETS[name]))
+        assert props["BucketEncryption"] == {
+            "ServerSideEncryptionConfiguration": [
+                {
+                    "BucketKeyEnabled": True,
+                    "ServerSideEncryptionByDefault": {
+                        "KMSMasterKeyID": {"Fn::GetAtt": [key, "Arn"]},
+                        "SSEAlgorithm": "aws:kms",
+                    },
+                }
+            ]
+        }
+    else:
+        assert props["BucketEncryption"] == {
+            "ServerSideEncryptionConfiguration": [
+                {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+            ]
+        }
     assert props["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True,
         "BlockPublicPolicy": True,
@@ -326,3 +347,57 @@ def test_retaining_environments_retain_every_stateful_resource(synth_all, name):
     template = storage(synth_all[name])
     for type_ in STATEFUL_TYPES[:4]:
         template.all_resources(type_, {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
+
+
+# --------------------------------------------------------------------------- bucket keys
+
+
+def _key_policy(result: SynthResult, attribute: str) -> dict:
+    key = result.logical_id("storage", getattr(result.stacks["storage"], attribute))
+    resource = raw(result)["Resources"][key]
+    assert resource["Properties"]["EnableKeyRotation"] is True
+    policy: dict = resource["Properties"]["KeyPolicy"]
+    return policy
+
+
+def _arn_text(value: object) -> str:
+    """An ARN written with Fn::Join around the partition, as text ("aws" for the token)."""
+    if isinstance(value, dict):
+        return "".join(p if isinstance(p, str) else "aws" for p in value["Fn::Join"][1])
+    return str(value)
+
+
+@pytest.mark.parametrize("attribute", sorted(KEYED_BUCKETS.values()))
+def test_bucket_keys_name_their_users_and_are_used_only_through_s3(env, attribute):
+    config = env.loaded.config
+    admin, users = _key_policy(env, attribute)["Statement"]
+    # The account administers the key but cannot use it through this statement.
+    assert admin["Sid"] == "KeyAdministration"
+    assert not {"kms:*", "kms:Decrypt", "kms:Encrypt"} & set(admin["Action"])
+    assert users["Sid"] == "KeyUsersThroughS3"
+    assert sorted(users["Action"]) == [
+        "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*",
+    ]  # fmt: skip
+    assert users["Condition"]["StringEquals"]["kms:CallerAccount"] == config.account
+    via = _arn_text(users["Condition"]["StringEquals"]["kms:ViaService"])
+    assert via.startswith(f"s3.{config.region}.")
+    named = [_arn_text(a) for a in users["Condition"]["ArnLike"]["aws:PrincipalArn"]]
+    own = f"arn:aws:iam::{config.account}:role/hyperpod-{config.environment}-*"
+    assert named[0] == own
+    fsx = (
+        f"arn:aws:iam::{config.account}:role/aws-service-role/"
+        "s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
+    )
+    assert (fsx in named) == (attribute == "data_key")
+    assert not any("kms:*" in json.dumps(s) for s in (admin, users))
+
+
+def test_platform_roles_are_named_after_their_stacks(env):
+    """The keys name the environment's roles by prefix: every role CloudFormation names is
+    in a stack called <prefix>-<unit>, and none sets a name outside it."""
+    prefix = f"hyperpod-{env.loaded.config.environment}-"
+    for name, template in env.templates.items():
+        assert env.stacks[name].stack_name.startswith(prefix)
+        for role in [r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"]:
+            explicit = role["Properties"].get("RoleName")
+            assert explicit is None or str(explicit).startswith(prefix), explicit
