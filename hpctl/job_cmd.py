@@ -15,6 +15,9 @@ invalid value.
 `-- PROGRAM ARGS...`, with the same platform wiring and job environment. The lifecycle
 commands talk to the cluster through the kubeconfig `hpctl kubeconfig --env` writes
 (`hpctl.job.kube`); an API failure is one line naming the object and the fix (exit 1).
+`describe` links the per-job Grafana dashboard where the environment has Grafana, and `logs`
+reads a finished (or deleted) job's log from CloudWatch Logs; both ask AWS with credentials
+of the environment's account (`hpctl.aws`), and only there.
 """
 
 from __future__ import annotations
