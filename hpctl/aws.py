@@ -189,6 +189,44 @@ def _credential_problem(code: str, message: str) -> str:
     return f"{code}: {message}{fix}"
 
 
+class CredentialsError(Exception):
+    """The credentials could not be used for the command: the one line that says how to fix
+    it, and the exit code a command that cannot go on without them ends with."""
+
+    def __init__(self, line: str, code: ExitCode) -> None:
+        self.line, self.code = line, code
+        super().__init__(line)
+
+
+def resolve(
+    region: str | None = None, *, account: str | None = None, environment: str | None = None
+) -> Connection:
+    """`connect` without ending the command: each problem raises `CredentialsError`, for
+    a command whose AWS part is optional (`hpctl job describe`'s dashboard link)."""
+    try:
+        resolved = session(region)
+    except BotoCoreError as error:  # an AWS_PROFILE that names no profile
+        raise CredentialsError(_credential_problem(*error_line(error)), ExitCode.FAILED) from None
+    where = resolved.region_name
+    if where is None:
+        raise CredentialsError(NO_REGION, ExitCode.FAILED)
+    try:
+        identity = call(client("sts", where, resolved), "get_caller_identity")
+    except AwsCallError as failure:
+        raise CredentialsError(
+            _credential_problem(failure.code, failure.message), ExitCode.FAILED
+        ) from None
+    caller = str(identity["Account"])
+    if account is not None and caller != account:
+        raise CredentialsError(
+            f"--env: {environment} deploys into account {account}, the credentials are of "
+            f"{caller} ({identity.get('Arn', 'unknown identity')}); use credentials of "
+            f"{account} (AWS_PROFILE)",
+            ExitCode.USAGE,
+        )
+    return Connection(resolved, where, caller, str(identity.get("Arn", "")))
+
+
 def connect(
     ctx: typer.Context,
     region: str | None = None,
@@ -205,28 +243,31 @@ def connect(
     credentials (exit 2: the --env given cannot be used with them).
     """
     try:
-        resolved = session(region)
-    except BotoCoreError as error:  # an AWS_PROFILE that names no profile
-        fail(ctx, _credential_problem(*error_line(error)), code=ExitCode.FAILED)
-    where = resolved.region_name
-    if where is None:
-        fail(ctx, NO_REGION, code=ExitCode.FAILED)
-    try:
-        identity = call(client("sts", where, resolved), "get_caller_identity")
-    except AwsCallError as failure:
-        fail(ctx, _credential_problem(failure.code, failure.message), code=ExitCode.FAILED)
-    caller = str(identity["Account"])
-    if account is not None and caller != account:
-        fail(
-            ctx,
-            f"--env: {environment} deploys into account {account}, the credentials are of "
-            f"{caller} ({identity.get('Arn', 'unknown identity')}); use credentials of "
-            f"{account} (AWS_PROFILE)",
-            code=ExitCode.USAGE,
-        )
-    return Connection(resolved, where, caller, str(identity.get("Arn", "")))
+        return resolve(region, account=account, environment=environment)
+    except CredentialsError as problem:
+        fail(ctx, problem.line, code=problem.code)
 
 
 def connect_environment(ctx: typer.Context, config: EnvironmentConfig) -> Connection:
     """`connect` for an environment's config: its Region, and credentials of its account."""
     return connect(ctx, config.region, account=config.account, environment=config.environment)
+
+
+def resolve_environment(config: EnvironmentConfig) -> Connection:
+    """`resolve` for an environment's config; problems raise `CredentialsError`."""
+    return resolve(config.region, account=config.account, environment=config.environment)
+
+
+# ------------------------------------------------------------------ stack outputs
+
+
+def stack_output(connection: Connection, stack: str, key: str) -> str | None:
+    """The value of output `key` of CloudFormation stack `stack` (DescribeStacks), None
+    when the stack has no such output; a failure (no such stack, no permission) raises
+    `AwsCallError`. Needs `cloudformation:DescribeStacks` on the stack."""
+    cloudformation = connection.client("cloudformation")
+    stacks = call(cloudformation, "describe_stacks", StackName=stack)["Stacks"]
+    for output in stacks[0].get("Outputs", []) if stacks else []:
+        if output.get("OutputKey") == key:
+            return str(output["OutputValue"])
+    return None

@@ -15,6 +15,9 @@ invalid value.
 `-- PROGRAM ARGS...`, with the same platform wiring and job environment. The lifecycle
 commands talk to the cluster through the kubeconfig `hpctl kubeconfig --env` writes
 (`hpctl.job.kube`); an API failure is one line naming the object and the fix (exit 1).
+`describe` links the per-job Grafana dashboard where the environment has Grafana, and `logs`
+reads a finished (or deleted) job's log from CloudWatch Logs; both ask AWS with credentials
+of the environment's account (`hpctl.aws`), and only there.
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
 import typer
 import yaml
 
+from config.container_logs import container_log_group
 from config.kubernetes import (
     KUEUE_JOB_UID_LABEL,
     OPERATOR_JOB_LABEL,
@@ -40,10 +45,13 @@ from config.kubernetes import (
     team_namespace,
 )
 from config.schema import EnvironmentConfig
+from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT
+from hpctl import aws
+from hpctl.container_logs import LogLine, read_job_logs
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.job import lifecycle
 from hpctl.job.environment import JobRequestError, entry_point_for, spec_for_environment
-from hpctl.job.kube import Cluster, KubeError, connect
+from hpctl.job.kube import Cluster, KubeError, NotFoundError, connect
 from hpctl.job.render import API_VERSION, KIND, render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from hpctl.kubeconfig_cmd import default_output as default_kubeconfig
@@ -55,6 +63,7 @@ from hpctl.options import (
     required_environment,
     utc_now,
 )
+from platform_constructs.observability import JOB_DASHBOARD_UID, job_dashboard_url
 
 # The clock a default job name is stamped with; tests replace it.
 clock: Callable[[], datetime] = utc_now
@@ -519,13 +528,55 @@ def _job_objects(
 
     def fetch() -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
         job = cluster.get_job(namespace, name, team)
-        selector = f"{KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
-        workload = lifecycle.workload_of(job, cluster.workloads(namespace, team, selector))
         pods = cluster.pods(namespace, team, f"{OPERATOR_JOB_LABEL}={name}")
-        return job, workload, pods
+        return job, _workload(cluster, job, team), pods
 
     result: tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]] = _api(ctx, fetch)
     return result
+
+
+def _workload(cluster: Cluster, job: dict[str, Any], team: str) -> dict[str, Any] | None:
+    """The job's Workload, found by the job-uid label Kueue puts on it."""
+    meta = job["metadata"]
+    selector = f"{KUEUE_JOB_UID_LABEL}={meta['uid']}"
+    return lifecycle.workload_of(job, cluster.workloads(meta["namespace"], team, selector))
+
+
+def _dashboard(config: EnvironmentConfig, job: dict[str, Any]) -> dict[str, Any]:
+    """The job's per-job Grafana dashboard: its URL, from the job's creation time, on the
+    environment's Grafana workspace (the observability stack's output, read with credentials
+    of the environment's account), or why there is none. AWS is only asked where the
+    environment has a workspace, and no failure there fails the command."""
+    meta = job["metadata"]
+    link: dict[str, Any] = {"uid": JOB_DASHBOARD_UID, "url": None, "unavailable": None}
+    if config.observability is None or not config.observability.grafana:
+        link["unavailable"] = (
+            f"{config.environment} has no Grafana workspace (observability.grafana); open "
+            f"dashboard {JOB_DASHBOARD_UID} on a Grafana that reads its Prometheus workspace"
+        )
+        return link
+    stack = config.names.stack("observability")
+    try:
+        endpoint = aws.stack_output(aws.resolve_environment(config), stack, GRAFANA_ENDPOINT_OUTPUT)
+    except aws.CredentialsError as problem:
+        link["unavailable"] = problem.line
+        return link
+    except aws.AwsCallError as failure:
+        link["unavailable"] = f"cannot read stack {stack} ({failure})"
+        return link
+    if endpoint is None:
+        link["unavailable"] = (
+            f"stack {stack} has no {GRAFANA_ENDPOINT_OUTPUT} output (deploy the observability "
+            "stack)"
+        )
+        return link
+    link["url"] = job_dashboard_url(
+        endpoint,
+        namespace=meta["namespace"],
+        job=meta["name"],
+        start=lifecycle.parse_time(meta.get("creationTimestamp")),
+    )
+    return link
 
 
 @app.command("describe", cls=OneLineUsageErrors)
@@ -550,6 +601,7 @@ def describe(
     ]
     position = _position(cluster, job, workload)
     report = lifecycle.description(job, workload, pods, events, position, clock())
+    report["dashboard"] = _dashboard(config, job)
     if as_json:
         _echo_json(report)
         return
@@ -566,6 +618,9 @@ def describe(
         ("Completed", "completed"),
     ):
         typer.echo(f"{label + ':':<11}{report[key] if report[key] is not None else '-'}")
+    dashboard = report["dashboard"]
+    link = dashboard["url"] or f"unavailable ({dashboard['unavailable']})"
+    typer.echo(f"{'Dashboard:':<11}{link}")
     if report["workload"] and report["workload"]["waiting"]:
         typer.echo(f"{'Waiting:':<11}{report['workload']['waiting']}")
     _section(
@@ -617,6 +672,10 @@ def _rank_pod(
     )
 
 
+# How far back `logs --archive` reads a job whose object is gone (its creation time with it).
+ARCHIVE_DEFAULT_HOURS = 24
+
+
 @app.command("logs", cls=OneLineUsageErrors)
 def logs(
     ctx: typer.Context,
@@ -624,46 +683,195 @@ def logs(
     env: EnvOption = None,
     team: TeamOption = None,
     rank: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
-            help="Node rank whose pod to read (0 runs global rank 0, which prints the "
+            help="Node rank whose pod to read (default 0: global rank 0, which prints the "
             "trainer's step lines).",
         ),
-    ] = 0,
+    ] = None,
+    all_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--all-ranks", help="Every rank's archived log, in time order (with --archive)."
+        ),
+    ] = False,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the container ends.")
     ] = False,
+    archive: Annotated[
+        bool,
+        typer.Option(
+            "--archive",
+            help="Read the log from CloudWatch Logs, also of a job that was deleted "
+            "(automatic for a finished job without pods).",
+        ),
+    ] = False,
+    since: Annotated[
+        int | None,
+        typer.Option(
+            metavar="HOURS",
+            min=1,
+            help="Archived lines from this many hours ago (default: since the job was "
+            f"created; {ARCHIVE_DEFAULT_HOURS} for a deleted job).",
+        ),
+    ] = None,
     kubeconfig: KubeconfigOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object per line.")
     ] = False,
 ) -> None:
-    """The log of a job's pod (its first container), by node rank."""
+    """The log of a job's pod (its first container), by node rank: from the pod while it
+    exists, from CloudWatch Logs once the job has finished or with --archive."""
+    if all_ranks and rank is not None:
+        fail(ctx, "--all-ranks: reads every rank; drop --rank or --all-ranks", code=ExitCode.USAGE)
+    if archive and follow:
+        fail(
+            ctx,
+            "--follow: an archived log is read once; drop --follow or --archive",
+            code=ExitCode.USAGE,
+        )
     config, cluster = _connect(ctx, env, kubeconfig)
     team = _team(ctx, config, team)
     namespace = team_namespace(team)
+    archived = functools.partial(
+        _archived_logs, ctx, config, namespace, name, rank or 0, all_ranks, since, as_json
+    )
+    if archive:
+        archived(_existing_job(ctx, cluster, namespace, name, team))
+        return
     pods = _api(ctx, lambda: cluster.pods(namespace, team, f"{OPERATOR_JOB_LABEL}={name}"))
     if not pods:
-        # Tell a job without pods (queued) from one that does not exist.
-        job, workload, _ = _job_objects(ctx, cluster, namespace, name, team)
+        # Tell a finished job (its log is archived) from a queued one and from none at all.
+        job = _existing_job(ctx, cluster, namespace, name, team)
+        if job is None:
+            fail(
+                ctx,
+                f"{KIND} {namespace}/{name}: not found; list the team's jobs with hpctl job "
+                f"list --env {config.environment} --team {team}, or read a deleted job's log "
+                "with --archive",
+                code=ExitCode.FAILED,
+            )
+        workload = _api(ctx, lambda: _workload(cluster, job, team))
+        if lifecycle.job_state(job, workload) in lifecycle.TERMINAL:
+            archived(job)
+            return
         fail(
             ctx,
             f"job {name} has no pods yet ({_held_back(job, workload)}); see why with "
             f"hpctl job describe {name} --env {config.environment} --team {team}",
             code=ExitCode.FAILED,
         )
-    pod = _rank_pod(ctx, pods, name, rank)
+    if all_ranks or since is not None:
+        option = "--all-ranks" if all_ranks else "--since"
+        fail(
+            ctx,
+            f"{option}: reads the archived log and job {name} still has pods; add --archive",
+            code=ExitCode.USAGE,
+        )
+    pod = _rank_pod(ctx, pods, name, rank or 0)
     pod_name = pod["metadata"]["name"]
     container = pod["spec"]["containers"][0]["name"]
     try:
         for line in cluster.log_lines(namespace, pod_name, container, follow=follow, team=team):
-            if as_json:
-                typer.echo(json.dumps({"pod": pod_name, "rank": rank, "line": line}))
-            else:
-                typer.echo(line)
+            _print_line(pod_name, rank or 0, line, as_json=as_json)
     except KubeError as error:
         fail(ctx, str(error), code=ExitCode.FAILED)
+
+
+def _print_line(
+    pod: str, rank: int, line: str, *, as_json: bool, time: datetime | None = None
+) -> None:
+    """One log line as `logs` prints it: the text, or with --json one object (the time
+    only where CloudWatch recorded it)."""
+    if not as_json:
+        typer.echo(line)
+        return
+    record: dict[str, Any] = {"pod": pod, "rank": rank, "line": line}
+    if time is not None:
+        record["time"] = time.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    typer.echo(json.dumps(record))
+
+
+def _container(job: dict[str, Any]) -> str | None:
+    """The name of the first container of the job's pods, as its manifest has it."""
+    specs = (job.get("spec") or {}).get("replicaSpecs") or [{}]
+    pod = (specs[0].get("template") or {}).get("spec") or {}
+    return next((str(c["name"]) for c in pod.get("containers") or [] if "name" in c), None)
+
+
+def _existing_job(
+    ctx: typer.Context, cluster: Cluster, namespace: str, name: str, team: str
+) -> dict[str, Any] | None:
+    """The job, or None where it does not exist (any more)."""
+    try:
+        return cluster.get_job(namespace, name, team)
+    except NotFoundError:
+        return None
+    except KubeError as error:
+        fail(ctx, str(error), code=ExitCode.FAILED)
+
+
+def _archived_logs(
+    ctx: typer.Context,
+    config: EnvironmentConfig,
+    namespace: str,
+    name: str,
+    rank: int,
+    all_ranks: bool,
+    since_hours: int | None,
+    as_json: bool,
+    job: dict[str, Any] | None,
+) -> None:
+    """Print what the job's rank pod (or every rank's, in time order) wrote, from the
+    cluster's application log group (hpctl.container_logs), since the job was created or
+    `since_hours` ago, with credentials of the environment's account."""
+    created = lifecycle.parse_time((job or {}).get("metadata", {}).get("creationTimestamp"))
+    if since_hours is None and created is not None:
+        since = created
+    else:
+        since = clock() - timedelta(hours=since_hours or ARCHIVE_DEFAULT_HOURS)
+    # The operator names the pods <job>-pod-<rank> (see _rank_pod); streams of another job
+    # whose name starts with this one's are left out by that name.
+    rank_pod = re.compile(rf"{re.escape(name)}-pod-(\d+)")
+    pods = None if all_ranks else [f"{name}-pod-{rank}"]
+    # The job's container (a deleted job's is not known: every container of the pod).
+    container = _container(job) if job is not None else None
+    connection = aws.connect_environment(ctx, config)
+    group = container_log_group(config.names.eks_cluster)
+    try:
+        lines: list[LogLine] = read_job_logs(
+            connection.client("logs"),
+            eks_cluster=config.names.eks_cluster,
+            namespace=namespace,
+            job=name,
+            since=since,
+            pods=pods,
+            container=container,
+        )
+    except aws.AwsCallError as failure:
+        grant = f"; grant {failure.action}" if failure.code in aws.ACCESS_DENIED_CODES else ""
+        fail(
+            ctx,
+            f"cannot read the archived log of job {name} from {group}: {failure}{grant}",
+            code=ExitCode.FAILED,
+        )
+    ranked = [(line, rank_pod.fullmatch(line.pod)) for line in lines]
+    found = [(line, int(match[1])) for line, match in ranked if match is not None]
+    if not found:
+        wanted = f"pods {name}-pod-<rank>" if all_ranks else f"pod {name}-pod-{rank}"
+        fail(
+            ctx,
+            f"job {name}: no archived log of {wanted} in {group} since "
+            f"{since.isoformat(timespec='seconds')}; widen --since, or check the job's name "
+            "and --rank",
+            code=ExitCode.FAILED,
+        )
+    for line, line_rank in found:
+        text = f"[pod/{line.pod}/{line.container}] {line.text}" if all_ranks else line.text
+        _print_line(
+            line.pod, line_rank, line.text if as_json else text, as_json=as_json, time=line.time
+        )
 
 
 def _held_back(job: dict[str, Any], workload: dict[str, Any] | None) -> str:

@@ -45,14 +45,12 @@ def admin_host_instance(
     if not config.network.admin_host.enabled:
         return None, "network.admin_host is disabled in this environment"
     try:
-        cloudformation = connection.client("cloudformation")
-        stacks = aws.call(cloudformation, "describe_stacks", StackName=stack)["Stacks"]
+        instance = aws.stack_output(connection, stack, ADMIN_HOST_OUTPUT)
     except aws.AwsCallError as failure:
         return None, f"cannot read stack {stack} ({failure})"
-    for output in stacks[0].get("Outputs", []) if stacks else []:
-        if output.get("OutputKey") == ADMIN_HOST_OUTPUT:
-            return str(output["OutputValue"]), ""
-    return None, f"stack {stack} has no {ADMIN_HOST_OUTPUT} output (deploy the network stack)"
+    if instance is None:
+        return None, f"stack {stack} has no {ADMIN_HOST_OUTPUT} output (deploy the network stack)"
+    return instance, ""
 
 
 def write_private(path: Path, text: str) -> None:

@@ -21,7 +21,7 @@ from constructs import Construct
 
 from config.addons import CLOUDWATCH_OBSERVABILITY, OBSERVABILITY
 from config.schema import EksConfig
-from config.schema.observability import ObservabilityConfig
+from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT, ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
 from platform_constructs.container_logs import ContainerLogGroups
 from platform_constructs.eks_addons import (
@@ -176,6 +176,14 @@ class ObservabilityStack(cdk.Stack):
             if observability.grafana
             else None
         )
+        if self.grafana is not None:
+            cdk.CfnOutput(
+                self,
+                GRAFANA_ENDPOINT_OUTPUT,
+                value=self.grafana.workspace.attr_endpoint,
+                description="Grafana workspace endpoint; hpctl job describe links the per-job "
+                "dashboard on it",
+            )
         self.alarms = PlatformAlarms(
             self,
             "Alarms",

@@ -37,6 +37,11 @@ GRAFANA_REGIONS = frozenset(
 )
 
 
+# The observability stack's output holding the Grafana workspace's endpoint (`hpctl job
+# describe` links the per-job dashboard with it; defined here so that hpctl never imports CDK).
+GRAFANA_ENDPOINT_OUTPUT = "GrafanaEndpoint"
+
+
 class MetricLevels(Strict):
     training: BasicOrAdvanced = "BASIC"
     cluster: BasicOrAdvanced = "BASIC"

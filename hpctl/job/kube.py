@@ -46,6 +46,10 @@ class KubeError(Exception):
     """One line for the user: what failed, on which object, and the fix."""
 
 
+class NotFoundError(KubeError):
+    """The named object does not exist (any more)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """The object a call is about, and the command's --env and --team for the fixes."""
@@ -138,7 +142,8 @@ def reported(target: Target, verb: str, server: str) -> Iterator[None]:
     try:
         yield
     except ApiException as error:
-        raise KubeError(failure_line(error, target, verb)) from None
+        gone = error.status == 404 and bool((_status(error).get("details") or {}).get("name"))
+        raise (NotFoundError if gone else KubeError)(failure_line(error, target, verb)) from None
     except urllib3.exceptions.HTTPError as error:
         cause = getattr(error, "reason", None) or error
         raise KubeError(

@@ -22,13 +22,14 @@ TERMINAL = frozenset({"Completed", "Succeeded", "Failed"})
 QUEUED, PREEMPTED = "Queued", "Preempted"
 
 
-def _time(text: str | None) -> datetime | None:
+def parse_time(text: str | None) -> datetime | None:
+    """An API timestamp (RFC 3339, `Z` for UTC) as an aware datetime; None for none."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
 def age(timestamp: str | None, now: datetime) -> str:
     """Time since `timestamp` the way kubectl prints it: 45s, 12m, 3h, 2d ("-" for none)."""
-    start = _time(timestamp)
+    start = parse_time(timestamp)
     if start is None:
         return "-"
     seconds = max(0, int((now - start).total_seconds()))

@@ -5,7 +5,8 @@ calls each command makes, what it prints, and every API failure as one line with
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,24 @@ import pytest
 import yaml
 from typer.testing import Result
 
+from config.container_logs import container_log_group
+from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT
 from hpctl.errors import ExitCode
 from hpctl.job import lifecycle
 from hpctl.job.render import render_job, to_yaml
-from tests.cli.conftest import error_line, hpctl
-from tests.job.conftest import IMAGE, env_spec
+from platform_constructs.observability import JOB_DASHBOARD_UID
+from tests.cli.conftest import (
+    Stubs,
+    environment_account,
+    error_line,
+    fake_aws_env,
+    hpctl,
+    offline_clients,
+    stubbed_clients,
+)
+from tests.job.conftest import FIXED_NOW, IMAGE, env_spec
 from tests.job.kube_api import TOKEN, KubeAPI, kubeconfig, serving, shape
+from tests.support import environment_data
 
 TEAM, NAMESPACE = "research", "hyperpod-ns-research"
 JOBS_PATH = f"/apis/sagemaker.amazonaws.com/v1/namespaces/{NAMESPACE}/hyperpodpytorchjobs"
@@ -42,6 +55,23 @@ def api(tmp_path: Path, fixed_clock: Any) -> Iterator[KubeAPI]:
     with serving() as served:
         served.config_path = kubeconfig(tmp_path / "kubeconfig.yaml", served.url)
         yield served
+
+
+@pytest.fixture(scope="module")
+def aws_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """CloudFormation, CloudWatch Logs and STS clients of prod's Region, built once."""
+    return offline_clients(tmp_path_factory, "us-east-1", ("cloudformation", "logs"))
+
+
+@pytest.fixture
+def stubs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, aws_clients: dict[str, Any]
+) -> Iterator[Stubs]:
+    """Commands get Stubber-backed AWS clients; STS says the credentials are prod's account.
+    Every queued response must be used, and nothing else may be called."""
+    fake_aws_env(monkeypatch, tmp_path / "aws")
+    with stubbed_clients(monkeypatch, aws_clients, environment_account("prod")) as stubbed:
+        yield stubbed
 
 
 def run(api: KubeAPI, *args: str, env: str = "prod") -> Result:
@@ -440,6 +470,8 @@ def test_describe_text_of_a_queued_job(api: KubeAPI) -> None:
         "Age:       59m",
         "Started:   -",
         "Completed: -",
+        "Dashboard: unavailable (prod has no Grafana workspace (observability.grafana); open "
+        "dashboard hyperpod-job on a Grafana that reads its Prometheus workspace)",
         "Waiting:   couldn't assign flavors to pod set worker: insufficient unused quota for "
         "nvidia.com/gpu in flavor ml.p5.48xlarge, 16 more needed",
         "Conditions:",
@@ -456,6 +488,92 @@ def test_describe_a_missing_job(api: KubeAPI) -> None:
     assert line == (
         f"hpctl job describe: HyperPodPyTorchJob {NAMESPACE}/llama-9b: not found; list the "
         "team's jobs with hpctl job list --env prod --team research"
+    )
+
+
+GRAFANA = "g-abc123.grafana-workspace.us-east-1.amazonaws.com"
+OBSERVABILITY_STACK = "hyperpod-prod-observability"
+# add_job's creationTimestamp, 2026-03-04T04:07:07Z, in milliseconds.
+JOB_CREATED_MS = 1772597227000
+
+
+@pytest.fixture
+def grafana_prod(config_dir: Callable[[str, Any], None]) -> None:
+    """prod as `--env prod` reads it, with a Grafana workspace."""
+    data = environment_data("prod")
+    data["observability"]["grafana"] = True
+    config_dir("prod", data)
+
+
+def test_describe_without_grafana_names_the_dashboard_and_calls_no_aws(api: KubeAPI) -> None:
+    add_job(api, "llama-8b", "job-status-running.json")
+    report = json.loads(ok(run(api, "job", "describe", "llama-8b", "--team", TEAM, "--json")))
+    assert report["dashboard"] == {
+        "uid": JOB_DASHBOARD_UID,
+        "url": None,
+        "unavailable": "prod has no Grafana workspace (observability.grafana); open dashboard "
+        "hyperpod-job on a Grafana that reads its Prometheus workspace",
+    }
+
+
+def test_describe_links_the_jobs_dashboard_on_the_environments_grafana(
+    api: KubeAPI, grafana_prod: None, stubs: Stubs
+) -> None:
+    add_job(api, "llama-8b", "job-status-running.json")
+    stubs["cloudformation"].add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": OBSERVABILITY_STACK,
+                    "CreationTime": datetime(2026, 1, 1, tzinfo=UTC),
+                    "StackStatus": "UPDATE_COMPLETE",
+                    "Outputs": [
+                        {"OutputKey": "AlarmTopicArn", "OutputValue": "arn:aws:sns:x"},
+                        {"OutputKey": GRAFANA_ENDPOINT_OUTPUT, "OutputValue": GRAFANA},
+                    ],
+                }
+            ]
+        },
+        expected_params={"StackName": OBSERVABILITY_STACK},
+    )
+    out = ok(run(api, "job", "describe", "llama-8b", "--team", TEAM))
+    url = (
+        f"https://{GRAFANA}/d/{JOB_DASHBOARD_UID}?var-namespace={NAMESPACE}"
+        f"&var-training_job=llama-8b&from={JOB_CREATED_MS}&to=now"
+    )
+    assert f"Dashboard: {url}" in out.splitlines()
+    # Credentials of prod's account, checked with STS, in prod's Region.
+    assert stubs.clients == [("sts", "us-east-1"), ("cloudformation", "us-east-1")]
+
+
+def test_describe_with_aws_out_of_reach_says_why_and_succeeds(
+    api: KubeAPI, grafana_prod: None, stubs: Stubs
+) -> None:
+    add_job(api, "llama-8b", "job-status-running.json")
+    stubs["cloudformation"].add_client_error(
+        "describe_stacks",
+        service_error_code="ValidationError",
+        service_message=f"Stack with id {OBSERVABILITY_STACK} does not exist",
+        http_status_code=400,
+    )
+    result = run(api, "job", "describe", "llama-8b", "--team", TEAM)
+    assert (
+        f"Dashboard: unavailable (cannot read stack {OBSERVABILITY_STACK} (ValidationError: "
+        f"Stack with id {OBSERVABILITY_STACK} does not exist))"
+    ) in ok(result).splitlines()
+    assert result.stderr == ""
+
+
+def test_describe_with_another_accounts_credentials_says_why_and_succeeds(
+    api: KubeAPI, grafana_prod: None, stubs: Stubs
+) -> None:
+    add_job(api, "llama-8b", "job-status-running.json")
+    stubs.caller = "444455556666"
+    report = json.loads(ok(run(api, "job", "describe", "llama-8b", "--team", TEAM, "--json")))
+    assert report["dashboard"]["url"] is None
+    assert report["dashboard"]["unavailable"].startswith(
+        "--env: prod deploys into account 333333333333, the credentials are of 444455556666"
     )
 
 
@@ -512,9 +630,223 @@ def test_logs_of_a_queued_job_say_why_there_are_none(api: KubeAPI) -> None:
     )
 
 
-def test_logs_of_a_missing_job(api: KubeAPI) -> None:
+def test_logs_of_a_missing_job_point_at_the_archive(api: KubeAPI) -> None:
     line = failure(run(api, "job", "logs", "nope", "--team", TEAM))
-    assert line.startswith(f"hpctl job logs: HyperPodPyTorchJob {NAMESPACE}/nope: not found;")
+    assert line == (
+        f"hpctl job logs: HyperPodPyTorchJob {NAMESPACE}/nope: not found; list the team's jobs "
+        "with hpctl job list --env prod --team research, or read a deleted job's log with "
+        "--archive"
+    )
+
+
+# ------------------------------------------------------------------ archived logs
+
+LOG_GROUP = container_log_group("hyperpod-prod-eks")
+NODE = "hyperpod-i-0a1"
+
+
+def stream_name(pod: str, container: str = "trainer", n: int = 0) -> str:
+    """A stream as the CloudWatch Observability add-on's Fluent Bit names it."""
+    return f"{NODE}-application.var.log.containers.{pod}_{NAMESPACE}_{container}-{n:064x}.log"
+
+
+def streams_page(*names: str) -> dict[str, Any]:
+    last = JOB_CREATED_MS + 3_600_000
+    return {
+        "logStreams": [
+            {"logStreamName": name, "creationTime": last - 1000, "lastEventTimestamp": last}
+            for name in names
+        ]
+    }
+
+
+def log_event(stream: str, seconds: int, text: str) -> dict[str, Any]:
+    when = JOB_CREATED_MS + seconds * 1000
+    return {
+        "logStreamName": stream,
+        "timestamp": when,
+        "message": json.dumps({"log": text + "\n", "stream": "stdout"}),
+        "ingestionTime": when + 500,
+        "eventId": f"{seconds:056d}",
+    }
+
+
+def describe_streams_params() -> dict[str, Any]:
+    return {
+        "logGroupName": LOG_GROUP,
+        "orderBy": "LastEventTime",
+        "descending": True,
+        "limit": 50,
+    }
+
+
+def finished(status: str) -> dict[str, Any]:
+    """A job status after the run: the recorded completed one, or the running one with the
+    operator's terminal Failed condition on top."""
+    if status == "Completed":
+        return shape("job-status-completed.json", job="llama-8b")
+    failed = shape("job-status-running.json", job="llama-8b")
+    failed["conditions"].append(
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "JobFailed",
+            "message": "HyperPodPyTorchJob llama-8b failed.",
+            "lastTransitionTime": "2026-03-04T09:31:02Z",
+        }
+    )
+    return failed
+
+
+@pytest.mark.parametrize("state", ["Completed", "Failed"])
+def test_logs_of_a_finished_job_without_pods_come_from_the_archive(
+    api: KubeAPI, stubs: Stubs, state: str
+) -> None:
+    job = add_job(api, "llama-8b")
+    job["status"] = finished(state)
+    rank_0, rank_1 = stream_name("llama-8b-pod-0"), stream_name("llama-8b-pod-1", n=1)
+    stubs["logs"].add_response(
+        "describe_log_streams",
+        streams_page(rank_1, rank_0),
+        expected_params=describe_streams_params(),
+    )
+    stubs["logs"].add_response(
+        "filter_log_events",
+        {"events": [log_event(rank_0, 5, "HPTRAIN start"), log_event(rank_0, 9, "done")]},
+        expected_params={
+            "logGroupName": LOG_GROUP,
+            "logStreamNames": [rank_0],
+            "startTime": JOB_CREATED_MS,
+        },
+    )
+    assert ok(run(api, "job", "logs", "llama-8b", "--team", TEAM)) == "HPTRAIN start\ndone\n"
+    assert stubs.clients == [("sts", "us-east-1"), ("logs", "us-east-1")]
+
+
+def test_logs_archive_of_a_deleted_job_reads_every_rank_since_hours_ago(
+    api: KubeAPI, stubs: Stubs
+) -> None:
+    rank_0, rank_1 = stream_name("llama-8b-pod-0"), stream_name("llama-8b-pod-1", n=1)
+    # Another job whose name starts with this one's, and a sidecar of rank 1.
+    other = stream_name("llama-8b-eval-pod-0", n=2)
+    sidecar = stream_name("llama-8b-pod-1", container="log-shipper", n=3)
+    stubs["logs"].add_response(
+        "describe_log_streams",
+        streams_page(other, rank_1, sidecar, rank_0),
+        expected_params=describe_streams_params(),
+    )
+    since = FIXED_NOW - timedelta(hours=6)
+    stubs["logs"].add_response(
+        "filter_log_events",
+        {
+            "events": [
+                log_event(rank_1, 4, "rank 8 up"),
+                log_event(other, 5, "not this job"),
+                log_event(rank_0, 6, "rank 0 up"),
+                log_event(sidecar, 7, "shipped"),
+            ]
+        },
+        expected_params={
+            "logGroupName": LOG_GROUP,
+            "logStreamNames": [other, rank_0, sidecar, rank_1],
+            "startTime": int(since.timestamp() * 1000),
+        },
+    )
+    out = ok(
+        run(
+            api,
+            "job",
+            "logs",
+            "llama-8b",
+            "--team",
+            TEAM,
+            "--archive",
+            "--all-ranks",
+            "--since",
+            "6",
+            "--json",
+        )
+    )
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {
+            "pod": "llama-8b-pod-1",
+            "rank": 1,
+            "line": "rank 8 up",
+            "time": "2026-03-04T04:07:11.000Z",
+        },
+        {
+            "pod": "llama-8b-pod-0",
+            "rank": 0,
+            "line": "rank 0 up",
+            "time": "2026-03-04T04:07:13.000Z",
+        },
+        {"pod": "llama-8b-pod-1", "rank": 1, "line": "shipped", "time": "2026-03-04T04:07:14.000Z"},
+    ]
+    # The job object is gone: it was looked for, and the pods were not listed.
+    assert api.calls() == [("GET", f"{JOBS_PATH}/llama-8b")]
+
+
+def test_logs_archive_failure_is_one_line(api: KubeAPI, stubs: Stubs) -> None:
+    job = add_job(api, "llama-8b")
+    job["status"] = finished("Completed")
+    stubs["logs"].add_client_error(
+        "describe_log_streams",
+        service_error_code="AccessDeniedException",
+        service_message="User: arn:aws:sts::333333333333:assumed-role/Researcher/me is not "
+        "authorized to perform: logs:DescribeLogStreams",
+        http_status_code=400,
+    )
+    line = failure(run(api, "job", "logs", "llama-8b", "--team", TEAM))
+    assert line == (
+        f"hpctl job logs: cannot read the archived log of job llama-8b from {LOG_GROUP}: "
+        "AccessDeniedException: User: arn:aws:sts::333333333333:assumed-role/Researcher/me is "
+        "not authorized to perform: logs:DescribeLogStreams; grant logs:DescribeLogStreams"
+    )
+
+
+def test_logs_archive_without_lines_says_where_it_looked(api: KubeAPI, stubs: Stubs) -> None:
+    job = add_job(api, "llama-8b")
+    job["status"] = finished("Completed")
+    stubs["logs"].add_response(
+        "describe_log_streams",
+        streams_page(stream_name("llama-8b-pod-1")),
+        expected_params=describe_streams_params(),
+    )
+    line = failure(run(api, "job", "logs", "llama-8b", "--team", TEAM))
+    assert line == (
+        f"hpctl job logs: job llama-8b: no archived log of pod llama-8b-pod-0 in {LOG_GROUP} "
+        "since 2026-03-04T04:07:07+00:00; widen --since, or check the job's name and --rank"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            ["--archive", "--follow"],
+            "--follow: an archived log is read once; drop --follow or --archive",
+        ),
+        (
+            ["--all-ranks", "--rank", "1"],
+            "--all-ranks: reads every rank; drop --rank or --all-ranks",
+        ),
+        (
+            ["--all-ranks"],
+            "--all-ranks: reads the archived log and job llama-8b still has pods; add --archive",
+        ),
+        (
+            ["--since", "2"],
+            "--since: reads the archived log and job llama-8b still has pods; add --archive",
+        ),
+    ],
+)
+def test_logs_archive_options_that_do_not_fit(
+    api: KubeAPI, options: list[str], expected: str
+) -> None:
+    job = add_job(api, "llama-8b", "job-status-running.json")
+    add_pods(api, job, ["n0"])
+    line = failure(run(api, "job", "logs", "llama-8b", "--team", TEAM, *options), ExitCode.USAGE)
+    assert line == f"hpctl job logs: {expected}"
 
 
 # ------------------------------------------------------------------ cancel
