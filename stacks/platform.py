@@ -105,6 +105,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
         removal_policy=removal_policy,
+        mlflow_server_name=names.mlflow_tracking_server,
     )
     eks = EksStack(
         scope,
@@ -163,6 +164,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             file_system=storage.file_system,
             checkpoint_bucket=storage.checkpoint_bucket,
             data_bucket=storage.data_bucket,
+            mlflow_server_arn=storage.mlflow_server_arn,
             removal_policy=removal_policy,
         )
         # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the

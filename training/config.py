@@ -306,11 +306,18 @@ class EvalConfig:
     batches: int = 0
 
 
+# The platform's MLflow tracking server, set in jobs from the team ConfigMap
+# (hpctl/job/render.py): what an empty tracking.mlflow_uri means.
+MLFLOW_TRACKING_URI_ENV = "HPTRAIN_MLFLOW_TRACKING_URI"
+TRACKING_OFF = "off"
+
+
 @dataclass
 class TrackingConfig:
     # MLflow tracking URI (a SageMaker managed MLflow tracking server's ARN, http(s)://...,
-    # or file://...): rank 0 logs the config, metrics and checkpoint events there; "" = off.
-    # Jobs get the platform's through the team ConfigMap (hpctl/job/render.py).
+    # or file://...): rank 0 logs the config, metrics and checkpoint events there. "" = the
+    # platform's server where the job's environment sets HPTRAIN_MLFLOW_TRACKING_URI, else
+    # off; "off" = off.
     mlflow_uri: str = ""
     # MLflow experiment; "" = the job's run directory name.
     experiment: str = ""
@@ -502,6 +509,12 @@ class JobConfig:
                 f"training.global_batch_size={self.batch_for_world(world_size)}"
             )
         return micro, per_rank // micro
+
+    def tracking_uri(self, environ: typing.Mapping[str, str]) -> str:
+        """The MLflow tracking URI in effect ("" = no tracking): tracking.mlflow_uri, or the
+        platform's from `environ` when it is empty."""
+        uri = self.tracking.mlflow_uri or environ.get(MLFLOW_TRACKING_URI_ENV, "")
+        return "" if uri == TRACKING_OFF else uri
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -2,8 +2,8 @@
 
 One MLflow run per training job: its id is kept in the run directory, so every restart of the
 job (a new attempt) logs into the same run. Logged: the resolved config as parameters (at
-creation; a resume that changes a value records it as a tag, since MLflow parameters cannot
-change), the run identity and attempt as tags, step metrics, checkpoint events, evaluations
+creation; a resume that changes a value records the new one as a tag ``hptrain.changed.<key>``,
+since MLflow parameters cannot change), the run identity and attempt as tags, step metrics, checkpoint events, evaluations
 and the summary. Nothing is written as an artifact: the jobs' identities need no access to the
 artifact store.
 
@@ -44,10 +44,12 @@ def _flatten(config: dict[str, Any]) -> dict[str, str]:
 class Tracker:
     """rank 0's MLflow client for one job; every method is safe to call when it is off."""
 
-    def __init__(self, cfg: JobConfig, out: Path, identity: RunIdentity, attempt: int) -> None:
+    def __init__(
+        self, cfg: JobConfig, uri: str, out: Path, identity: RunIdentity, attempt: int
+    ) -> None:
         from mlflow import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=cfg.tracking.mlflow_uri)
+        self.client = MlflowClient(tracking_uri=uri)
         self._warned: set[str] = set()
         self._pending: list[Any] = []
         experiment = cfg.tracking.experiment or out.resolve().name
@@ -62,7 +64,7 @@ class Tracker:
             logged = self.client.get_run(self.run_id).data.params
             changed = {k: v for k, v in params.items() if k in logged and logged[k] != v}
             for key, value in changed.items():
-                self.client.set_tag(self.run_id, f"{TAG_PREFIX}attempt{attempt}.{key}", value)
+                self.client.set_tag(self.run_id, f"{TAG_PREFIX}changed.{key}", value)
         else:
             run = self.client.create_run(experiment_id, run_name=out.resolve().name)
             self.run_id = run.info.run_id
@@ -141,15 +143,16 @@ class Tracker:
 
 
 def start(cfg: JobConfig, out: Path, identity: RunIdentity, attempt: int) -> Tracker | None:
-    """The tracker when tracking.mlflow_uri is set (call on rank 0 only), else None."""
-    if not cfg.tracking.mlflow_uri:
+    """The tracker when a tracking URI is in effect (JobConfig.tracking_uri; call on rank 0
+    only), else None."""
+    uri = cfg.tracking_uri(os.environ)
+    if not uri:
         return None
     try:
-        return Tracker(cfg, out, identity, attempt)
+        return Tracker(cfg, uri, out, identity, attempt)
     except Exception as e:  # noqa: BLE001 - an unreachable server must not stop training
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         sys.stderr.write(
-            f"hptrain: mlflow tracking at {cfg.tracking.mlflow_uri} unavailable, "
-            f"training without it: {first}\n"
+            f"hptrain: mlflow tracking at {uri} unavailable, training without it: {first}\n"
         )
         return None

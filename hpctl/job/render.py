@@ -34,13 +34,14 @@ from config.kubernetes import (
 from config.team_groups import team_gid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
+    MLFLOW_TRACKING_URI_KEY,
     TEAM_CONFIG_MAP,
     TRAINING_GID,
     TRAINING_UID,
 )
 from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import SHM_MOUNT, JobSpec
-from training.config import AUTO_STORAGE, tier_key
+from training.config import AUTO_STORAGE, MLFLOW_TRACKING_URI_ENV, tier_key
 
 API_VERSION = "sagemaker.amazonaws.com/v1"
 KIND = "HyperPodPyTorchJob"
@@ -91,6 +92,20 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         if instance.family in RDMA_FAMILIES:
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
+    # The environment's MLflow server, which the trainer logs to (training/config.py
+    # tracking_uri); optional: absent where the platform runs none, and the pod starts.
+    items.append(
+        {
+            "name": MLFLOW_TRACKING_URI_ENV,
+            "valueFrom": {
+                "configMapKeyRef": {
+                    "name": TEAM_CONFIG_MAP,
+                    "key": MLFLOW_TRACKING_URI_KEY,
+                    "optional": True,
+                }
+            },
+        }
+    )
     if spec.managed_storage:
         # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
         # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.
