@@ -84,6 +84,7 @@ class Evaluator:
             device,
         )
         self.world_size = world_size
+        self.records = rank == 0
         # Losses computed at checkpointed steps, recorded when (if) those checkpoints commit.
         self.pending: dict[int, float] = {}
 
@@ -110,11 +111,12 @@ class Evaluator:
     def committed(
         self, step: int, tier: str, out: Path, tracker: Any | None
     ) -> dict[str, Any] | None:
-        """Records the evaluation of checkpoint `step` (rank 0), once it has committed."""
+        """Once checkpoint `step` has committed (every rank calls it): rank 0 records its
+        evaluation; the evaluations of checkpoints that never committed are dropped."""
         loss = self.pending.pop(step, None)
         for older in [s for s in self.pending if s < step]:
             del self.pending[older]
-        if loss is None:
+        if loss is None or not self.records:
             return None
         record = {"step": step, "tier": tier, "loss": loss, "batches": self.batches}
         metrics.emit(EVAL_FMT.format(**record))

@@ -107,6 +107,8 @@ class HfCheckpoint:
     def __init__(self, location: str, stack: ExitStack) -> None:
         self.location = location
         self._stack = stack
+        # Open files by name: safe_open handles, or _S3Safetensors headers.
+        self._files: dict[str, Any] = {}
         index = _read_text(_join(location, INDEX_FILE))
         if index is not None:
             self.weight_map: dict[str, str] = json.loads(index)["weight_map"]
@@ -124,10 +126,8 @@ class HfCheckpoint:
         self.config: dict[str, Any] = json.loads(text) if text else {}
         self.elements_read = 0
 
-    _files: dict[str, Any]
-
     def _open(self, file: str) -> Any:
-        files = self.__dict__.setdefault("_files", {})
+        files = self._files
         if file not in files:
             path = _join(self.location, file)
             if s3.is_s3(path):

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,7 @@ def shard_name(index: int, source: Path) -> str:
     return f"{index:05d}-{source.stem}.bin"
 
 
-def documents(path: Path, text_field: str) -> Any:
+def documents(path: Path, text_field: str) -> Iterator[str]:
     """The documents of one input file, in order."""
     if path.suffix not in JSON_SUFFIXES:
         yield path.read_text(encoding="utf-8")

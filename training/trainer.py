@@ -223,7 +223,7 @@ class Trainer:
             self.ledger.flush()
         if self.tracker:
             self.tracker.checkpoint(step, tier, blocking_s)
-        if self.evaluator and self.info.is_main:
+        if self.evaluator:
             self.evaluator.committed(step, tier, self.out, self.tracker)
 
     def _evaluate_if_durable(self, tier: str) -> None:
