@@ -10,6 +10,10 @@ since the rotate-half order is undone per head (training/hf_llama.py).
 
 Any shape that differs from the model's is refused in one line naming the tensor and both
 shapes, before a weight is changed.
+
+Not DCP's HuggingFaceStorageReader (torch.distributed.checkpoint, in torch 2.11 and 2.13):
+it loads each tensor under its own name into the matching state-dict entry, whereas here the
+names differ and the query/key rows must be reordered per head before a shard is cut.
 """
 
 from __future__ import annotations

@@ -207,3 +207,13 @@ def test_rendered_jobs_read_the_tracking_uri_from_the_team_config_map() -> None:
             "optional": True,
         }
     }
+
+
+def test_a_checkpoint_that_fails_to_commit_records_no_evaluation(tmp_path: Path) -> None:
+    result = launch(
+        tmp_path / "run", "--disk-full-at-checkpoint", "5", steps=10, overrides=OVERRIDES
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.lines("HPTRAIN checkpoint step=5 tier=durable")[-1].endswith("status=failed")
+    records = [json.loads(ln) for ln in (result.out / EVAL_LOG).read_text().splitlines()]
+    assert [r["step"] for r in records] == [10]
