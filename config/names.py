@@ -57,6 +57,10 @@ class PlatformNames:
         return self.stack_prefix
 
     @property
+    def mlflow_tracking_server(self) -> str:
+        return f"{self.stack_prefix}-mlflow"
+
+    @property
     def scheduler_config(self) -> str:
         return f"{self.stack_prefix}-scheduler"
 

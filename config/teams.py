@@ -28,6 +28,8 @@ TRAINING_SERVICE_ACCOUNT: Final = "training"
 # (the bucket's generated name): jobs read its keys through configMapKeyRef.
 TEAM_CONFIG_MAP: Final = "hyperpod-team"
 MANAGED_TIER_PATH_KEY: Final = "managed-tier-s3-path"
+# The environment's MLflow tracking server (its ARN), present where storage.mlflow is enabled.
+MLFLOW_TRACKING_URI_KEY: Final = "mlflow-tracking-uri"
 # CloudWatch namespace training pods may publish metrics to (and nothing else).
 TRAINING_METRICS_NAMESPACE: Final = "HyperPod/Training"
 # The numeric user and group the training image runs as (training/Dockerfile `USER`); rendered

@@ -26,6 +26,7 @@ from config.team_admission import team_admissions
 from config.team_groups import team_gids
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
+    MLFLOW_TRACKING_URI_KEY,
     TEAM_CONFIG_MAP,
     TRAINING_METRICS_NAMESPACE,
     TRAINING_SERVICE_ACCOUNT,
@@ -40,6 +41,7 @@ from platform_constructs.eks_addons import (
     place_addons,
 )
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
+from platform_constructs.mlflow import job_statement
 from platform_constructs.task_governance import (
     ComputeQuota,
     PriorityClass,
@@ -81,6 +83,7 @@ def workspace_props(
     group_id: int,
     setup_image: str,
     groups: Sequence[InstanceGroupConfig],
+    mlflow_server_arn: str | None = None,
 ) -> TeamWorkspaceProps:
     """The names config/teams.py promises a team's jobs, for `team` (its directories owned
     by `group_id`, made by a Job of `setup_image` tolerating every taint of `groups`)."""
@@ -95,7 +98,9 @@ def workspace_props(
         service_account=TRAINING_SERVICE_ACCOUNT,
         config_map=TEAM_CONFIG_MAP,
         config={
-            MANAGED_TIER_PATH_KEY: f"s3://{checkpoint_bucket_name}/{managed_tier_prefix(team)}"
+            MANAGED_TIER_PATH_KEY: f"s3://{checkpoint_bucket_name}/{managed_tier_prefix(team)}",
+            # The trainer's tracking URI (training/tracking.py), where the server exists.
+            **({MLFLOW_TRACKING_URI_KEY: mlflow_server_arn} if mlflow_server_arn else {}),
         },
         checkpoint_prefix=checkpoint_prefix(team),
         metrics_namespace=TRAINING_METRICS_NAMESPACE,
@@ -128,8 +133,11 @@ class GovernanceStack(cdk.Stack):
         data_bucket: s3.IBucket,
         pod_network: PodNetwork,
         removal_policy: cdk.RemovalPolicy,
+        mlflow_server_arn: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """`mlflow_server_arn`: the environment's MLflow tracking server, which the teams'
+        job identities (and no other) may log runs to; None where there is none."""
         super().__init__(scope, construct_id, **kwargs)
         placed = place_addons(
             self,
@@ -201,6 +209,7 @@ class GovernanceStack(cdk.Stack):
                     group_id=gids[team],
                     setup_image=images[TEAM_DIRECTORIES],
                     groups=instance_groups,
+                    mlflow_server_arn=mlflow_server_arn,
                 ),
                 cluster=kubernetes,
                 cluster_name=eks_cluster_name,
@@ -227,3 +236,6 @@ class GovernanceStack(cdk.Stack):
             )
             for team in governance.teams_by_name()
         }
+        if mlflow_server_arn is not None:
+            for workspace in self.workspaces.values():
+                workspace.identity.role.add_to_principal_policy(job_statement(mlflow_server_arn))

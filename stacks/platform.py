@@ -108,6 +108,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
         removal_policy=removal_policy,
+        mlflow_server_name=names.mlflow_tracking_server,
     )
     eks = EksStack(
         scope,
@@ -171,6 +172,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
                 scraper_cidrs=[str(c) for _, c in sorted(loaded.layout.infra.items())],
                 node_cidrs=[str(p.cidr) for _, p in sorted(loaded.layout.cluster.items())],
             ),
+            mlflow_server_arn=storage.mlflow_server_arn,
             removal_policy=removal_policy,
         )
         # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from config.schema import StorageConfig
 from platform_constructs.eks_fsx_volume import LustreFileSystem
+from platform_constructs.mlflow import MlflowServerProps, MlflowTrackingServer
 from platform_constructs.storage import (
     AccessLogBucket,
     BucketKey,
@@ -49,7 +50,8 @@ def fsx_props(storage: StorageConfig) -> FsxProps:
 class StorageStack(cdk.Stack):
     """Exports `file_system` (what mounts, volumes, grants and alarms need of the Lustre
     file system), `lustre` (its construct), `kms_key`, `data_bucket`, `checkpoint_bucket`,
-    `artifact_bucket` and `access_log_bucket`."""
+    `artifact_bucket`, `access_log_bucket` and `mlflow_server_arn` (None unless
+    storage.mlflow is enabled)."""
 
     def __init__(
         self,
@@ -61,12 +63,14 @@ class StorageStack(cdk.Stack):
         subnet: ec2.ISubnet,
         security_group: ec2.ISecurityGroup,
         removal_policy: cdk.RemovalPolicy,
+        mlflow_server_name: str,
         **kwargs: Any,
     ) -> None:
         """`subnet`: the cluster subnet of the training AZ (training I/O stays in-AZ: no
         cross-AZ latency or charges). `role_prefix`: the environment's stack name prefix, which
         every role CloudFormation names here starts with (the bucket keys' users).
-        `removal_policy` applies to every resource here."""
+        `removal_policy` applies to every resource here. `mlflow_server_name`: the tracking
+        server's name where storage.mlflow is enabled."""
         super().__init__(scope, construct_id, **kwargs)
         buckets = storage.buckets
         self.kms_key: kms.IKey = StorageKey(self, "StorageKey", removal_policy=removal_policy)
@@ -123,6 +127,24 @@ class StorageStack(cdk.Stack):
             access_log_bucket=access_log_bucket,
             versioned=True,
         )
+
+        self.mlflow_server_arn: str | None = None
+        if storage.mlflow.enabled:
+            # Run artifacts beside the platform's other artifacts, under their own prefix.
+            mlflow = MlflowTrackingServer(
+                self,
+                "Mlflow",
+                props=MlflowServerProps(
+                    name=mlflow_server_name,
+                    artifact_prefix=storage.mlflow.artifact_prefix,
+                    size=storage.mlflow.size,
+                    weekly_maintenance_window_start=storage.mlflow.weekly_maintenance_window_start,
+                    mlflow_version=storage.mlflow.mlflow_version,
+                ),
+                bucket=self.artifact_bucket,
+            )
+            self.mlflow_server_arn = mlflow.arn
+            cdk.CfnOutput(self, "MlflowTrackingServerArn", value=mlflow.arn)
 
         self.lustre = FsxLustre(
             self,

@@ -49,9 +49,17 @@ def ffn_hidden_dim(cfg: ModelConfig) -> int:
 
 @dataclass
 class DataConfig:
-    # "synthetic" (generated, for tests) or "memmap" (token shards *.bin in `path`).
+    # "synthetic" (generated, for tests), "memmap" (token shards *.bin in `path`, a local or
+    # FSx directory) or "s3" (the same shards under an s3://bucket/prefix `path`, read by
+    # range). training.prepare_data writes the shards.
     source: str = "synthetic"
     path: str = ""
+    # Held-out shards for the evaluation after durable checkpoints (eval.batches), in the
+    # form `source` reads; "" = samples the synthetic source never trains on (synthetic only).
+    eval_path: str = ""
+    # Batches a background thread reads ahead of the step (0 = read inline in the step).
+    # Read-ahead batches do not count as consumed: the saved position stays exact.
+    prefetch_batches: int = 2
     # Token dtype of the shard files: uint16 (vocab < 65536) or uint32.
     dtype: str = "uint16"
     # Number of samples of the synthetic source (an epoch).
@@ -81,6 +89,10 @@ class TrainingConfig:
     # the full logits (a batch x seq_len x vocab_size fp32 tensor and its copies). Without
     # tensor parallelism only: under TP the loss is vocabulary-parallel (chunked_loss_tokens).
     loss_chunk_tokens: int = 0
+    # Hugging Face Llama checkpoint (safetensors; a local or FSx directory, or s3://...) to
+    # start from instead of random weights; "" = random init. Read only when the run has no
+    # checkpoint of its own to resume (training/init_from.py).
+    init_from: str = ""
 
 
 @dataclass
@@ -298,6 +310,30 @@ class MetricsConfig:
 
 
 @dataclass
+class EvalConfig:
+    # Held-out loss after each durable checkpoint, over this many global batches of
+    # data.eval_path (or held-out synthetic samples); 0 = off.
+    batches: int = 0
+
+
+# The platform's MLflow tracking server, set in jobs from the team ConfigMap
+# (hpctl/job/render.py): what an empty tracking.mlflow_uri means.
+MLFLOW_TRACKING_URI_ENV = "HPTRAIN_MLFLOW_TRACKING_URI"
+TRACKING_OFF = "off"
+
+
+@dataclass
+class TrackingConfig:
+    # MLflow tracking URI (a SageMaker managed MLflow tracking server's ARN, http(s)://...,
+    # or file://...): rank 0 logs the config, metrics and checkpoint events there. "" = the
+    # platform's server where the job's environment sets HPTRAIN_MLFLOW_TRACKING_URI, else
+    # off; "off" = off.
+    mlflow_uri: str = ""
+    # MLflow experiment; "" = the job's run directory name.
+    experiment: str = ""
+
+
+@dataclass
 class JobConfig:
     preset: str = "tiny"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -308,10 +344,21 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def _check_ranges(self) -> None:
         """Every numeric field finite and in range, before any arithmetic on them."""
-        for section in ("model", "data", "training", "optim", "parallel", "checkpoint", "fault"):
+        for section in (
+            "model",
+            "data",
+            "training",
+            "optim",
+            "parallel",
+            "checkpoint",
+            "fault",
+            "eval",
+        ):
             for f in dataclasses.fields(getattr(self, section)):
                 v = getattr(getattr(self, section), f.name)
                 if isinstance(v, float) and not math.isfinite(v):
@@ -359,10 +406,18 @@ class JobConfig:
         self._check_tensor_parallel_splits()
         if t.steps < 1 or t.global_batch_size < 1 or t.seq_len < 2:
             raise ConfigError("training.steps, global_batch_size must be >= 1 and seq_len >= 2")
-        if self.data.source not in ("synthetic", "memmap"):
-            raise ConfigError("data.source must be 'synthetic' or 'memmap'")
-        if self.data.source == "memmap" and not self.data.path:
-            raise ConfigError("data.path is required when data.source=memmap")
+        d = self.data
+        if d.source not in DATA_SOURCES:
+            raise ConfigError(f"data.source must be one of {', '.join(DATA_SOURCES)}")
+        if d.source != "synthetic" and not d.path:
+            raise ConfigError(f"data.path is required when data.source={d.source}")
+        for key, value in (("data.path", d.path), ("data.eval_path", d.eval_path)):
+            if d.source == "s3" and value and not value.startswith("s3://"):
+                raise ConfigError(f"{key} must be s3://bucket/prefix when data.source=s3")
+        if self.eval.batches and d.source != "synthetic" and not d.eval_path:
+            raise ConfigError(
+                f"eval.batches needs data.eval_path (held-out shards) when data.source={d.source}"
+            )
         if self.data.dtype not in ("uint16", "uint32"):
             raise ConfigError("data.dtype must be uint16 or uint32")
         if self.parallel.mixed_precision not in ("auto", "bf16", "fp32"):
@@ -495,6 +550,12 @@ class JobConfig:
             )
         return micro, per_rank // micro
 
+    def tracking_uri(self, environ: typing.Mapping[str, str]) -> str:
+        """The MLflow tracking URI in effect ("" = no tracking): tracking.mlflow_uri, or the
+        platform's from `environ` when it is empty."""
+        uri = self.tracking.mlflow_uri or environ.get(MLFLOW_TRACKING_URI_ENV, "")
+        return "" if uri == TRACKING_OFF else uri
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -552,6 +613,9 @@ def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
     """Root directory of each tier, in tier order: the configured one, else <out>/ckpt/<name>."""
     return {t.name: Path(t.dir) if t.dir else out / "ckpt" / t.name for t in c.tiers}
 
+
+# data.source values (training/data.py build_source).
+DATA_SOURCES = ("synthetic", "memmap", "s3")
 
 # Ports `metrics.port` may take besides 0: unprivileged (the image runs as a non-root user).
 METRICS_PORTS = (1024, 65535)
@@ -617,6 +681,8 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("model.init_std", 0, False, None, False),
     ("data.synthetic_samples", 0, False, None, False),
     ("data.seed", 0, True, None, False),
+    ("data.prefetch_batches", 0, True, None, False),
+    ("eval.batches", 0, True, None, False),
     ("training.steps", 0, False, None, False),
     ("training.global_batch_size", 0, False, None, False),
     ("training.seq_len", 2, True, None, False),

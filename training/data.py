@@ -15,6 +15,9 @@ import bisect
 import glob
 import json
 import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,7 +77,7 @@ class MemmapTokenSource:
         total = 0
         for f in files:
             m = np.memmap(f, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
-            n = (len(m) - 1) // seq_len if len(m) > seq_len else 0
+            n = _shard_samples(len(m), seq_len)
             if n == 0:
                 continue
             self._maps.append(m)
@@ -92,6 +95,58 @@ class MemmapTokenSource:
         shard = bisect.bisect_right(self._starts, idx) - 1
         off = (idx - self._starts[shard]) * self.seq_len
         return np.asarray(self._maps[shard][off : off + self.seq_len + 1], dtype=np.int64)
+
+
+def _shard_samples(tokens: int, seq_len: int) -> int:
+    """Samples in a shard of `tokens` tokens (windows of seq_len + 1 sharing one token)."""
+    return (tokens - 1) // seq_len if tokens > seq_len else 0
+
+
+class S3TokenSource:
+    """The same shards as MemmapTokenSource, as objects under an S3 prefix, read by range.
+
+    A sample is one ranged GET of (seq_len + 1) tokens; `samples` fetches a batch's windows
+    concurrently (S3 serves parallel GETs well, one at a time is latency-bound). The object
+    listing happens once, at start: the shards must not change during a run.
+    """
+
+    def __init__(self, url: str, seq_len: int, dtype: str, concurrency: int = 16) -> None:
+        from training import s3
+
+        self._s3 = s3
+        self.bucket, prefix = s3.split_url(url)
+        objects = [(k, n) for k, n in s3.list_objects(self.bucket, prefix) if k.endswith(".bin")]
+        if not objects:
+            raise FileNotFoundError(f"no token shards (*.bin) found at {url}")
+        self.seq_len = seq_len
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.keys: list[str] = []
+        self._starts: list[int] = []
+        total = 0
+        for key, size in objects:
+            n = _shard_samples(size // self.dtype.itemsize, seq_len)
+            if n:
+                self.keys.append(key)
+                self._starts.append(total)
+                total += n
+        if total == 0:
+            raise ValueError(
+                f"token shards at {url} are shorter than one sample of {seq_len + 1} tokens"
+            )
+        self.num_samples = total
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-data")
+
+    def sample(self, idx: int) -> np.ndarray:
+        if not 0 <= idx < self.num_samples:
+            raise IndexError(idx)
+        shard = bisect.bisect_right(self._starts, idx) - 1
+        start = (idx - self._starts[shard]) * self.seq_len * self.dtype.itemsize
+        stop = start + (self.seq_len + 1) * self.dtype.itemsize
+        raw = self._s3.read_range(self.bucket, self.keys[shard], start, stop)
+        return np.frombuffer(raw, dtype=self.dtype).astype(np.int64)
+
+    def samples(self, ids: list[int]) -> list[np.ndarray]:
+        return list(self._pool.map(self.sample, ids))
 
 
 def write_token_shard(path: str, tokens: np.ndarray, dtype: str = "uint16") -> None:
@@ -206,6 +261,7 @@ class ResumableLoader:
         dp_size: int,
         seed: int,
         device: torch.device | None = None,
+        prefetch_batches: int = 0,
     ) -> None:
         if global_batch_size % dp_size:
             raise ValueError("global batch size must be divisible by the data-parallel size")
@@ -217,23 +273,53 @@ class ResumableLoader:
         self.device = device or torch.device("cpu")
         self.consumed_samples = 0
         self.trace: SampleTrace | None = None
+        # Batches read ahead by a background thread (0 = read inline, in the step).
+        self.prefetch_batches = prefetch_batches
+        self._prefetcher: _Prefetcher | None = None
 
-    def local_indices(self) -> np.ndarray:
-        """Global sample indices this rank reads for the next step."""
-        start = self.consumed_samples + self.dp_rank * self.local_batch_size
+    def local_indices(self, position: int | None = None) -> np.ndarray:
+        """Global sample indices this rank reads for the batch at `position` (default: the
+        next step's)."""
+        start = (self.consumed_samples if position is None else position) + (
+            self.dp_rank * self.local_batch_size
+        )
         return np.arange(start, start + self.local_batch_size, dtype=np.int64)
 
+    def read_batch(self, position: int) -> torch.Tensor:
+        """This rank's rows of the global batch that starts at global sample `position`
+        (seq_len + 1 tokens each), on the host (pinned when the loader feeds a GPU)."""
+        indices = self.local_indices(position)
+        ids = [int(i) for i in global_sample_ids(indices, self.source.num_samples, self.seed)]
+        many = getattr(self.source, "samples", None)
+        rows = many(ids) if many is not None else [self.source.sample(i) for i in ids]
+        batch = torch.from_numpy(np.stack(rows))
+        return batch.pin_memory() if self.device.type == "cuda" else batch
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        indices = self.local_indices()
+        position = self.consumed_samples
         if self.trace is not None:
-            self.trace.record(self.dp_rank, self.consumed_samples, indices)
-        ids = global_sample_ids(indices, self.source.num_samples, self.seed)
-        rows = np.stack([self.source.sample(int(i)) for i in ids])
-        self.consumed_samples += self.global_batch_size
-        batch = torch.from_numpy(rows)
-        if self.device.type == "cuda":
-            batch = batch.pin_memory().to(self.device, non_blocking=True)
+            self.trace.record(self.dp_rank, position, self.local_indices(position))
+        if self.prefetch_batches > 0:
+            batch = self._prefetched(position)
+        else:
+            batch = self.read_batch(position)
+        # Only a batch handed to the step counts as consumed: prefetched ones do not move
+        # the saved position.
+        self.consumed_samples = position + self.global_batch_size
+        batch = batch.to(self.device, non_blocking=True)
         return batch[:, :-1], batch[:, 1:]
+
+    def _prefetched(self, position: int) -> torch.Tensor:
+        if self._prefetcher is None or self._prefetcher.next_position != position:
+            self.close()
+            self._prefetcher = _Prefetcher(self, position, self.prefetch_batches)
+        return self._prefetcher.get()
+
+    def close(self) -> None:
+        """Stops the prefetch thread (a later next_batch starts another)."""
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
+            self._prefetcher = None
 
     @property
     def epoch(self) -> int:
@@ -256,6 +342,53 @@ class ResumableLoader:
                 f"(samples {state['num_samples']} vs {self.source.num_samples}, seed {state['seed']} vs {self.seed})"
             )
         self.consumed_samples = int(state["consumed_samples"])
+        # Read-ahead batches belong to the old position.
+        self.close()
+
+
+class _Prefetcher:
+    """A thread reading the batches at `position`, `position + global batch`, ... into a
+    bounded queue. It holds no state of its own that is saved: the loader's position is the
+    next batch the step takes, and a loader moved elsewhere (a resume) starts a new one."""
+
+    def __init__(self, loader: ResumableLoader, position: int, depth: int) -> None:
+        self.next_position = position
+        self._step = loader.global_batch_size
+        self._queue: queue.Queue[tuple[int, torch.Tensor | BaseException]] = queue.Queue(depth)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(loader, position), name="data-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, loader: ResumableLoader, position: int) -> None:
+        while not self._stopped.is_set():
+            item: torch.Tensor | BaseException
+            try:
+                item = loader.read_batch(position)
+            except BaseException as e:  # noqa: BLE001 - handed to the step, which raises it
+                item = e
+            while not self._stopped.is_set():
+                try:
+                    self._queue.put((position, item), timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+            position += self._step
+
+    def get(self) -> torch.Tensor:
+        position, item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        assert position == self.next_position  # noqa: S101 - one reader, in order
+        self.next_position = position + self._step
+        return item
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 def build_source(
@@ -270,4 +403,6 @@ def build_source(
 ) -> TokenSource:
     if kind == "memmap":
         return MemmapTokenSource(path, seq_len, dtype)
+    if kind == "s3":
+        return S3TokenSource(path, seq_len, dtype)
     return SyntheticTokenSource(synthetic_samples, seq_len, vocab_size, seed)

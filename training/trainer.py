@@ -23,11 +23,13 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
-from training import fileio, metrics, metrics_export
+from training import fileio, metrics, metrics_export, tracking
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
 from training.config import JobConfig, preset_global_batch
 from training.data import ResumableLoader, SampleTrace, build_source
+from training.evaluation import Evaluator
 from training.faults import FaultInjector, FaultPlan
+from training.init_from import load_pretrained
 from training.model import Transformer
 from training.optim import apply_config, build_optimizer, materialize_state
 from training.parallel import (
@@ -176,7 +178,18 @@ class Trainer:
         )
         # Per data-parallel rank: the ranks of a tensor-parallel group read the same samples.
         self.loader = ResumableLoader(
-            source, t.global_batch_size, self.dp_rank, self.dp_size, cfg.data.seed, info.device
+            source,
+            t.global_batch_size,
+            self.dp_rank,
+            self.dp_size,
+            cfg.data.seed,
+            info.device,
+            prefetch_batches=cfg.data.prefetch_batches,
+        )
+        self.evaluator = (
+            Evaluator(cfg, self.model, info, self.mesh, self.micro_passes)
+            if cfg.eval.batches
+            else None
         )
         self.loader.trace = SampleTrace.from_env(info.world_size, info.rank)
         self.state = TrainState(self.scheduler, self.loader, info.world_size)
@@ -191,6 +204,8 @@ class Trainer:
         dist.broadcast_object_list(attempt, src=0)
         self.attempt: int = attempt[0]
         self.faults = FaultInjector(FaultPlan.from_env(), info.rank, self._record_fault)
+        identity = RunIdentity.of(cfg, info.world_size)
+        self.tracker = tracking.start(cfg, out, identity, self.attempt) if info.is_main else None
         self.checkpointer = CheckpointManager(
             cfg.checkpoint,
             out,
@@ -199,7 +214,7 @@ class Trainer:
             world_size=info.world_size,
             local_rank=info.local_rank,
             device=info.device,
-            identity=RunIdentity.of(cfg, info.world_size),
+            identity=identity,
             start_fresh=start_fresh,
             before_write=self.faults.checkpoint_writing,
             on_checkpoint_written=self.faults.checkpoint_written,
@@ -227,6 +242,16 @@ class Trainer:
             self.ledger.record.checkpoint_blocking_s = self.checkpointer.blocking_total_s
             self.ledger.record.checkpoints_failed = self.checkpointer.failed
             self.ledger.flush()
+        if self.tracker:
+            self.tracker.checkpoint(step, tier, blocking_s)
+        if self.evaluator:
+            self.evaluator.committed(step, tier, self.out, self.tracker)
+
+    def _evaluate_if_durable(self, tier: str) -> None:
+        """Before a checkpoint of the last (durable) tier: the held-out loss of the weights it
+        will hold, recorded when it commits (evaluation.py)."""
+        if self.evaluator and tier == self.cfg.checkpoint.final_tier:
+            self.evaluator.evaluate(self.state.step)
 
     def _on_checkpoint_reported(self, step: int, tier: str, blocking_s: float, ok: bool) -> None:
         self.exporter.record_checkpoint(blocking_s, committed=ok)
@@ -263,6 +288,12 @@ class Trainer:
             # The loaded param groups and schedule carry the old run's values.
             apply_config(self.optimizer, self.scheduler, self.cfg.optim)
             self._log_resize()
+        elif self.cfg.training.init_from:
+            report = load_pretrained(self.model, self.cfg.training.init_from, self.cfg.model)
+            metrics.emit(
+                f"HPTRAIN init_from rank={self.info.rank} read={report.elements_read} "
+                f"total={report.elements_total} from={self.cfg.training.init_from}"
+            )
         # Staging buffers are allocated now, in the background, while the first steps run.
         self.checkpointer.prepare_staging()
         metrics.log_start(
@@ -351,6 +382,7 @@ class Trainer:
         self.checkpointer.poll()
         tier = self.cfg.checkpoint.tier_due(self.state.step)
         if tier is not None and self.state.step < self.cfg.training.steps:
+            self._evaluate_if_durable(tier)
             self.checkpointer.save(self.state.step, tier)
 
     def _log_resize(self) -> None:
@@ -381,6 +413,10 @@ class Trainer:
         # rank that reads it.
         tokens_per_s = t.global_batch_size * t.seq_len / step_time
         metrics.log_step(step, loss, tokens_per_s, t.global_batch_size / step_time, step_time)
+        if self.tracker:
+            self.tracker.log_step(
+                step, {"loss": loss, "tokens_per_s": tokens_per_s, "step_time_s": step_time}
+            )
         rec = ledger.record
         now = time.time()
         self.exporter.record_step(
@@ -396,12 +432,15 @@ class Trainer:
 
     # ---- endings --------------------------------------------------------------------------
 
-    def _save_final(self, tier: str) -> bool:
+    def _save_final(self, tier: str, *, evaluate: bool = True) -> bool:
         """Saves the current step to `tier` unless it is there already; True when committed
-        (the same on every rank: the commit's outcome is agreed)."""
+        (the same on every rank: the commit's outcome is agreed). `evaluate`: the held-out
+        loss first, as for any durable checkpoint (not within a SIGTERM's grace period)."""
         self.watchdog.beat(self.state.step)
         self.checkpointer.wait()
         if self.checkpointer.last_committed_step.get(tier) != self.state.step:
+            if evaluate:
+                self._evaluate_if_durable(tier)
             self.checkpointer.save(self.state.step, tier, sync=True)
         self.watchdog.beat(self.state.step)
         return self.checkpointer.last_committed_step.get(tier) == self.state.step
@@ -410,7 +449,7 @@ class Trainer:
         # The durable tier by default: after a drain or a scale-down the next world may not
         # have this node's memory or NVMe.
         tier = self.cfg.checkpoint.sigterm_tier
-        self._saved_after_sigterm = self._save_final(tier)
+        self._saved_after_sigterm = self._save_final(tier, evaluate=False)
         return self._summarise(self._stop_reason, tier, self._saved_after_sigterm)
 
     def finish(self) -> int:
@@ -435,6 +474,7 @@ class Trainer:
         """Orderly end on every rank, after the summary: no rank leaves while a peer still
         uses a group, and no background thread or group outlives the process group."""
         dist.barrier()
+        self.loader.close()
         self.checkpointer.close()
         self.checkpointer.destroy_group()
         self.exporter.close()
@@ -490,6 +530,8 @@ class Trainer:
             "export_path": str(export_path) if export_path else None,
         }
         metrics.write_summary(self.out, summary)
+        if self.tracker:
+            self.tracker.finish(summary)
 
 
 def install_signal_handlers(trainer: Trainer) -> None:

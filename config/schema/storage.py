@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -105,6 +106,53 @@ class BucketsConfig(Strict):
         return principal_arns(value)
 
 
+class MlflowConfig(Strict):
+    """A SageMaker managed MLflow tracking server for the environment's training runs."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Create the server; the teams' training jobs log to it (their identities "
+        "alone may use it) through the team ConfigMap.",
+    )
+    # AWS::SageMaker::MlflowTrackingServer TrackingServerSize (cfn-lint's schema).
+    size: Literal["Small", "Medium", "Large"] = "Small"
+    artifact_prefix: str = Field(
+        default="mlflow/",
+        description="Key prefix of the artifact bucket the server stores artifacts under.",
+    )
+    weekly_maintenance_window_start: str = Field(default="Sun:03:00", description="Ddd:HH:MM, UTC.")
+    mlflow_version: str | None = Field(
+        default=None,
+        description="MLflow version of the server; default: the service's current one.",
+    )
+
+    @field_validator("artifact_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"([A-Za-z0-9_.-]+/)+", value):
+            raise ValueError(
+                f"{value!r} is not a key prefix; write segments of letters, digits, '_', '.' "
+                "or '-', each ending in '/' (e.g. mlflow/)"
+            )
+        return value
+
+    @field_validator("weekly_maintenance_window_start")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        # TrackingServer's WeeklyMaintenanceWindowStart pattern (cfn-lint's schema).
+        if not re.fullmatch(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun):([01]\d|2[0-3]):[0-5]\d", value):
+            raise ValueError(f"{value!r} is not Ddd:HH:MM in UTC; write e.g. Sun:03:00")
+        return value
+
+    @field_validator("mlflow_version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d+(\.\d+)+", value):
+            raise ValueError(f"{value!r} is not an MLflow version; write e.g. 3.0 or leave it out")
+        return value
+
+
 class StorageConfig(Strict):
     fsx: FsxConfig
     buckets: BucketsConfig = Field(default_factory=BucketsConfig)
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)

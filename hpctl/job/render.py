@@ -38,6 +38,7 @@ from config.kubernetes import (
 from config.team_groups import team_gid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
+    MLFLOW_TRACKING_URI_KEY,
     TEAM_CONFIG_MAP,
     TRAINING_GID,
     TRAINING_UID,
@@ -50,6 +51,7 @@ from training.config import (
     JOB_NAME_ENV,
     MANAGED_S3_PATH_ENV,
     METRICS_PORT_ENV,
+    MLFLOW_TRACKING_URI_ENV,
     NODE_CHECKPOINT_DIR_ENV,
     RUN_DIR_ENV,
     tier_key,
@@ -122,6 +124,20 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         }
     )
     items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
+    # The environment's MLflow server, which the trainer logs to (training/config.py
+    # tracking_uri); optional: absent where the platform runs none, and the pod starts.
+    items.append(
+        {
+            "name": MLFLOW_TRACKING_URI_ENV,
+            "valueFrom": {
+                "configMapKeyRef": {
+                    "name": TEAM_CONFIG_MAP,
+                    "key": MLFLOW_TRACKING_URI_KEY,
+                    "optional": True,
+                }
+            },
+        }
+    )
     if spec.managed_storage:
         # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
         # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.

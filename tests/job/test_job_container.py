@@ -350,9 +350,10 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
     assert "requirements-container.txt" not in patterns
 
 
-# What the image runs: the job's module (`hpctl job render`) and the local launcher, the
-# package's two entry points (training/cli.py).
-ENTRY_POINTS = (TRAINER_MODULE, "training.launch")
+# What the image runs: the job's module (`hpctl job render`), the local launcher, and the
+# tools a job runs beside the data and checkpoints on FSx: tokenizing into shards and
+# exporting a checkpoint as Hugging Face weights.
+ENTRY_POINTS = (TRAINER_MODULE, "training.launch", "training.prepare_data", "training.export_hf")
 
 
 def _dockerignore_patterns(context: Path) -> list[str]:

@@ -115,16 +115,16 @@ def test_pods_run_as_the_teams_training_service_account(spec_factory) -> None:
 
 def test_managed_storage_reads_the_s3_tier_from_the_team_config_map(spec_factory) -> None:
     managed = _container(render_job(spec_factory(tiered_storage=True)))["env"]
-    assert [item for item in managed if "value" not in item] == [
-        {
-            "name": "HPTRAIN_MANAGED_S3_PATH",
-            "valueFrom": {
-                "configMapKeyRef": {"name": "hyperpod-team", "key": "managed-tier-s3-path"}
-            },
-        }
-    ]
+    from_config_map = {item["name"]: item for item in managed if "value" not in item}
+    assert from_config_map["HPTRAIN_MANAGED_S3_PATH"] == {
+        "name": "HPTRAIN_MANAGED_S3_PATH",
+        "valueFrom": {"configMapKeyRef": {"name": "hyperpod-team", "key": "managed-tier-s3-path"}},
+    }
     local = _container(render_job(spec_factory()))["env"]
-    assert all("value" in item for item in local)
+    # Without tiered storage, only the optional MLflow URI comes from the ConfigMap.
+    assert [item["name"] for item in local if "value" not in item] == [
+        "HPTRAIN_MLFLOW_TRACKING_URI"
+    ]
     assert "HPTRAIN_MANAGED_S3_PATH" not in {item["name"] for item in local}
 
 

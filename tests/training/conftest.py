@@ -143,3 +143,60 @@ def local_checkpoints(
         tiers=tuple(replace(t, dir=str(root / t.name), storage="local") for t in tiers),
         **settings,
     )
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3 endpoint on localhost (moto's server) and a bucket in it."""
+
+    endpoint: str
+    bucket: str
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        """Copies every file of `local` under `prefix`; returns its s3:// URL."""
+        from training import s3
+
+        for path in sorted(local.iterdir()):
+            if path.is_file():
+                s3.client().upload_file(str(path), self.bucket, f"{prefix}/{path.name}")
+        return self.url(prefix)
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 on a free local port; boto3 reaches it through AWS_ENDPOINT_URL_S3, as the
+    trainer's subprocesses do (they inherit the environment)."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL_S3")}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL_S3=endpoint)
+    from training import s3
+
+    s3.client().create_bucket(Bucket="hptrain-test")
+    try:
+        yield S3Server(endpoint, "hptrain-test")
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,64 @@
+"""S3 objects read by byte range (boto3), for the streaming data source and pretrained weights.
+
+boto3 rather than s3torchconnector: the reads here are many small ranged GETs at offsets the
+caller computes (a sample window, a tensor's rows), which is one ``get_object(Range=...)``
+each; boto3 honours ``AWS_ENDPOINT_URL_S3`` (any S3-compatible endpoint, a local one in the
+tests) and is in the image already (the managed checkpoint library's dependency).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+S3_SCHEME = "s3://"
+
+
+def is_s3(url: str) -> bool:
+    return url.startswith(S3_SCHEME)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """s3://bucket/key -> (bucket, key); a one-line error naming the URL otherwise."""
+    if not is_s3(url):
+        raise ValueError(f"{url!r} is not an s3:// URL")
+    bucket, _, key = url[len(S3_SCHEME) :].partition("/")
+    if not bucket:
+        raise ValueError(f"{url!r} names no bucket (expected s3://bucket/prefix)")
+    return bucket, key
+
+
+_local = threading.local()
+
+
+def client() -> Any:
+    """One boto3 S3 client per thread (sessions are not thread-safe; clients from one are)."""
+    c = getattr(_local, "client", None)
+    if c is None:
+        import boto3
+
+        c = boto3.session.Session().client("s3")
+        _local.client = c
+    return c
+
+
+def read_range(bucket: str, key: str, start: int, stop: int) -> bytes:
+    """Bytes [start, stop) of an object."""
+    if stop <= start:
+        return b""
+    resp = client().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}")
+    data: bytes = resp["Body"].read()
+    return data
+
+
+def read_object(bucket: str, key: str) -> bytes:
+    data: bytes = client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    return data
+
+
+def list_objects(bucket: str, prefix: str) -> list[tuple[str, int]]:
+    """(key, size) of every object under `prefix`, sorted by key."""
+    out: list[tuple[str, int]] = []
+    for page in client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
+    return sorted(out)
