@@ -9,7 +9,10 @@ file system, one ranged GET per tensor on S3). Query and key rows are read in wh
 since the rotate-half order is undone per head (training/hf_llama.py).
 
 Any shape that differs from the model's is refused in one line naming the tensor and both
-shapes, before a weight is changed.
+shapes, before a weight is changed. Under tensor parallelism FSDP shards a dimension the
+tensor-parallel split already shards (a strided shard, private torch API): such a parameter is
+refused in one line, and the way round is to load at parallel.tp=1 and resume the checkpoint
+it writes at any layout (DCP reshards).
 
 Not DCP's HuggingFaceStorageReader (torch.distributed.checkpoint, in torch 2.11 and 2.13):
 it loads each tensor under its own name into the matching state-dict entry, whereas here the
@@ -187,7 +190,9 @@ def local_region(param: torch.Tensor) -> tuple[slice, ...]:
         if type(placement) is not Shard:
             raise InitFromError(
                 f"training.init_from: placement {placement} of a parameter is not supported "
-                "(plain Shard and Replicate are)"
+                "(plain Shard and Replicate are; tensor parallelism under FSDP shards one "
+                "dimension twice); load with parallel.tp=1 and resume the checkpoint it writes "
+                "at any parallel.tp (checkpoints reshard)"
             )
         d, n = placement.dim, param.device_mesh.size(mesh_dim)
         chunk = -(-shape[d] // n)
