@@ -61,6 +61,18 @@ HYPERPOD_JOB_VERSION: Final = "v1"
 HYPERPOD_JOB_KIND: Final = "HyperPodPyTorchJob"
 HYPERPOD_JOB_RESOURCE: Final = "hyperpodpytorchjobs"
 
+# Kueue's API as `hpctl job` reads it: a job's Workload (the HyperPod CLI's
+# src/sagemaker/hyperpod/cli/constants/kueue_constants.py), and the pending workloads of a
+# LocalQueue from Kueue's visibility API (an aggregated API; Kueue's "Pending workloads on
+# demand" docs: reading it takes `get` on this subresource in that group).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta1"
+KUEUE_WORKLOAD_RESOURCE: Final = "workloads"
+KUEUE_VISIBILITY_GROUP: Final = "visibility.kueue.x-k8s.io"
+KUEUE_VISIBILITY_VERSION: Final = "v1beta1"
+LOCAL_QUEUE_RESOURCE: Final = "localqueues"
+PENDING_WORKLOADS_SUBRESOURCE: Final = "pendingworkloads"
+
 # Tolerations the API server itself adds to every pod (the DefaultTolerationSeconds admission
 # plugin: 300 s on a node that is not ready or unreachable), so every pod carries them.
 DEFAULT_TOLERATION_KEYS: Final = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -223,6 +235,18 @@ def team_namespace(team: str) -> str:
 def local_queue(team: str) -> str:
     """The Kueue LocalQueue of `team`'s namespace."""
     return f"{team_namespace(team)}{LOCAL_QUEUE_SUFFIX}"
+
+
+# The Kubernetes group a team's principals are mapped to (their EKS access entries'
+# `kubernetesGroups`), which the team's Role binds: EKS access policies cannot grant the
+# HyperPod job and Kueue resources (EKS User Guide, "Review access policy permissions").
+# The API server reserves the `system:` prefix, and EKS refuses it in an access entry.
+TEAM_ACCESS_GROUP_PREFIX: Final = f"{PLATFORM_LABEL_DOMAIN}:team:"
+
+
+def team_access_group(team: str) -> str:
+    """The Kubernetes group of `team`'s principals."""
+    return f"{TEAM_ACCESS_GROUP_PREFIX}{team}"
 
 
 def priority_class(name: str) -> str:

@@ -16,7 +16,7 @@ from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.options import EnvOption, JsonObjectOption, print_table, required_environment
-from hpctl.preflight.context import OK, PROBLEM, SKIPPED, CheckContext, Row
+from hpctl.preflight.context import OK, PROBLEM, SKIPPED, STATUSES, WARNING, CheckContext, Row
 from hpctl.preflight.registry import run_checks
 
 app = typer.Typer()
@@ -25,7 +25,7 @@ stdout = Console(soft_wrap=True, highlight=False)
 
 def report(config: EnvironmentConfig, rows: list[Row]) -> dict[str, Any]:
     """The `--json` object."""
-    counts = {status: sum(r.status == status for r in rows) for status in (OK, PROBLEM, SKIPPED)}
+    counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
     return {
         "environment": config.environment,
         "account": config.account,
@@ -36,7 +36,7 @@ def report(config: EnvironmentConfig, rows: list[Row]) -> dict[str, Any]:
     }
 
 
-_STATUS_STYLE = {OK: "green", PROBLEM: "bold red", SKIPPED: "yellow"}
+_STATUS_STYLE = {OK: "green", PROBLEM: "bold red", WARNING: "bold yellow", SKIPPED: "yellow"}
 
 
 def print_rows(config: EnvironmentConfig, rows: list[Row]) -> None:
@@ -59,6 +59,7 @@ def print_rows(config: EnvironmentConfig, rows: list[Row]) -> None:
     counts = report(config, rows)["counts"]
     stdout.print(
         f"{counts[OK]} ok, {counts[PROBLEM]} problem{'s' if counts[PROBLEM] != 1 else ''}, "
+        f"{counts[WARNING]} warning{'s' if counts[WARNING] != 1 else ''}, "
         f"{counts[SKIPPED]} skipped",
         markup=False,
     )
@@ -71,8 +72,9 @@ def preflight(
     as_json: JsonObjectOption = False,
 ) -> None:
     """Check the AWS account before deploying an environment: training plans, service
-    quotas, Availability Zones, EKS admin roles, image overrides in ECR and the Kubernetes
-    version. Read-only; exit 1 when any check finds a problem."""
+    quotas, Availability Zones, EKS admin roles, image overrides in ECR, the Kubernetes
+    version and the data bucket's key users. Read-only; exit 1 when any check finds a problem
+    (warnings do not fail)."""
     config = required_environment(ctx, env)
     rows = run_checks(CheckContext(config, aws.connect_environment(ctx, config)))
     if as_json:

@@ -15,6 +15,13 @@ from what the rendered jobs do (hpctl/job/render.py) and the platform runs aroun
   daemon of managed tiered checkpointing. Other teams' pods there still deny it (their own
   default-deny ingress).
 
+Access: each team principal's EKS access entry carries AmazonEKSEditPolicy in the namespace
+and maps the principal to the team's Kubernetes group (config/kubernetes.py
+`team_access_group`). EKS access policies are fixed AWS-managed rule lists that grant neither
+HyperPod jobs nor Kueue's objects (EKS User Guide, "Review access policy permissions", whose
+way to grant more is RBAC bound to `kubernetesGroups`), so a Role bound to that group adds
+exactly what `hpctl job` calls beyond Edit (hpctl/job/kube.py).
+
 Pod Security Admission: `baseline` enforced, `restricted` audited and warned. The team's
 directory Job runs as root with CHOWN and FSETID (platform_constructs/team_workspace.py),
 which baseline admits and restricted does not; rendered training pods meet restricted.
@@ -34,7 +41,19 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct, IDependable
 
 from config.addons import ADDONS, TRAINING_OPERATOR
-from config.kubernetes import ELASTIC_AGENT_PORT, METRICS_LABEL, METRICS_LABEL_VALUE, METRICS_PORT
+from config.kubernetes import (
+    ELASTIC_AGENT_PORT,
+    HYPERPOD_JOB_GROUP,
+    HYPERPOD_JOB_RESOURCE,
+    KUEUE_GROUP,
+    KUEUE_VISIBILITY_GROUP,
+    KUEUE_WORKLOAD_RESOURCE,
+    LOCAL_QUEUE_RESOURCE,
+    METRICS_LABEL,
+    METRICS_LABEL_VALUE,
+    METRICS_PORT,
+    PENDING_WORKLOADS_SUBRESOURCE,
+)
 from platform_constructs.eks_cluster import cluster_access_policy_arn
 
 DNS_PORT: Final = 53
@@ -58,6 +77,30 @@ POD_SECURITY_UNSET: Final = "privileged"  # what a namespace without the labels 
 TEAM_ACCESS_POLICY: Final = "AmazonEKSEditPolicy"
 
 NETWORK_POLICY_API: Final = "networking.k8s.io/v1"
+
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+RBAC_API: Final = f"{RBAC_GROUP}/v1"
+TEAM_JOB_ROLE: Final = "hyperpod-platform-team-jobs"
+# What `hpctl job submit|list|describe|logs|cancel` call beyond AmazonEKSEditPolicy (which
+# covers the pods, their logs and events): the jobs (watch for `kubectl get -w`), the job's
+# Kueue Workload (found by label, watched by `submit --wait`), and the queue position.
+TEAM_JOB_RULES: Final = (
+    {
+        "apiGroups": [HYPERPOD_JOB_GROUP],
+        "resources": [HYPERPOD_JOB_RESOURCE],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {
+        "apiGroups": [KUEUE_GROUP],
+        "resources": [KUEUE_WORKLOAD_RESOURCE],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [KUEUE_VISIBILITY_GROUP],
+        "resources": [f"{LOCAL_QUEUE_RESOURCE}/{PENDING_WORKLOADS_SUBRESOURCE}"],
+        "verbs": ["get"],
+    },
+)
 
 
 def pod_security_labels() -> dict[str, str]:
@@ -204,6 +247,27 @@ def network_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]
     ]
 
 
+def team_job_access(namespace: str, group: str) -> list[dict[str, Any]]:
+    """The Role of TEAM_JOB_RULES in `namespace` and its binding to the Kubernetes `group`."""
+    return [
+        {
+            "apiVersion": RBAC_API,
+            "kind": "Role",
+            "metadata": {"name": TEAM_JOB_ROLE, "namespace": namespace},
+            "rules": [
+                {key: list(values) for key, values in rule.items()} for rule in TEAM_JOB_RULES
+            ],
+        },
+        {
+            "apiVersion": RBAC_API,
+            "kind": "RoleBinding",
+            "metadata": {"name": TEAM_JOB_ROLE, "namespace": namespace},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": TEAM_JOB_ROLE},
+            "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": group}],
+        },
+    ]
+
+
 def team_access_entry_id(principal_arn: str) -> str:
     """Construct ID of a team principal's access entry, from the principal alone (like the
     admins': a list shift must not move an entry to another principal)."""
@@ -213,8 +277,9 @@ def team_access_entry_id(principal_arn: str) -> str:
 
 
 class TeamIsolation(Construct):
-    """Exposes `policies` (the NetworkPolicies' manifest), `labels` (the namespace patch)
-    and `access_entries` (one per team principal)."""
+    """Exposes `policies` (the NetworkPolicies' manifest), `labels` (the namespace patch),
+    `job_access` (the team's Role and RoleBinding) and `access_entries` (one per team
+    principal, mapped to `access_group`)."""
 
     def __init__(
         self,
@@ -226,6 +291,7 @@ class TeamIsolation(Construct):
         namespace: str,
         network: PodNetwork,
         access_principal_arns: Sequence[str],
+        access_group: str,
         namespace_ready: IDependable,
     ) -> None:
         """`namespace_ready`: the wait for task governance to create the namespace."""
@@ -253,6 +319,14 @@ class TeamIsolation(Construct):
             patch_type=eks_v2.PatchType.STRATEGIC,
         )
         self.labels.node.add_dependency(namespace_ready)
+        self.job_access = eks_v2.KubernetesManifest(
+            self,
+            "JobAccess",
+            cluster=cluster,
+            manifest=team_job_access(namespace, access_group),
+            overwrite=True,
+        )
+        self.job_access.node.add_dependency(namespace_ready)
         self.access_entries = [
             eks.CfnAccessEntry(
                 self,
@@ -260,6 +334,7 @@ class TeamIsolation(Construct):
                 cluster_name=cluster_name,
                 principal_arn=arn,
                 type="STANDARD",
+                kubernetes_groups=[access_group],
                 access_policies=[
                     eks.CfnAccessEntry.AccessPolicyProperty(
                         policy_arn=cluster_access_policy_arn(TEAM_ACCESS_POLICY),

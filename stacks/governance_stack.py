@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.images import TEAM_DIRECTORIES, pinned_images
-from config.kubernetes import team_namespace
+from config.kubernetes import team_access_group, team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
@@ -222,7 +222,8 @@ class GovernanceStack(cdk.Stack):
             for team, quota in self.quotas.items()
         }
         # Each team namespace: default-deny NetworkPolicies, Pod Security labels and the
-        # team's namespace-scoped access (platform_constructs/team_network.py).
+        # team's namespace-scoped access with the Role its group needs for `hpctl job`
+        # (platform_constructs/team_network.py).
         self.isolation: dict[str, TeamIsolation] = {
             team.name: TeamIsolation(
                 self,
@@ -232,6 +233,7 @@ class GovernanceStack(cdk.Stack):
                 namespace=team_namespace(team.name),
                 network=pod_network,
                 access_principal_arns=team.access_principal_arns,
+                access_group=team_access_group(team.name),
                 namespace_ready=self.workspaces[team.name].namespace_ready,
             )
             for team in governance.teams_by_name()

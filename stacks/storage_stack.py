@@ -12,6 +12,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.schema import StorageConfig
+from config.schema.storage import DATA_BUCKET_OUTPUT
 from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.mlflow import MlflowServerProps, MlflowTrackingServer
 from platform_constructs.storage import (
@@ -169,6 +170,6 @@ class StorageStack(cdk.Stack):
         cdk.CfnOutput(self, "FileSystemId", value=self.file_system.file_system_id)
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.file_system.dns_name)
         cdk.CfnOutput(self, "FileSystemMountName", value=self.file_system.mount_name)
-        cdk.CfnOutput(self, "DataBucketName", value=self.data_bucket.bucket_name)
+        cdk.CfnOutput(self, DATA_BUCKET_OUTPUT, value=self.data_bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucketName", value=self.checkpoint_bucket.bucket_name)
         cdk.CfnOutput(self, "ArtifactBucketName", value=self.artifact_bucket.bucket_name)

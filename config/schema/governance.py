@@ -123,7 +123,9 @@ class TeamConfig(Strict):
     access_principal_arns: list[str] = Field(
         default_factory=list,
         description="IAM roles or users that get AmazonEKSEditPolicy in the team's namespace "
-        "only (EKS access entries scoped to the namespace). Empty: only cluster admins.",
+        "only (EKS access entries scoped to the namespace) and the team's Kubernetes group, "
+        "whose Role there adds the HyperPod job and Kueue access `hpctl job` needs. Empty: "
+        "only cluster admins.",
     )
 
     @field_validator("access_principal_arns")

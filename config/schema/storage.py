@@ -11,6 +11,10 @@ from config.model import Strict
 from config.schema.base import Zone, principal_arns, unique
 
 RepositoryEvent = Literal["NEW", "CHANGED", "DELETED"]
+
+# The storage stack's output naming the data bucket (CloudFormation names the bucket);
+# `hpctl preflight` reads it.
+DATA_BUCKET_OUTPUT = "DataBucketName"
 _ALL_EVENTS: tuple[RepositoryEvent, ...] = ("NEW", "CHANGED", "DELETED")
 # FSx for Lustre metadata IOPS (SSD): 1500, 3000, 6000, then multiples of 12000 to 192000.
 _METADATA_IOPS = (1500, 3000, 6000, *range(12000, 192001, 12000))

@@ -28,15 +28,23 @@ from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from config.kubernetes import (
+    HYPERPOD_JOB_GROUP,
+    HYPERPOD_JOB_RESOURCE,
+    HYPERPOD_JOB_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    KUEUE_VISIBILITY_GROUP,
+    KUEUE_VISIBILITY_VERSION,
+    KUEUE_WORKLOAD_RESOURCE,
+    LOCAL_QUEUE_RESOURCE,
+    PENDING_WORKLOADS_SUBRESOURCE,
+)
 from config.schema import EnvironmentConfig
-from hpctl.job.render import API_VERSION, KIND
+from hpctl.job.render import KIND
 from hpctl.kubeconfig import kubeconfig_cluster_problem
 
-JOB_GROUP, JOB_VERSION = API_VERSION.split("/")
-JOB_PLURAL = "hyperpodpytorchjobs"
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
-WORKLOAD_PLURAL = "workloads"
-VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta1"
+VISIBILITY_API = f"/apis/{KUEUE_VISIBILITY_GROUP}/{KUEUE_VISIBILITY_VERSION}"
 
 # Seconds a request may take before the command gives up on the API server (connect, read).
 REQUEST_TIMEOUT = (10, 60)
@@ -215,10 +223,10 @@ class Cluster:
         target = self._job(meta["namespace"], meta["name"], team)
         with reported(target, "create", self.server):
             created: dict[str, Any] = self._objects().create_namespaced_custom_object(
-                JOB_GROUP,
-                JOB_VERSION,
+                HYPERPOD_JOB_GROUP,
+                HYPERPOD_JOB_VERSION,
                 meta["namespace"],
-                JOB_PLURAL,
+                HYPERPOD_JOB_RESOURCE,
                 manifest,
                 _request_timeout=REQUEST_TIMEOUT,
             )
@@ -227,10 +235,10 @@ class Cluster:
     def get_job(self, namespace: str, name: str, team: str | None) -> dict[str, Any]:
         with reported(self._job(namespace, name, team), "get", self.server):
             job: dict[str, Any] = self._objects().get_namespaced_custom_object(
-                JOB_GROUP,
-                JOB_VERSION,
+                HYPERPOD_JOB_GROUP,
+                HYPERPOD_JOB_VERSION,
                 namespace,
-                JOB_PLURAL,
+                HYPERPOD_JOB_RESOURCE,
                 name,
                 _request_timeout=REQUEST_TIMEOUT,
             )
@@ -239,7 +247,11 @@ class Cluster:
     def list_jobs(self, namespace: str, team: str | None) -> list[dict[str, Any]]:
         with reported(self._job(namespace, None, team), "list", self.server):
             listed = self._objects().list_namespaced_custom_object(
-                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, _request_timeout=REQUEST_TIMEOUT
+                HYPERPOD_JOB_GROUP,
+                HYPERPOD_JOB_VERSION,
+                namespace,
+                HYPERPOD_JOB_RESOURCE,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         return list(listed.get("items", []))
 
@@ -248,10 +260,10 @@ class Cluster:
             # Foreground: the job object stays (with a deletionTimestamp) until the operator's
             # pods are gone, so `list` shows it terminating rather than vanished.
             deleted: dict[str, Any] = self._objects().delete_namespaced_custom_object(
-                JOB_GROUP,
-                JOB_VERSION,
+                HYPERPOD_JOB_GROUP,
+                HYPERPOD_JOB_VERSION,
                 namespace,
-                JOB_PLURAL,
+                HYPERPOD_JOB_RESOURCE,
                 name,
                 propagation_policy="Foreground",
                 _request_timeout=REQUEST_TIMEOUT,
@@ -267,7 +279,7 @@ class Cluster:
                 KUEUE_GROUP,
                 KUEUE_VERSION,
                 namespace,
-                WORKLOAD_PLURAL,
+                KUEUE_WORKLOAD_RESOURCE,
                 label_selector=selector,
                 _request_timeout=REQUEST_TIMEOUT,
             )
@@ -285,7 +297,7 @@ class Cluster:
                 KUEUE_GROUP,
                 KUEUE_VERSION,
                 namespace,
-                WORKLOAD_PLURAL,
+                KUEUE_WORKLOAD_RESOURCE,
                 label_selector=selector,
                 timeout_seconds=timeout_s,
             )
@@ -297,7 +309,8 @@ class Cluster:
         {} where the cluster does not serve it or the caller may not read it."""
         try:
             summary = self.api.call_api(
-                f"{VISIBILITY_API}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads",
+                f"{VISIBILITY_API}/namespaces/{{namespace}}/{LOCAL_QUEUE_RESOURCE}/{{name}}/"
+                f"{PENDING_WORKLOADS_SUBRESOURCE}",
                 "GET",
                 path_params={"namespace": namespace, "name": local_queue},
                 header_params={"Accept": "application/json"},

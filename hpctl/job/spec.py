@@ -658,7 +658,14 @@ class JobSpec(BaseModel):
         job says otherwise, a job over several EFA nodes that carry topology labels prefers one
         UltraServer where it fits in one, else one network node at EC2's lowest layer: the
         fewest hops between its nodes, and Kueue falls back to higher layers (never to no
-        admission) when no such domain has room."""
+        admission) when no such domain has room.
+
+        The UltraServer preference buys network locality only: GPUs of different instances
+        talk over NVLink only inside an IMEX channel, which pods get from a ComputeDomain of
+        NVIDIA's DRA driver for GPUs (NVIDIA's "Enabling Multi-Node NVLink on Kubernetes for
+        NVIDIA GB200 NVL72"; AWS's "Dynamic Resource Allocation on Amazon EKS and Amazon EC2
+        P6e-GB200"). The platform installs no DRA driver and rendered pods claim no channel,
+        so NCCL joins the instances of an UltraServer over EFA."""
         if self.topology == NO_TOPOLOGY:
             return None
         if self.topology is not None:

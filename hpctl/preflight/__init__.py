@@ -4,7 +4,8 @@
 The credentials are checked first (`hpctl.aws.connect`, sts:GetCallerIdentity): without
 them, or with another account's, the command ends with one line and checks nothing. Then one
 table, one row per thing checked (check, subject, status, detail, fix), status `ok`,
-`problem` or `skipped`; exit 1 when any row is a problem. An AWS failure on one call (access
+`problem`, `warning` or `skipped`; exit 1 when any row is a problem (a warning: deploying
+works, but someone outside the platform will notice). An AWS failure on one call (access
 denied, throttling after the client's retries, credentials that expire meanwhile) turns that
 row into a problem naming the error code and the IAM action it needs, and every other check
 still runs.
@@ -45,4 +46,9 @@ The checks, in table order (IAM actions in brackets):
 - kubernetes-version [eks:DescribeClusterVersions]: eks.kubernetes_version is in EKS standard
   support. Extended support is a problem (EKS bills it at a higher hourly rate and ends it on a
   fixed date); unsupported or unknown versions are problems.
+- bucket-key [cloudformation:DescribeStacks, s3:ListBucket]: only with an empty
+  storage.buckets.key_user_arns: the deployed storage stack's data bucket (its
+  `DataBucketName` output) is listed for one object; one there is a warning (exit 0): the
+  bucket key admits only the environment's roles and FSx, so outside readers get
+  AccessDenied on objects written after the deploy. No stack yet: skipped.
 """

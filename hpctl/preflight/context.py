@@ -20,10 +20,13 @@ from hpctl.aws import (
 )
 from hpctl.options import utc_now
 
-Status = Literal["ok", "problem", "skipped"]
+Status = Literal["ok", "problem", "warning", "skipped"]
 OK: Status = "ok"
 PROBLEM: Status = "problem"
+# Deploying works, but something outside the platform will notice: reported, exit 0.
+WARNING: Status = "warning"
 SKIPPED: Status = "skipped"
+STATUSES: tuple[Status, ...] = (OK, PROBLEM, WARNING, SKIPPED)
 
 # The clock plan end times are compared with; tests may replace it.
 clock: Callable[[], datetime] = utc_now

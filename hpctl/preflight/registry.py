@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from hpctl.aws import AwsCallError
 from hpctl.preflight.admin_roles import ADMIN_ROLE, admin_role_rows
+from hpctl.preflight.bucket_keys import BUCKET_KEY, bucket_key_rows
 from hpctl.preflight.context import CheckContext, Row, failure_row
 from hpctl.preflight.digests import DIGEST, digest_rows
 from hpctl.preflight.images import IMAGE, image_rows
@@ -31,6 +32,7 @@ CHECKS: tuple[Check, ...] = (
     Check(IMAGE, image_rows),
     Check(DIGEST, digest_rows),
     Check(KUBERNETES_VERSION, kubernetes_version_rows),
+    Check(BUCKET_KEY, bucket_key_rows),
 )
 
 

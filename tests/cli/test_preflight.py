@@ -30,7 +30,7 @@ from tests.cli.conftest import (
 )
 from tests.support import environment_data
 
-SERVICES = ("sagemaker", "service-quotas", "ec2", "iam", "ecr", "eks")
+SERVICES = ("sagemaker", "service-quotas", "ec2", "iam", "ecr", "eks", "cloudformation", "s3")
 ACCOUNT = "333333333333"  # config/prod.yaml
 REGION = "us-east-1"
 PLAN = "p5-prod-2026h2"
@@ -42,6 +42,8 @@ DIGEST = "sha256:" + "ab" * 32
 ADMIN = f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin"
 BREAK_GLASS = f"arn:aws:iam::{ACCOUNT}:role/PlatformBreakGlass"
 PREFIX = "hpctl preflight: "
+STORAGE_STACK = "hyperpod-prod-storage"
+DATA_BUCKET = "hyperpod-prod-storage-databucket0123-abcdef"
 
 
 # ------------------------------------------------------------------ stubbed clients
@@ -301,9 +303,41 @@ def queue_versions(stubs: Stubs, versions: list[dict[str, Any]] = VERSIONS) -> N
     )
 
 
-def queue_prod(stubs: Stubs, *, skip: tuple[str, ...] = ()) -> None:
+def storage_stack(outputs: dict[str, str], name: str = STORAGE_STACK) -> dict[str, Any]:
+    return {
+        "Stacks": [
+            {
+                "StackName": name,
+                "CreationTime": NOW,
+                "StackStatus": "UPDATE_COMPLETE",
+                "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()],
+            }
+        ]
+    }
+
+
+def queue_bucket(
+    stubs: Stubs, key_count: int = 0, stack: str = STORAGE_STACK, bucket: str = DATA_BUCKET
+) -> None:
+    """The deployed storage stack names its data bucket; the bucket holds `key_count`
+    objects (of the one asked for)."""
+    stubs["cloudformation"].add_response(
+        "describe_stacks",
+        storage_stack({"ArtifactBucketName": "artifacts", "DataBucketName": bucket}, stack),
+        expected_params={"StackName": stack},
+    )
+    contents = [{"Key": "datasets/a.bin", "Size": 1}] if key_count else []
+    stubs["s3"].add_response(
+        "list_objects_v2",
+        {"KeyCount": key_count, "Contents": contents, "Name": bucket, "MaxKeys": 1},
+        expected_params={"Bucket": bucket, "MaxKeys": 1},
+    )
+
+
+def queue_prod(stubs: Stubs, *, skip: tuple[str, ...] = (), env: str = "prod") -> None:
     """Healthy answers for every check of config/prod.yaml, but those named in `skip`
-    (training-plan, quota, availability-zone, admin-role, image, kubernetes-version)."""
+    (training-plan, quota, availability-zone, admin-role, image, kubernetes-version,
+    bucket-key); `env` names the storage stack of a config written from prod's."""
     queues = {
         "training-plan": lambda: queue_plan(stubs, plan_response()),
         "quota": lambda: queue_quotas(stubs),
@@ -311,6 +345,7 @@ def queue_prod(stubs: Stubs, *, skip: tuple[str, ...] = ()) -> None:
         "admin-role": lambda: queue_roles(stubs),
         "image": lambda: queue_image(stubs),
         "kubernetes-version": lambda: queue_versions(stubs),
+        "bucket-key": lambda: queue_bucket(stubs, stack=f"hyperpod-{env}-storage"),
     }
     for name, queue in queues.items():
         if name not in skip:
@@ -351,6 +386,7 @@ CHECK_NAMES = (
     "image",
     "digest",
     "kubernetes-version",
+    "bucket-key",
 )
 
 
@@ -373,7 +409,7 @@ def test_prod_all_ok_json(stubs: Stubs):
     assert all(isinstance(v, str) for r in report["checks"] for v in r.values())
     assert report["environment"] == "prod"
     assert (report["account"], report["region"], report["ok"]) == (ACCOUNT, REGION, True)
-    assert report["counts"] == {"ok": 19, "problem": 0, "skipped": 0}
+    assert report["counts"] == {"ok": 20, "problem": 0, "warning": 0, "skipped": 0}
     # prod is a closed network: no NAT gateway, so no Elastic IP row (and no call for it).
     assert [(r["check"], r["subject"], r["status"]) for r in report["checks"]] == [
         ("training-plan", f"gpu-p5: {PLAN}", "ok"),
@@ -396,6 +432,7 @@ def test_prod_all_ok_json(stubs: Stubs):
         ("digest", "neuron-device-plugin", "ok"),
         ("digest", "training-base", "ok"),
         ("kubernetes-version", "1.34", "ok"),
+        ("bucket-key", DATA_BUCKET, "ok"),
     ]
     details = {(r["check"], r["subject"]): r["detail"] for r in report["checks"]}
     assert details[("training-plan", f"gpu-p5: {PLAN}")] == (
@@ -442,11 +479,11 @@ def test_prod_all_ok_table(stubs: Stubs):
         if line.startswith("│") and not line.startswith("│ check")
     ]
     first_lines = [c for c in cells if c[0]]
-    assert len(first_lines) == 19
+    assert len(first_lines) == 20
     assert {c[2] for c in first_lines} == {"ok"}
     assert ["training-plan", f"gpu-p5: {PLAN}", "ok"] == first_lines[0][:3]
     assert ["admin-role", BREAK_GLASS, "ok", "exists (AROAEXAMPLEID0000002)", "-"] in first_lines
-    assert lines[-1] == "19 ok, 0 problems, 0 skipped"
+    assert lines[-1] == "20 ok, 0 problems, 0 warnings, 0 skipped"
 
 
 def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
@@ -471,6 +508,7 @@ def test_dev_without_plan_or_secondary_cidr(stubs: Stubs):
     )
     queue_image(stubs)
     queue_versions(stubs)
+    queue_bucket(stubs, stack="hyperpod-dev-storage")
     report = run_json("--env", "dev")
     assert row(report, "training-plan", "-") == {
         "check": "training-plan",
@@ -617,7 +655,7 @@ def test_groups_sharing_a_plan_are_described_once_and_counted_together(
     data["hyperpod"]["instance_groups"].append(spare)
     write_env(config_dir, "shared", data)
     # One DescribeTrainingPlan for both groups: a second call would find nothing queued.
-    queue_prod(stubs)
+    queue_prod(stubs, env="shared")
     report = run_json("--env", "shared", code=ExitCode.FAILED)
     plan_rows = rows_of(report, "training-plan")
     assert [r["subject"] for r in plan_rows] == [f"gpu-p5: {PLAN}", f"gpu-p5-spare: {PLAN}"]
@@ -693,7 +731,7 @@ def test_on_demand_quota_sums_groups_of_one_type(stubs: Stubs, config_dir: Path)
         {"name": "system-extra", "instance_type": "ml.m5.4xlarge", "count": 8}
     )
     write_env(config_dir, "bigger", data)
-    queue_prod(stubs)
+    queue_prod(stubs, env="bigger")
     report = run_json("--env", "bigger", code=ExitCode.FAILED)
     found = row(report, "quota", "sagemaker: ml.m5.4xlarge for cluster usage")
     assert found["status"] == "problem"
@@ -815,7 +853,7 @@ def test_roles_with_paths_and_of_other_accounts(stubs: Stubs, config_dir: Path):
     elsewhere = "arn:aws:iam::444444444444:role/Auditor"
     data["eks"]["admin_role_arns"] = [with_path, elsewhere, BREAK_GLASS]
     write_env(config_dir, "paths", data)
-    queue_prod(stubs, skip=("admin-role",))
+    queue_prod(stubs, skip=("admin-role",), env="paths")
     # Looked up by name; the path is part of the ARN the role must have.
     queue_role(stubs, "PlatformAdmin", role(with_path))
     queue_role(
@@ -889,7 +927,7 @@ def test_digest_pins_archived_images_and_images_elsewhere(stubs: Stubs, config_d
         "team-directories": "registry.example.com/mirror/busybox:1.37.0",
     }
     write_env(config_dir, "digests", data)
-    queue_prod(stubs, skip=("image",))
+    queue_prod(stubs, skip=("image",), env="digests")
     stubs["ecr"].add_response(
         "describe_images",
         image_details(status="ARCHIVED"),
@@ -923,7 +961,7 @@ def test_extended_support_is_a_problem_naming_the_upgrade(
     data["eks"]["allow_extended_support"] = True
     data["eks"]["addons"] = {"kube-proxy": "v1.33.10-eksbuild.2"}
     write_env(config_dir, "older", data)
-    queue_prod(stubs)
+    queue_prod(stubs, env="older")
     report = run_json("--env", "older", code=ExitCode.FAILED)
     assert row(report, "kubernetes-version", "1.33") == {
         "check": "kubernetes-version",
@@ -982,6 +1020,90 @@ def test_no_newer_version_offered_reports_standard_support_alone(stubs: Stubs):
 
 
 # ------------------------------------------------------------------ AWS failures
+
+
+# ------------------------------------------------------------------ bucket key
+
+
+def test_a_data_bucket_with_objects_and_no_key_users_is_a_warning_not_a_failure(stubs: Stubs):
+    queue_prod(stubs, skip=("bucket-key",))
+    queue_bucket(stubs, key_count=1)
+    result = hpctl("preflight", "--env", "prod", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["counts"] == {"ok": 19, "problem": 0, "warning": 1, "skipped": 0}
+    assert row(report, "bucket-key", DATA_BUCKET) == {
+        "check": "bucket-key",
+        "subject": DATA_BUCKET,
+        "status": "warning",
+        "detail": "holds objects and storage.buckets.key_user_arns is empty: the bucket key "
+        "admits only role/hyperpod-prod-* and FSx, so other readers get AccessDenied on "
+        "objects written after the deploy",
+        "fix": "add every role that reads or writes the bucket from outside the cluster to "
+        "storage.buckets.key_user_arns",
+    }
+    others_ok(report, "bucket-key")
+
+
+def test_the_warning_row_in_the_table(stubs: Stubs):
+    queue_prod(stubs, skip=("bucket-key",))
+    queue_bucket(stubs, key_count=1)
+    result = hpctl("preflight", "--env", "prod")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "19 ok, 0 problems, 1 warning, 0 skipped"
+
+
+def test_key_users_named_need_no_bucket_call(stubs: Stubs, config_dir: Path):
+    data = environment_data("prod")
+    data["storage"].setdefault("buckets", {})["key_user_arns"] = [
+        f"arn:aws:iam::{ACCOUNT}:role/DataIngest"
+    ]
+    write_env(config_dir, "keyed", data)
+    # Nothing queued for CloudFormation or S3: a call would fail the test.
+    queue_prod(stubs, skip=("bucket-key",), env="keyed")
+    report = run_json("--env", "keyed")
+    assert row(report, "bucket-key", "data bucket") == {
+        "check": "bucket-key",
+        "subject": "data bucket",
+        "status": "ok",
+        "detail": "storage.buckets.key_user_arns names 1 key user(s) outside the platform",
+        "fix": "",
+    }
+
+
+def test_an_environment_not_deployed_yet_skips_the_bucket(stubs: Stubs):
+    queue_prod(stubs, skip=("bucket-key",))
+    stubs["cloudformation"].add_client_error(
+        "describe_stacks",
+        service_error_code="ValidationError",
+        service_message=f"Stack with id {STORAGE_STACK} does not exist",
+        expected_params={"StackName": STORAGE_STACK},
+    )
+    report = run_json("--env", "prod")
+    assert row(report, "bucket-key", "data bucket")["status"] == "skipped"
+    assert row(report, "bucket-key", "data bucket")["detail"] == (
+        f"{STORAGE_STACK} is not deployed: no data yet"
+    )
+
+
+def test_a_bucket_that_cannot_be_listed_names_the_iam_action(stubs: Stubs):
+    queue_prod(stubs, skip=("bucket-key",))
+    stubs["cloudformation"].add_response(
+        "describe_stacks",
+        storage_stack({"DataBucketName": DATA_BUCKET}),
+        expected_params={"StackName": STORAGE_STACK},
+    )
+    stubs["s3"].add_client_error(
+        "list_objects_v2",
+        service_error_code="AccessDenied",
+        service_message="Access Denied",
+        http_status_code=403,
+        expected_params={"Bucket": DATA_BUCKET, "MaxKeys": 1},
+    )
+    report = run_json("--env", "prod", code=ExitCode.FAILED)
+    assert row(report, "bucket-key", DATA_BUCKET)["detail"] == "AccessDenied: needs s3:ListBucket"
+    others_ok(report, "bucket-key")
 
 
 def test_access_denied_on_one_check_names_the_action_and_the_rest_run(stubs: Stubs):
@@ -1058,7 +1180,7 @@ def test_local_botocore_failure_is_a_row_not_a_traceback(
     report_lines = [line for line in result.stdout.splitlines() if "availability-zone" in line]
     assert len(report_lines) == 3
     assert all("problem" in line and "NoCredentialsError" in line for line in report_lines)
-    assert result.stdout.splitlines()[-1] == "16 ok, 3 problems, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "17 ok, 3 problems, 0 warnings, 0 skipped"
 
 
 def test_problem_table_and_stderr_line(stubs: Stubs):
@@ -1074,13 +1196,13 @@ def test_problem_table_and_stderr_line(stubs: Stubs):
     result = hpctl("preflight", "--env", "prod")
     line = error_line(result, ExitCode.FAILED)
     assert line == (
-        f"{PREFIX}1 of 19 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
+        f"{PREFIX}1 of 20 checks found a problem in {ACCOUNT} (us-east-1); fix them before "
         "deploying prod"
     )
     (denied,) = [text for text in result.stdout.splitlines() if BREAK_GLASS in text]
     assert "problem" in denied
     assert "AccessDenied: needs iam:GetRole" in denied
-    assert result.stdout.splitlines()[-1] == "18 ok, 1 problem, 0 skipped"
+    assert result.stdout.splitlines()[-1] == "19 ok, 1 problem, 0 warnings, 0 skipped"
 
 
 # ------------------------------------------------------------------ usage

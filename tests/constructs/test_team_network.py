@@ -13,14 +13,22 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 
-from config.kubernetes import ELASTIC_AGENT_PORT, METRICS_LABEL, METRICS_LABEL_VALUE, METRICS_PORT
+from config.kubernetes import (
+    ELASTIC_AGENT_PORT,
+    METRICS_LABEL,
+    METRICS_LABEL_VALUE,
+    METRICS_PORT,
+    team_access_group,
+)
 from platform_constructs.team_network import (
     INSTANCE_METADATA_CIDR,
+    TEAM_JOB_ROLE,
     PodNetwork,
     TeamIsolation,
     network_policies,
     operator_namespace,
     pod_security_labels,
+    team_job_access,
 )
 from tests.support import (
     KUBERNETES_VALIDATE_VERSIONS,
@@ -32,6 +40,7 @@ from tests.support import (
 )
 
 NAMESPACE = "hyperpod-ns-research"
+GROUP = team_access_group("research")
 NETWORK = PodNetwork(scraper_cidrs=["10.0.0.0/24", "10.0.1.0/24"], node_cidrs=["10.1.0.0/17"])
 PRINCIPAL = "arn:aws:iam::111111111111:role/research-engineers"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -49,12 +58,25 @@ def _isolation(principals: tuple[str, ...] = (PRINCIPAL,)) -> tuple[dict[str, An
         namespace=NAMESPACE,
         network=NETWORK,
         access_principal_arns=principals,
+        access_group=GROUP,
         namespace_ready=ready,
     )
     return template_of(stack).to_json(), stack.get_logical_id(ready)
 
 
 TEMPLATE, READY = _isolation()
+
+
+def _manifest(construct: str) -> dict[str, Any]:
+    """The manifest resource of the construct `construct` (NetworkPolicies or JobAccess)."""
+    (resource,) = [
+        r
+        for key, r in resources_of(TEMPLATE, MANIFEST).items()
+        if key.startswith(f"Research{construct}")
+    ]
+    return resource
+
+
 POLICIES = network_policies(NAMESPACE, NETWORK)
 OTHER_NAMESPACE = "hyperpod-ns-vision"
 # Every team namespace has its own set: the evaluator sees both teams'.
@@ -148,7 +170,7 @@ METADATA = Peer(ip=str(ipaddress.ip_network(INSTANCE_METADATA_CIDR).network_addr
 def test_every_network_policy_passes_the_kubernetes_schema():
     import kubernetes_validate
 
-    manifest = json.loads(only(resources_of(TEMPLATE, MANIFEST))["Properties"]["Manifest"])
+    manifest = json.loads(_manifest("NetworkPolicies")["Properties"]["Manifest"])
     # The handler adds only its prune label to what network_policies() builds.
     assert [{**o, "metadata": {k: v for k, v in o["metadata"].items() if k != "labels"}}
             for o in manifest] == POLICIES  # fmt: skip
@@ -218,8 +240,7 @@ def test_egress_to_the_cluster_subnets_is_open_for_node_daemons_and_ingress_stil
 
 
 def test_policies_wait_for_the_namespace():
-    (manifest,) = resources_of(TEMPLATE, MANIFEST).values()
-    assert READY in manifest["DependsOn"]
+    assert READY in _manifest("NetworkPolicies")["DependsOn"]
 
 
 # --------------------------------------------------------------------------- admission
@@ -262,7 +283,54 @@ def test_team_principals_get_edit_access_in_their_namespace_only():
     (policy,) = properties["AccessPolicies"]
     assert policy["AccessScope"] == {"Type": "namespace", "Namespaces": [NAMESPACE]}
     assert json.dumps(policy["PolicyArn"]).endswith('cluster-access-policy/AmazonEKSEditPolicy"]]}')
+    assert properties["KubernetesGroups"] == [GROUP]
     assert READY in entry["DependsOn"]
+
+
+def test_team_access_group_is_not_a_reserved_kubernetes_group():
+    assert GROUP == "hyperpod-platform:team:research"
+    assert not GROUP.startswith("system:")
+
+
+def test_team_group_is_bound_to_the_job_role_in_its_namespace_only():
+    resource = _manifest("JobAccess")
+    role, binding = json.loads(resource["Properties"]["Manifest"])
+    assert READY in resource["DependsOn"]
+    assert (role["kind"], role["metadata"]["name"], role["metadata"]["namespace"]) == (
+        "Role",
+        TEAM_JOB_ROLE,
+        NAMESPACE,
+    )
+    assert binding["kind"] == "RoleBinding"
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": TEAM_JOB_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}
+    ]
+
+
+def test_job_role_and_binding_pass_the_kubernetes_schema():
+    import kubernetes_validate
+
+    manifest = json.loads(_manifest("JobAccess")["Properties"]["Manifest"])
+    assert [{**o, "metadata": {k: v for k, v in o["metadata"].items() if k != "labels"}}
+            for o in manifest] == team_job_access(NAMESPACE, GROUP)  # fmt: skip
+    for version in KUBERNETES_VALIDATE_VERSIONS:
+        for obj in manifest:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_planted_invalid_role_is_rejected_by_the_schema():
+    import kubernetes_validate
+
+    role, _ = team_job_access(NAMESPACE, GROUP)
+    role["rules"][0]["verbs"] = "get"  # a list in the API
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(role, KUBERNETES_VALIDATE_VERSIONS[0], strict=True)
 
 
 def test_no_access_entries_without_team_principals():
