@@ -51,10 +51,11 @@ LINKED: Final = (
 )
 
 # mutmut's exit codes (mutmut/stats.py `status_by_exit_code`) as this report counts them:
-# a test failed (1, 3), the run overran its CPU budget (timeouts), crashed, or the type
+# a test failed (1, 3), the run overran its CPU budget (a mutant that loops) or the type
 # check caught it: the mutant was noticed. 0 is a survivor; 5 and 33: no test reaches the
-# mutated function at all, which is a survivor too.
-KILLED_CODES: Final = frozenset({1, 3, 24, -24, 152, 255, 36, -11, -9, 37})
+# mutated function at all, which is a survivor too. A crash (-11, -9) says nothing about
+# the tests (a forked worker that inherited torch's threads): unexplained until rerun.
+KILLED_CODES: Final = frozenset({1, 3, 24, -24, 152, 255, 36, 37})
 SURVIVED_CODES: Final = frozenset({0})
 NO_TESTS_CODES: Final = frozenset({5, 33})
 
@@ -62,10 +63,21 @@ NO_TESTS_CODES: Final = frozenset({5, 33})
 # --------------------------------------------------------------------------- running
 
 
-def load_modules(path: Path = MODULES_FILE) -> dict[str, list[str]]:
-    """Module path -> its test files."""
-    table: dict[str, list[str]] = tomllib.loads(path.read_text())["modules"]
-    return table
+@dataclass(frozen=True)
+class Module:
+    """One module to mutate: its test files, and mutmut settings of its own."""
+
+    path: str
+    tests: list[str]
+    settings: dict[str, Any]
+
+
+def load_modules(path: Path = MODULES_FILE) -> dict[str, Module]:
+    table: dict[str, dict[str, Any]] = tomllib.loads(path.read_text())["modules"]
+    return {
+        name: Module(name, list(entry["tests"]), {k: v for k, v in entry.items() if k != "tests"})
+        for name, entry in table.items()
+    }
 
 
 def module_name(path: str) -> str:
@@ -73,41 +85,41 @@ def module_name(path: str) -> str:
     return path.removesuffix(".py").replace("/", ".")
 
 
-def run_config(module: str, tests: list[str]) -> str:
+def run_config(module: Module) -> str:
     """The pyproject.toml of a module's run directory: the repository's, with `[tool.mutmut]`
-    narrowed to the module and its tests (TOML arrays of strings are JSON arrays)."""
+    narrowed to the module and its tests (JSON strings, arrays and booleans are TOML)."""
+    settings = {
+        "only_mutate": [module.path],
+        "pytest_add_cli_args_test_selection": module.tests,
+        **module.settings,
+    }
+    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
     text = (REPO / "pyproject.toml").read_text()
-    return text.replace(
-        "[tool.mutmut]\n",
-        "[tool.mutmut]\n"
-        f"only_mutate = {json.dumps([module])}\n"
-        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n",
-        1,
-    )
+    return text.replace("[tool.mutmut]\n", f"[tool.mutmut]\n{lines}", 1)
 
 
-def prepare(module: str, tests: list[str]) -> Path:
+def prepare(module: Module) -> Path:
     """The run directory of `module`, fresh: links to the repository and its own config."""
-    missing = [t for t in [module, *tests] if not (REPO / t).is_file()]
+    missing = [t for t in [module.path, *module.tests] if not (REPO / t).is_file()]
     if missing:
         raise SystemExit(f"{MODULES_FILE.name}: {missing[0]} does not exist; fix the entry")
-    directory = MUTANTS / module_name(module)
+    directory = MUTANTS / module_name(module.path)
     if directory.exists():
         subprocess.run(["rm", "-rf", str(directory)], check=True)
     directory.mkdir(parents=True)
     for name in LINKED:
         (directory / name).symlink_to(REPO / name)
-    (directory / "pyproject.toml").write_text(run_config(module, tests))
+    (directory / "pyproject.toml").write_text(run_config(module))
     return directory
 
 
-def run(modules: dict[str, list[str]], max_children: int) -> int:
+def run(modules: dict[str, Module], max_children: int) -> int:
     """mutmut over each module in turn; the log of each is in its run directory."""
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     mutmut = Path(sys.executable).with_name("mutmut")
     failed = 0
-    for module, tests in modules.items():
-        directory = prepare(module, tests)
+    for module in modules.values():
+        directory = prepare(module)
         started = time.monotonic()
         with open(directory / "mutmut.log", "w") as log:
             result = subprocess.run(
@@ -119,7 +131,7 @@ def run(modules: dict[str, list[str]], max_children: int) -> int:
                 check=False,
             )
         took = time.monotonic() - started
-        print(f"{module}: mutmut exited {result.returncode} in {took:.0f} s", flush=True)
+        print(f"{module.path}: mutmut exited {result.returncode} in {took:.0f} s", flush=True)
         if result.returncode != 0:
             print(f"  see {directory.relative_to(REPO)}/mutmut.log", flush=True)
             failed += 1
@@ -198,7 +210,7 @@ def score_module(
     return row, stale
 
 
-def report(modules: dict[str, list[str]]) -> int:
+def report(modules: dict[str, Module]) -> int:
     equivalent = load_equivalent()
     header = ("module", "mutants", "killed", "survived", "equivalent", "score")
     print(f"{header[0]:<30} {' '.join(f'{h:>10}' for h in header[1:])}")
@@ -228,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("run", "report"))
     parser.add_argument("modules", nargs="*", help="module paths (default: all in modules.toml)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     known = load_modules()
     unknown = [m for m in args.modules if m not in known]
     if unknown:

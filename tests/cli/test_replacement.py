@@ -134,9 +134,18 @@ def test_a_wildcard_over_a_value_that_is_not_a_list_compares_it_whole() -> None:
     assert changed_properties(keyed, {"Groups": "a"}, {"Groups": "b"}) == ["Groups"]
 
 
-def test_a_list_that_disappears_has_no_element_left_to_compare() -> None:
+def test_a_list_that_appears_or_disappears_has_no_element_to_compare() -> None:
     path = [("Rules", "*", "Name")]
     assert changed_properties(path, {"Rules": [{"Name": "a"}]}, {}) == []
+    assert changed_properties(path, {}, {"Rules": [{"Name": "a"}]}) == []
+
+
+def test_wildcard_elements_are_compared_position_by_position() -> None:
+    path = [("Rules", "*", "Name")]
+    before = {"Rules": [{"Name": "a"}, {"Name": "b"}]}
+    assert changed_properties(path, before, {"Rules": [{"Name": "x"}, {"Name": "b"}]}) == [
+        "Rules[0].Name"
+    ]
 
 
 def test_keyed_elements_are_matched_by_key_and_the_rest_by_position() -> None:
@@ -207,6 +216,10 @@ def test_values_at_follows_multi_segment_paths() -> None:
         ("Computed", {"Fn::If": ["C", [1], [2]]})
     ]
     assert list(values_at(properties, ("Scalar", "*"))) == [("Scalar", "text")]
+    conditional = {"Lustre": {"Fn::If": ["C", {"DeploymentType": "A"}, {"Ref": "AWS::NoValue"}]}}
+    assert list(values_at(conditional, ("Lustre", "DeploymentType"))) == [
+        ("Lustre", conditional["Lustre"])
+    ]
     # Nothing where the path does not reach.
     assert list(values_at(properties, ("Missing", "X"))) == []
     assert list(values_at(properties, ("Scalar", "X"))) == []
@@ -227,6 +240,13 @@ def test_references_nested_in_objects_and_lists() -> None:
     assert references(value) == {"A", "B", "C"}
     assert references([{"Ref": "A"}, {"Ref": "B"}]) == {"A", "B"}
     assert references({"X": {"Ref": "A"}, "Y": {"Ref": "B"}}) == {"A", "B"}
+    # Fn::Sub among other keys adds to what those keys reference.
+    assert references({"X": {"Ref": "A"}, "Fn::Sub": "${B}"}) == {"A", "B"}
+
+
+def test_getatt_names_the_resource_before_the_first_dot() -> None:
+    assert references({"Fn::GetAtt": "Db.Endpoint.Address"}) == {"Db"}
+    assert references({"Fn::GetAtt": ["Db", "Endpoint.Address"]}) == {"Db"}
 
 
 def test_sub_with_a_variable_map_follows_both_parts() -> None:

@@ -515,3 +515,23 @@ def test_plans_as_dicts():
         },
     }
     assert _net(cluster=None, vpc="10.0.0.0/16", azs="a").as_dict()["cluster_cidr"] is None
+
+
+def test_a_refused_plan_at_the_largest_slot_asks_for_that_prefix():
+    # /20 set, the plan needs /19, which is exactly the largest slot of a /16: setting the
+    # prefix is enough, no larger CIDR is needed.
+    gpu = plan_group(name="gpu", instance_type="ml.p5.48xlarge", count=60)
+    error = _refusal(prefix=20, groups=[gpu], azs="a")
+    assert smallest_prefix(gpu.ips_total) == 19
+    assert error.message.endswith("set network.cluster_subnet_prefix to /19 or shorter")
+
+
+def test_a_refused_plan_needing_a_slash_16_asks_for_a_larger_cidr():
+    # A /14 gives /17 slots; 500 p5 need exactly a /16, which AWS still allows.
+    gpu = plan_group(name="gpu", instance_type="ml.p5.48xlarge", count=500)
+    assert smallest_prefix(gpu.ips_total) == 16
+    error = _refusal(cluster="100.64.0.0/14", groups=[gpu], azs="a")
+    assert error.field == "network.cluster_cidr"
+    assert error.message.endswith(
+        "use a cluster subnet of /16 or larger (a CIDR of at least /13 for 8 AZ slots)"
+    )
