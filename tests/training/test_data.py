@@ -183,8 +183,20 @@ def test_synthetic_samples_are_pinned_and_one_token_longer_than_seq_len() -> Non
     assert source.sample(2).tolist() == [9, 14, 19, 24, 29, 34]
     assert source.sample(2).dtype == np.int64
     for idx in (-1, 4):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=f"^{idx}$"):
             source.sample(idx)
+    # Starts and strides (1 to 7) of several samples: the sequences the tests learn from.
+    several = SyntheticTokenSource(num_samples=8, seq_len=3, vocab_size=1000, seed=4)
+    assert [several.sample(i).tolist() for i in range(8)] == [
+        [726, 733, 740, 747],
+        [437, 444, 451, 458],
+        [287, 292, 297, 302],
+        [218, 223, 228, 233],
+        [378, 380, 382, 384],
+        [121, 123, 125, 127],
+        [366, 369, 372, 375],
+        [849, 856, 863, 870],
+    ]
 
 
 def test_batches_are_seq_len_tokens_with_labels_shifted_by_one() -> None:
@@ -217,8 +229,12 @@ def test_local_indices_are_this_ranks_slice_of_the_global_batch() -> None:
 
 def test_world_size_must_divide_the_global_batch() -> None:
     source = SyntheticTokenSource(num_samples=10, seq_len=4, vocab_size=50, seed=1)
-    with pytest.raises(ValueError, match="divisible by the world size"):
+    with pytest.raises(
+        ValueError, match=r"^global batch size must be divisible by the world size$"
+    ):
         ResumableLoader(source, 6, 0, 4, seed=1)
+    loader = ResumableLoader(source, 8, 0, 4, seed=1)
+    assert type(loader.local_batch_size) is int and loader.local_batch_size == 2
 
 
 def test_epoch_counts_whole_passes_over_the_source() -> None:
@@ -250,8 +266,12 @@ def test_state_dict_is_the_global_position_and_its_identity() -> None:
 def test_load_rejects_another_seed() -> None:
     src = SyntheticTokenSource(num_samples=10, seq_len=4, vocab_size=50, seed=1)
     state = ResumableLoader(src, 2, 0, 1, seed=1).state_dict()
-    with pytest.raises(ValueError, match=r"different dataset or seed .*seed 1 vs 2"):
+    with pytest.raises(ValueError) as caught:
         ResumableLoader(src, 2, 0, 1, seed=2).load_state_dict(state)
+    assert str(caught.value) == (
+        "checkpointed data position belongs to a different dataset or seed "
+        "(samples 10 vs 10, seed 1 vs 2)"
+    )
 
 
 def test_memmap_samples_at_every_shard_edge(tmp_path: Path) -> None:
@@ -269,15 +289,20 @@ def test_memmap_samples_at_every_shard_edge(tmp_path: Path) -> None:
         assert sample.tolist() == tokens.tolist(), idx
         assert sample.dtype == np.int64
     for idx in (-1, 6):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=f"^{idx}$"):
             src.sample(idx)
+    assert src.files == [str(tmp_path / n) for n in ("a.bin", "b.bin", "c.bin")]
+    # Shards are mapped read-only: jobs read the data repository, never write it.
+    assert all(not m.flags.writeable for m in src._maps)
 
 
-def test_memmap_a_shard_of_seq_len_tokens_holds_no_sample(tmp_path: Path) -> None:
-    write_token_shard(str(tmp_path / "a.bin"), np.arange(4))
-    write_token_shard(str(tmp_path / "b.bin"), np.arange(10, 15))
+def test_memmap_shards_too_short_for_a_sample_hold_none(tmp_path: Path) -> None:
+    write_token_shard(str(tmp_path / "a.bin"), np.arange(4))  # seq_len tokens: no label
+    write_token_shard(str(tmp_path / "b.bin"), np.arange(0))  # empty
+    write_token_shard(str(tmp_path / "c.bin"), np.arange(10, 18))  # 2 x seq_len: one sample
     src = MemmapTokenSource(str(tmp_path), 4, "uint16")
     assert src.num_samples == 1
+    assert src.files == [str(tmp_path / n) for n in ("a.bin", "b.bin", "c.bin")]
     assert src.sample(0).tolist() == [10, 11, 12, 13, 14]
 
 
