@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import config.node_model as node_model_module
 from config.addons import ADDONS
 from config.instance_types import INSTANCE_TYPES, lookup
 from config.kubernetes import Taint
@@ -381,3 +382,109 @@ def test_a_type_that_leaves_a_job_nothing_is_named(
         f"{format_memory(job.memory_mib)} after the kubelet's reservations and DaemonSets; "
         "use a larger type"
     )
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(3, 75), (5, 82), (400, 1070)])
+def test_kube_reserved_cpu_rounds_down_to_whole_millicores(cpus: int, expected: int) -> None:
+    # 2.5m per further core: 5 cores reserve 82m, not 82.5m; 400 cores reach a whole one.
+    reserved = kube_reserved_cpu_millicores(cpus)
+    assert reserved == expected and type(reserved) is int
+
+
+def test_a_model_is_named_after_its_group() -> None:
+    assert [m.group for m in node_models(environment("dev").config)] == ["gpu-g5", "system"]
+
+
+def test_every_unplaced_system_pod_is_named() -> None:
+    # 1.45 CPU: a (1000m) leaves 450m, b (500m) and d (480m) do not fit, c (400m) does.
+    config = environment("dev").config
+    pods = tuple(
+        PodRequests(name=name, cpu_millicores=cpu, memory_mib=10, addon="coredns", source="t")
+        for name, cpu in (("pod-a", 1000), ("pod-b", 500), ("pod-c", 400), ("pod-d", 480))
+    )
+    problem = system_fit_problem(config, pods=pods)
+    assert problem is not None and "(pod-b, pod-d would not fit)" in problem[1]
+
+
+def test_system_pods_use_up_the_memory_they_are_placed_in() -> None:
+    # 13546 MiB free: the first 8000 MiB pod fits, the second no longer does.
+    config = environment("dev").config
+    pods = tuple(
+        PodRequests(
+            name=f"fat-{i}", cpu_millicores=10, memory_mib=8000, addon="coredns", source="t"
+        )
+        for i in (1, 2)
+    )
+    problem = system_fit_problem(config, pods=pods)
+    assert problem is not None and "(fat-2 would not fit)" in problem[1]
+
+
+def test_system_nodes_left_with_nothing_show_nothing_left() -> None:
+    # A DaemonSet larger than the system node: the free figures are negative, shown as 0.
+    config = environment("dev").config
+    huge = PodRequests(name="huge", cpu_millicores=10**5, memory_mib=10**6, addon="vpc-cni",
+                       source="t")  # fmt: skip
+    problem = system_fit_problem(config, addon_daemonsets=(*ADDON_DAEMONSETS, huge))
+    assert problem is not None
+    assert "the groups without accelerators leave 0 CPU and 0 MiB after" in problem[1]
+
+
+def _padded_job(
+    monkeypatch: pytest.MonkeyPatch, *, cpu: int, memory: int, tiered: bool = False
+) -> tuple[str, str] | None:
+    """job_fit_problem for dev with a DaemonSet that leaves gpu-g5's job exactly `cpu`
+    millicores and `memory` MiB."""
+    config = environment("dev").config
+    if tiered:
+        storage = config.hyperpod.tiered_storage.model_copy(
+            update={"enabled": True, "memory_percent": 10}
+        )
+        config = config.model_copy(
+            update={"hyperpod": config.hyperpod.model_copy(update={"tiered_storage": storage})}
+        )
+    job = group_model(config, "gpu-g5").job
+    pad = PodRequests(name="pad", addon="vpc-cni", source="t",
+                      cpu_millicores=job.cpu_millicores - cpu,
+                      memory_mib=job.memory_mib - memory)  # fmt: skip
+    real = node_model_module.node_model
+
+    def padded(config: EnvironmentConfig, group: Any, **kwargs: Any) -> Any:
+        return real(config, group, addon_daemonsets=(*ADDON_DAEMONSETS, pad))
+
+    monkeypatch.setattr(node_model_module, "node_model", padded)
+    return job_fit_problem(config)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "tiered", "field"),
+    [
+        (1, 1, False, None),
+        (0, 1, False, "hyperpod.instance_groups[0].instance_type"),
+        (1, 0, False, "hyperpod.instance_groups[0].instance_type"),
+        (1, 0, True, "hyperpod.tiered_storage.memory_percent"),
+        (0, 1, True, "hyperpod.instance_groups[0].instance_type"),
+    ],
+)
+def test_a_job_needs_at_least_a_millicore_and_a_mib(
+    monkeypatch: pytest.MonkeyPatch, cpu: int, memory: int, tiered: bool, field: str | None
+) -> None:
+    problem = _padded_job(monkeypatch, cpu=cpu, memory=memory, tiered=tiered)
+    assert (problem[0] if problem else None) == field
+
+
+def test_every_accelerated_group_is_checked_whatever_the_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tiny = dataclasses.replace(lookup("ml.g5.12xlarge"), name="ml.g5.tiny", vcpus=2)
+    monkeypatch.setitem(INSTANCE_TYPES, tiny.name, tiny)
+    config = environment("dev").config
+    gpu, system = config.hyperpod.instance_groups
+    small = gpu.model_copy(update={"name": "gpu-small", "instance_type": tiny.name})
+    # A group without accelerators first, then one that fits, then the one that does not.
+    ordered = config.model_copy(
+        update={
+            "hyperpod": config.hyperpod.model_copy(update={"instance_groups": [system, gpu, small]})
+        }
+    )
+    problem = job_fit_problem(ordered)
+    assert problem is not None and problem[0] == "hyperpod.instance_groups[2].instance_type"
