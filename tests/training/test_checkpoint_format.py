@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,47 @@ def test_size_and_presence_are_checked_before_checksums(tmp_path: Path) -> None:
     )
     shard.unlink()
     assert validate_checkpoint(path, 0) == (False, "__0_0.distcp missing")
+
+
+def test_a_checkpoint_without_its_marker_is_still_removed(tmp_path: Path) -> None:
+    # A removal killed after dropping the marker leaves such a directory; the next one
+    # finishes the job.
+    path = make_checkpoint(tmp_path, 4)
+    (path / COMMITTED).unlink()
+    remove_checkpoint(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _unremovable_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting files inside a directory fails (a file system that refuses, a racing
+    cleanup); the marker itself can still go."""
+    real = os.unlink
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path).endswith(COMMITTED):
+            real(path, *args, **kwargs)
+            return
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "unlink", unlink)
+
+
+def test_a_removal_that_cannot_finish_never_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = make_checkpoint(tmp_path, 4)
+    _unremovable_files(monkeypatch)
+    remove_checkpoint(path)  # leaves trash behind, for clean_stale at the next start
+    assert list_committed(tmp_path, "fast") == []
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.name.startswith(".trash-step_00000004-")
+
+
+def test_a_cleanup_that_cannot_finish_never_fails_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale = tmp_path / "step_00000004.tmp-a1"
+    stale.mkdir()
+    (stale / "__0_0.distcp").write_bytes(b"x")
+    _unremovable_files(monkeypatch)
+    assert clean_stale(tmp_path) == ["step_00000004.tmp-a1"]
