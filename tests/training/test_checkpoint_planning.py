@@ -124,6 +124,11 @@ def test_items_without_a_size_count_one() -> None:
     x, y, z = (_bytes_item(n) for n in "xyz")
     out = dedup_save_plans([SavePlan(items=[x, y, z]), SavePlan(items=[x, y, z])])
     assert _names(out) == [["x", "z"], ["y"]]
+    # Against a 4-byte tensor: three byte items weigh 3 < 4, so the third still joins them;
+    # at 2 each it would tie at 4 and go to the first plan.
+    items = [_tensor_item("t", 1), *(_bytes_item(f"b{i}") for i in (1, 2, 3))]
+    out = dedup_save_plans([SavePlan(items=list(items)), SavePlan(items=list(items))])
+    assert _names(out) == [["t"], ["b1", "b2", "b3"]]
 
 
 def test_node_local_plans_keep_one_copy_per_node() -> None:
@@ -147,6 +152,8 @@ def test_the_writer_records_where_each_item_went(tmp_path: Path) -> None:
     dcp.save({"w": torch.arange(8.0), "x": torch.ones(3)}, storage_writer=writer, no_dist=True)
     assert seen == [tmp_path / "ckpt"]
     assert writer.dir == tmp_path / "ckpt"
+    # Every file is fsynced before the commit renames the directory.
+    assert writer.sync_files is True
     assert writer.results is not None
     assert [(r.index.fqn, r.storage_data.relative_path) for r in writer.results] == [
         ("w", "__0_0.distcp"),
