@@ -340,3 +340,26 @@ def test_build_source_picks_the_kind(tmp_path: Path) -> None:
         50,
         3,
     )
+
+
+def test_a_cuda_loader_pins_the_batch_and_copies_it_without_blocking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU needed: the two calls are recorded in place of the real pinning and copy.
+    calls: list[tuple[str, object, object]] = []
+
+    def pin_memory(self: torch.Tensor) -> torch.Tensor:
+        calls.append(("pin_memory", None, None))
+        return self
+
+    def to(self: torch.Tensor, device: object = None, **kwargs: object) -> torch.Tensor:
+        calls.append(("to", device, kwargs.get("non_blocking")))
+        return self
+
+    source = SyntheticTokenSource(num_samples=8, seq_len=4, vocab_size=50, seed=1)
+    loader = ResumableLoader(source, 2, 0, 1, seed=1, device=torch.device("cuda", 3))
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    x, y = loader.next_batch()
+    assert calls == [("pin_memory", None, None), ("to", torch.device("cuda", 3), True)]
+    assert x.shape == y.shape == (2, 4)
