@@ -102,6 +102,11 @@ def test_read_manifest_refuses_what_is_not_an_object(tmp_path: Path) -> None:
 def test_a_commit_writes_the_step_in_the_marker(tmp_path: Path) -> None:
     path = make_checkpoint(tmp_path, 12)
     assert (path / COMMITTED).read_text() == "12\n"
+    # The manifest is sorted, indented JSON: the same content gives the same bytes, and a
+    # person reads it with cat.
+    text = (path / MANIFEST).read_text()
+    assert text == json.dumps(json.loads(text), indent=1, sort_keys=True)
+    assert text.startswith('{\n "created_unix": ')
     assert read_manifest(path)["step"] == 12
     assert not list(tmp_path.glob("*.tmp-*"))
 
