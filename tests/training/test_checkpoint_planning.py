@@ -197,3 +197,20 @@ def test_node_metadata_points_items_at_this_nodes_copies() -> None:
     }
     # The global metadata is left as it was.
     assert metadata.storage_data == {a: _StorageInfo("__0_0.distcp", 0, 4)}
+
+
+def test_a_write_whose_future_fails_leaves_no_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DCP reports a storage error through the returned future; the writer must not keep the
+    # results of an earlier write as if this one had them.
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    failed: torch.futures.Future[list[object]] = torch.futures.Future()
+    failed.set_exception(OSError(28, "No space left on device"))
+    monkeypatch.setattr(FileSystemWriter, "write_data", lambda self, plan, planner: failed)
+    writer = RecordingWriter(tmp_path / "ckpt")
+    writer.results = []
+    returned = writer.write_data(SavePlan(items=[]), planner=None)  # type: ignore[arg-type]
+    assert returned is failed
+    assert writer.results is None
