@@ -8,7 +8,7 @@ export NPM_CONFIG_LOGLEVEL := error
 # One worker per core of the 2-core machines CI runs on; each loadgroup is built once.
 PYTEST := python -m pytest -n 2 --dist loadgroup
 
-.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench gpu-suite
+.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench gpu-suite mutation mutation-report
 
 setup:
 	@scripts/bootstrap.sh test
@@ -62,3 +62,14 @@ bench: setup
 # Every GPU check and benchmark, one JSON line per figure, within 8 minutes (benchmarks/README.md).
 gpu-suite: setup
 	@python -m benchmarks.gpu_suite
+
+# Mutation testing (not part of `make test`): mutmut over the modules the platform's promises
+# rest on, each with its own tests (tests/mutation/modules.toml), then a score per module; fails
+# on any survivor tests/mutation/equivalent.toml does not explain. One module:
+# `make mutation MODULES=config/capacity.py`.
+mutation: setup
+	@python tools/mutation.py run $(MODULES)
+
+# The scores of the last `make mutation` again, without running it.
+mutation-report:
+	@python tools/mutation.py report $(MODULES)

@@ -8,9 +8,20 @@ with a usage error naming any test that does not.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from tests.support import ENVIRONMENTS, SYNTH_GROUP, SynthResult, environment, synthesize
+
+# Property tests: a modest, fixed set of examples (derandomized: the same examples on every
+# run, so CI is repeatable and a failure reproduces), no per-example deadline (the shared
+# 2-core machines make timings noise), no example database in the work tree.
+# HYPOTHESIS_PROFILE=thorough searches wider and at random, for a local hunt.
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _groups(item: pytest.Item) -> set[str]:

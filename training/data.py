@@ -76,6 +76,8 @@ class MemmapTokenSource:
         self._starts: list[int] = []
         total = 0
         for f in files:
+            if os.path.getsize(f) == 0:
+                continue  # too short for a sample like any other, but mmap refuses it
             m = np.memmap(f, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
             n = _shard_samples(len(m), seq_len)
             if n == 0:

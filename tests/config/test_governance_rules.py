@@ -4,6 +4,7 @@ must come back as exactly one line naming the field."""
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,20 @@ import cfnlint
 import pytest
 import yaml
 
-from config.schema.governance import GOVERNANCE_REGIONS
+from config.kubernetes import MAX_PRIORITY_LENGTH, MAX_TEAM_LENGTH
+from config.schema.governance import (
+    GOVERNANCE_REGIONS,
+    QuotaConfig,
+    quota_problems,
+    quota_share,
+)
 from config.team_groups import team_gid
-from tests.support import environment, environment_data, loaded_from, one_error_on
+from tests.support import (
+    environment,
+    environment_data,
+    loaded_from,
+    one_error_on,
+)
 
 
 def _team(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -304,3 +316,79 @@ def test_a_principal_belongs_to_one_team():
 
     line = one_error_on("governance.teams[2].access_principal_arns[0]", mutate, base="prod")
     assert "governance.teams[0]" in line
+
+
+def test_every_quota_of_a_team_is_checked_after_a_refused_one():
+    """One problem per quota: a bad quota never hides the next one's (the loader reports the
+    first; `hpctl validate` fixes come one at a time, so each must be right)."""
+    config = environment("prod").config
+    assert config.governance is not None
+    groups = list(config.hyperpod.instance_groups)
+    groups.append(groups[0].model_copy(update={"name": "gpu-p5b", "count": 2}))
+    quotas = [
+        QuotaConfig(instance_group="nope", count=1),
+        QuotaConfig(instance_group="system", accelerators=1),
+        QuotaConfig(instance_group="gpu-p5", count=1),
+        QuotaConfig(instance_group="gpu-p5b", count=1),
+        QuotaConfig(instance_group="gone", count=1),
+    ]
+    teams = [
+        t.model_copy(update={"quotas": quotas}) if t.name == "research" else t
+        for t in config.governance.teams
+    ]
+    governance = config.governance.model_copy(update={"teams": teams})
+    index = [t.name for t in teams].index("research")
+    where = f"governance.teams[{index}].quotas"
+    assert list(quota_problems(governance, groups)) == [
+        (
+            f"{where}[0].instance_group",
+            "no instance group 'nope' (team research); use one of gpu-p5, gpu-p5b, system",
+        ),
+        (
+            f"{where}[1].accelerators",
+            "ml.m5.4xlarge (group system) has no accelerators; "
+            "set count, vcpu or memory_gib instead",
+        ),
+        (
+            f"{where}[3].instance_group",
+            "gpu-p5b and gpu-p5 are both ml.p5.48xlarge, and a quota is per instance type; "
+            "give team research one quota for the two",
+        ),
+        (
+            f"{where}[4].instance_group",
+            "no instance group 'gone' (team research); use one of gpu-p5, gpu-p5b, system",
+        ),
+    ]
+
+
+def test_a_one_node_group_is_wholly_guaranteed_by_a_one_node_quota():
+    quota = QuotaConfig(instance_group="system", count=1)
+    assert quota_share(quota, "ml.m5.4xlarge", 1) == 1
+    assert quota_share(quota, "ml.m5.4xlarge", 4) == Fraction(1, 4)
+    # Of a type the cluster has none of, the amount itself (never a division by zero).
+    assert quota_share(quota, "ml.m5.4xlarge", 0) == 1
+    both = QuotaConfig(instance_group="system", count=1, vcpu=32, memory_gib=8)
+    assert quota_share(both, "ml.m5.4xlarge", 4) == Fraction(32, 64)
+
+
+@pytest.mark.parametrize(
+    ("kind", "longest"), [("priority class", MAX_PRIORITY_LENGTH), ("team", MAX_TEAM_LENGTH)]
+)
+def test_names_fit_their_label_value_to_the_character(kind: str, longest: int):
+    def named(length: int) -> Any:
+        def mutate(d: dict[str, Any]) -> None:
+            name = "a" * length
+            if kind == "team":
+                d["governance"]["teams"][0]["name"] = name
+            else:
+                d["governance"]["priority_classes"][0]["name"] = name
+
+        return mutate
+
+    where = "governance.teams[0].name" if kind == "team" else "governance.priority_classes[0].name"
+    line = one_error_on(where, named(longest + 1), base="dev")
+    assert f"use a {kind} name of at most {longest} characters" in line
+    data = environment_data("dev")
+    named(longest)(data)
+    config = loaded_from(data).config
+    assert config.governance is not None

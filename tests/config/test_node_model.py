@@ -3,26 +3,38 @@ group's nodes leave a job, and whether the platform's own pods fit on the system
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import config.node_model as node_model_module
 from config.addons import ADDONS
-from config.instance_types import lookup
+from config.instance_types import INSTANCE_TYPES, lookup
+from config.kubernetes import Taint
 from config.node_model import (
     ADDON_DAEMONSETS,
     SYSTEM_PODS,
     NodeModel,
     PodRequests,
+    format_cpu,
+    format_memory,
     group_model,
+    installed_addons,
+    job_fit_problem,
     kube_reserved_cpu_millicores,
     kube_reserved_memory_mib,
     max_pods,
+    mebibytes,
+    millicores,
     node_models,
+    pod_requests,
     system_fit_problem,
+    system_pods,
     vendored_daemonsets,
 )
+from config.schema import EnvironmentConfig
 from tests.support import environment, variant_of
 
 ENVIRONMENTS = ("dev", "staging", "prod")
@@ -192,3 +204,317 @@ def test_the_job_figures_of_a_gb200_node() -> None:
     job = model.job
     assert (job.cpu_millicores, job.memory_mib) == (141_140, 707_306)
     assert model.kube_reserved_cpu_millicores == 430
+
+
+# --- Quantities, formats and the refusals word for word -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [("250m", 250), ("2", 2000), ("0.5", 500), ("1.25", 1250), (3, 3000), ("0", 0)],
+)
+def test_cpu_quantities_in_millicores(quantity: str | int, expected: int) -> None:
+    assert millicores(quantity) == expected
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [
+        ("2048Ki", 2),
+        ("1536Ki", 1),
+        ("100Mi", 100),
+        ("1.5Gi", 1536),
+        ("2Gi", 2048),
+        ("3145728", 3),
+        ("3145727", 2),
+        ("0", 0),
+    ],
+)
+def test_memory_quantities_in_mebibytes(quantity: str, expected: int) -> None:
+    assert mebibytes(quantity) == expected
+
+
+def test_pod_requests_add_up_every_container() -> None:
+    spec = {
+        "containers": [
+            {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+            {"resources": {"requests": {"cpu": "0.5"}}},
+            {"resources": {"requests": {"memory": "1Gi"}}},
+            {"resources": {"limits": {"cpu": "4"}}},
+            {"resources": None},
+            {"resources": {"requests": None}},
+            {},
+        ]
+    }
+    assert pod_requests(spec) == (600, 1088)
+    assert pod_requests({}) == (0, 0)
+    # Memory given as a plain number of bytes.
+    assert pod_requests({"containers": [{"resources": {"requests": {"memory": 2097152}}}]}) == (
+        0,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mib", "text"),
+    [(0, "0 MiB"), (1023, "1023 MiB"), (1024, "1.0 GiB"), (13546, "13.2 GiB"), (-5, "-5 MiB"),
+     (-25805, "-25.2 GiB")],
+)  # fmt: skip
+def test_memory_is_shown_in_mib_below_a_gib(mib: int, text: str) -> None:
+    assert format_memory(mib) == text
+
+
+@pytest.mark.parametrize(("m", "text"), [(94700, "94.7"), (310, "0.31"), (2000, "2"), (0, "0")])
+def test_cpus_are_shown_as_kubernetes_counts_them(m: int, text: str) -> None:
+    assert format_cpu(m) == text
+
+
+def test_add_ons_of_absent_sections_are_not_installed() -> None:
+    config = environment("dev").config
+    everything = installed_addons(config)
+    assert everything == frozenset(ADDONS)
+    bare = config.model_copy(update={"governance": None, "observability": None})
+    assert installed_addons(bare) == frozenset(
+        a.name for a in ADDONS.values() if a.stack not in ("governance", "observability")
+    )
+    assert installed_addons(config.model_copy(update={"governance": None})) == everything - {
+        a.name for a in ADDONS.values() if a.stack == "governance"
+    }
+    assert installed_addons(config.model_copy(update={"observability": None})) == everything - {
+        a.name for a in ADDONS.values() if a.stack == "observability"
+    }
+    # Their pods go with them.
+    assert {p.addon for p in system_pods(bare)} <= installed_addons(bare)
+    assert len(system_pods(bare)) < len(system_pods(config))
+
+
+def _group(config: EnvironmentConfig, name: str, **update: Any) -> EnvironmentConfig:
+    groups = [
+        g.model_copy(update=update) if g.name == name else g
+        for g in config.hyperpod.instance_groups
+    ]
+    return config.model_copy(
+        update={"hyperpod": config.hyperpod.model_copy(update={"instance_groups": groups})}
+    )
+
+
+@pytest.mark.parametrize(
+    ("effect", "takes"),
+    [("NoSchedule", False), ("NoExecute", False), ("PreferNoSchedule", True)],
+)
+def test_only_a_hard_taint_keeps_system_pods_off(effect: str, takes: bool) -> None:
+    config = environment("dev").config
+    tainted = _group(config, "gpu-g5", taints=[Taint(key="example.com/x", effect=effect)])
+    assert bool(group_model(tainted, "gpu-g5").shared_system_pods) is takes
+    # A group without accelerators never shares them: it runs them outright.
+    assert group_model(config, "system").shared_system_pods == ()
+
+
+def test_daemonsets_land_by_device() -> None:
+    config = environment("dev").config
+    gpu = {d.name for d in group_model(config, "gpu-g5").daemonsets}
+    system = {d.name for d in group_model(config, "system").daemonsets}
+    assert {"nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin"} <= gpu
+    assert "nvidia-device-plugin-daemonset" not in system
+    assert "aws-efa-k8s-device-plugin" not in system
+    trn = _group(config, "gpu-g5", instance_type="ml.trn1.32xlarge")
+    neuron = {d.name for d in group_model(trn, "gpu-g5").daemonsets}
+    assert {"neuron-device-plugin-daemonset", "health-monitoring-agent-non-nvidia"} <= neuron
+    assert "aws-efa-k8s-device-plugin" in neuron
+    assert not {"nvidia-device-plugin-daemonset", "health-monitoring-agent"} & neuron
+
+
+def test_system_pods_are_placed_largest_first() -> None:
+    # dev's system node leaves 1.15 CPU: 700m first leaves room for 400m but not 500m;
+    # smallest first would strand the 700m pod instead.
+    config = environment("dev").config
+    pods = tuple(
+        PodRequests(name=name, cpu_millicores=cpu, memory_mib=10, addon="coredns", source="t")
+        for name, cpu in (("pod-c", 400), ("pod-a", 700), ("pod-b", 500))
+    )
+    assert group_model(config, "system").free_cpu_millicores == 1150
+    assert system_fit_problem(config, pods=pods) == (
+        "hyperpod.instance_groups[1].instance_type",
+        "the platform's system pods need 1.6 CPU and 30 MiB, but the groups without "
+        "accelerators leave 1.15 CPU and 13.1 GiB after the kubelet's reservations, tiered "
+        "storage and DaemonSets (pod-b would not fit); use a larger type than ml.m5.xlarge, "
+        "more nodes, or threads_per_core: 2",
+    )
+    # Memory decides too: a pod that fits the CPU but not the memory stays unplaced.
+    hungry = PodRequests(name="hungry", cpu_millicores=1, memory_mib=20000, addon="coredns",
+                         source="t")  # fmt: skip
+    problem = system_fit_problem(config, pods=(hungry,))
+    assert problem is not None and "(hungry would not fit)" in problem[1]
+    # Replicas count one by one.
+    twice = PodRequests(name="twice", cpu_millicores=800, memory_mib=10, addon="coredns",
+                        source="t", replicas=2)  # fmt: skip
+    problem = system_fit_problem(config, pods=(twice,))
+    assert problem is not None
+    assert "need 1.6 CPU and 20 MiB" in problem[1] and "(twice would not fit)" in problem[1]
+    # Pods of add-ons the environment does not install are not counted.
+    other = PodRequests(name="other", cpu_millicores=5000, memory_mib=10, addon="nope",
+                        source="t")  # fmt: skip
+    assert system_fit_problem(config, pods=(other,)) is None
+
+
+def test_system_pods_that_fit_exactly_are_placed() -> None:
+    config = environment("dev").config
+    free = group_model(config, "system")
+    exact = PodRequests(name="exact", cpu_millicores=free.free_cpu_millicores,
+                        memory_mib=free.free_memory_mib, addon="coredns", source="t")  # fmt: skip
+    assert system_fit_problem(config, pods=(exact,)) is None
+
+
+def test_without_groups_free_of_accelerators_system_pods_share_the_others() -> None:
+    config = environment("dev").config
+    groups = [g for g in config.hyperpod.instance_groups if g.name == "gpu-g5"]
+    only_gpu = config.model_copy(
+        update={"hyperpod": config.hyperpod.model_copy(update={"instance_groups": groups})}
+    )
+    heavy = PodRequests(name="heavy", cpu_millicores=10**6, memory_mib=1, addon="coredns",
+                        source="t")  # fmt: skip
+    assert system_fit_problem(only_gpu, pods=(heavy,)) is None
+
+
+def test_tiered_storage_that_leaves_jobs_no_memory_is_named() -> None:
+    config = environment("dev").config
+    tiered = config.hyperpod.tiered_storage.model_copy(
+        update={"enabled": True, "memory_percent": 100}
+    )
+    full = config.model_copy(
+        update={"hyperpod": config.hyperpod.model_copy(update={"tiered_storage": tiered})}
+    )
+    assert job_fit_problem(full) == (
+        "hyperpod.tiered_storage.memory_percent",
+        "100% of gpu-g5's memory for tiered storage leaves its jobs -25.5 GiB after the "
+        "kubelet's reservations and DaemonSets; use a lower percentage",
+    )
+    assert job_fit_problem(config) is None
+
+
+@pytest.mark.parametrize(("vcpus", "memory_gib"), [(2, 192), (48, 2)])
+def test_a_type_that_leaves_a_job_nothing_is_named(
+    monkeypatch: pytest.MonkeyPatch, vcpus: int, memory_gib: int
+) -> None:
+    tiny = dataclasses.replace(
+        lookup("ml.g5.12xlarge"), name="ml.g5.tiny", vcpus=vcpus, memory_gib=memory_gib
+    )
+    monkeypatch.setitem(INSTANCE_TYPES, tiny.name, tiny)
+    config = _group(environment("dev").config, "gpu-g5", instance_type=tiny.name)
+    problem = job_fit_problem(config)
+    assert problem is not None
+    field, message = problem
+    assert field == "hyperpod.instance_groups[0].instance_type"
+    job = group_model(config, "gpu-g5").job
+    assert job.cpu_millicores <= 0 or job.memory_mib <= 0
+    assert message == (
+        f"ml.g5.tiny leaves a job {format_cpu(job.cpu_millicores)} CPU and "
+        f"{format_memory(job.memory_mib)} after the kubelet's reservations and DaemonSets; "
+        "use a larger type"
+    )
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(3, 75), (5, 82), (400, 1070)])
+def test_kube_reserved_cpu_rounds_down_to_whole_millicores(cpus: int, expected: int) -> None:
+    # 2.5m per further core: 5 cores reserve 82m, not 82.5m; 400 cores reach a whole one.
+    reserved = kube_reserved_cpu_millicores(cpus)
+    assert reserved == expected and type(reserved) is int
+
+
+def test_a_model_is_named_after_its_group() -> None:
+    assert [m.group for m in node_models(environment("dev").config)] == ["gpu-g5", "system"]
+
+
+def test_every_unplaced_system_pod_is_named() -> None:
+    # 1.15 CPU: a (700m) leaves 450m, b (500m) and d (480m) do not fit, c (400m) does.
+    config = environment("dev").config
+    pods = tuple(
+        PodRequests(name=name, cpu_millicores=cpu, memory_mib=10, addon="coredns", source="t")
+        for name, cpu in (("pod-a", 700), ("pod-b", 500), ("pod-c", 400), ("pod-d", 480))
+    )
+    problem = system_fit_problem(config, pods=pods)
+    assert problem is not None and "(pod-b, pod-d would not fit)" in problem[1]
+
+
+def test_system_pods_use_up_the_memory_they_are_placed_in() -> None:
+    # 13393 MiB free: the first 8000 MiB pod fits, the second no longer does.
+    config = environment("dev").config
+    pods = tuple(
+        PodRequests(
+            name=f"fat-{i}", cpu_millicores=10, memory_mib=8000, addon="coredns", source="t"
+        )
+        for i in (1, 2)
+    )
+    problem = system_fit_problem(config, pods=pods)
+    assert problem is not None and "(fat-2 would not fit)" in problem[1]
+
+
+def test_system_nodes_left_with_nothing_show_nothing_left() -> None:
+    # A DaemonSet larger than the system node: the free figures are negative, shown as 0.
+    config = environment("dev").config
+    huge = PodRequests(name="huge", cpu_millicores=10**5, memory_mib=10**6, addon="vpc-cni",
+                       source="t")  # fmt: skip
+    problem = system_fit_problem(config, addon_daemonsets=(*ADDON_DAEMONSETS, huge))
+    assert problem is not None
+    assert "the groups without accelerators leave 0 CPU and 0 MiB after" in problem[1]
+
+
+def _padded_job(
+    monkeypatch: pytest.MonkeyPatch, *, cpu: int, memory: int, tiered: bool = False
+) -> tuple[str, str] | None:
+    """job_fit_problem for dev with a DaemonSet that leaves gpu-g5's job exactly `cpu`
+    millicores and `memory` MiB."""
+    config = environment("dev").config
+    if tiered:
+        storage = config.hyperpod.tiered_storage.model_copy(
+            update={"enabled": True, "memory_percent": 10}
+        )
+        config = config.model_copy(
+            update={"hyperpod": config.hyperpod.model_copy(update={"tiered_storage": storage})}
+        )
+    job = group_model(config, "gpu-g5").job
+    pad = PodRequests(name="pad", addon="vpc-cni", source="t",
+                      cpu_millicores=job.cpu_millicores - cpu,
+                      memory_mib=job.memory_mib - memory)  # fmt: skip
+    real = node_model_module.node_model
+
+    def padded(config: EnvironmentConfig, group: Any, **kwargs: Any) -> Any:
+        return real(config, group, addon_daemonsets=(*ADDON_DAEMONSETS, pad))
+
+    monkeypatch.setattr(node_model_module, "node_model", padded)
+    return job_fit_problem(config)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "tiered", "field"),
+    [
+        (1, 1, False, None),
+        (0, 1, False, "hyperpod.instance_groups[0].instance_type"),
+        (1, 0, False, "hyperpod.instance_groups[0].instance_type"),
+        (1, 0, True, "hyperpod.tiered_storage.memory_percent"),
+        (0, 1, True, "hyperpod.instance_groups[0].instance_type"),
+    ],
+)
+def test_a_job_needs_at_least_a_millicore_and_a_mib(
+    monkeypatch: pytest.MonkeyPatch, cpu: int, memory: int, tiered: bool, field: str | None
+) -> None:
+    problem = _padded_job(monkeypatch, cpu=cpu, memory=memory, tiered=tiered)
+    assert (problem[0] if problem else None) == field
+
+
+def test_every_accelerated_group_is_checked_whatever_the_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tiny = dataclasses.replace(lookup("ml.g5.12xlarge"), name="ml.g5.tiny", vcpus=2)
+    monkeypatch.setitem(INSTANCE_TYPES, tiny.name, tiny)
+    config = environment("dev").config
+    gpu, system = config.hyperpod.instance_groups
+    small = gpu.model_copy(update={"name": "gpu-small", "instance_type": tiny.name})
+    # A group without accelerators first, then one that fits, then the one that does not.
+    ordered = config.model_copy(
+        update={
+            "hyperpod": config.hyperpod.model_copy(update={"instance_groups": [system, gpu, small]})
+        }
+    )
+    problem = job_fit_problem(ordered)
+    assert problem is not None and problem[0] == "hyperpod.instance_groups[2].instance_type"

@@ -5,11 +5,17 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from config.kubernetes import FSX_MOUNT
 from config.teams import (
     SERVICE_DEFAULT_BORROW_LIMIT_PERCENT,
+    TEAMS_ROOT,
     checkpoint_prefix,
     managed_tier_prefix,
     team_capacity,
+    team_checkpoints_directory,
+    team_directories,
+    team_directory,
+    team_runs_directory,
 )
 from tests.support import environment_data, loaded_from
 
@@ -78,3 +84,49 @@ def test_team_prefixes_nest():
     assert managed_tier_prefix("research").startswith(checkpoint_prefix("research"))
     assert checkpoint_prefix("research").endswith("/")
     assert not checkpoint_prefix("research").startswith(checkpoint_prefix("re"))
+
+
+def test_groups_of_one_type_pool_their_nodes():
+    """Quotas are per instance type: a second m5.4xlarge group adds to what others lend."""
+
+    def second_cpu_group(d: dict[str, Any]) -> None:
+        d["hyperpod"]["instance_groups"].append(
+            {
+                "name": "cpu-extra",
+                "instance_type": "ml.m5.4xlarge",
+                "count": 5,
+                "ebs_volume_gib": 200,
+                "min_count": 1,
+            }
+        )
+        _team(d, "research")["borrow_limit_percent"] = 500
+
+    data = environment_data("prod")
+    second_cpu_group(data)
+    config = loaded_from(data).config
+    (research,) = [t for t in config.governance.teams if t.name == "research"]
+    capacity = team_capacity(config.governance, research, config.hyperpod.instance_groups)
+    # One node's worth guaranteed of 3 + 5 = 8 m5.4xlarge; 5 may be borrowed of 7 idle.
+    assert [
+        (c.instance_group, c.instance_type, c.group_nodes, c.guaranteed, c.borrowable)
+        for c in capacity
+    ] == [
+        ("cpu-extra", "ml.m5.4xlarge", 5, 1, 5),
+        ("gpu-p5", "ml.p5.48xlarge", 16, 6, 10),
+        ("system", "ml.m5.4xlarge", 3, 1, 5),
+    ]
+    # A job stops at its group's size.
+    assert [c.max_job_nodes for c in capacity] == [5, 16, 3]
+
+
+def test_team_directories_parents_first():
+    assert team_directories("research") == (
+        f"{FSX_MOUNT}/teams/research",
+        f"{FSX_MOUNT}/teams/research/runs",
+        f"{FSX_MOUNT}/teams/research/checkpoints",
+    )
+    assert team_directory("research") == f"{TEAMS_ROOT}/research"
+    assert team_runs_directory("a") == f"{FSX_MOUNT}/teams/a/runs"
+    assert team_checkpoints_directory("a") == f"{FSX_MOUNT}/teams/a/checkpoints"
+    assert managed_tier_prefix("a") == "teams/a/managed-tier"
+    assert checkpoint_prefix("a") == "teams/a/"

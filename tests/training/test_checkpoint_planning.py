@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 from pathlib import Path
 
@@ -14,7 +15,13 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import SavePlan, TensorWriteData, WriteItem, WriteItemType
 
-from training.checkpoint.planning import RecordingWriter, dedup_save_plans
+from training.checkpoint.planning import (
+    NodeLocalSavePlanner,
+    RecordingWriter,
+    dedup_save_plans,
+    files_read_by,
+    node_metadata,
+)
 
 
 def _tensor_item(name: str, numel: int) -> WriteItem:
@@ -96,3 +103,114 @@ def test_the_writer_never_touches_a_cuda_stream(
             storage_writer=filesystem.FileSystemWriter(str(tmp_path / "default")),
             no_dist=True,
         )
+
+
+def test_each_item_goes_to_the_lightest_plan_in_first_seen_order() -> None:
+    a, b, c, d = (_tensor_item(n, s) for n, s in (("a", 100), ("b", 60), ("c", 30), ("d", 20)))
+    # a -> 0 (100); b -> 1 (60); c -> 1 (90); d -> 1 (90 < 100: 110)
+    out = dedup_save_plans([SavePlan(items=[a, b, c, d]), SavePlan(items=[a, b, c, d])])
+    assert _names(out) == [["a"], ["b", "c", "d"]]
+    # An item only one plan holds stays there, whatever the sizes.
+    out = dedup_save_plans([SavePlan(items=[a]), SavePlan(items=[b, a]), SavePlan(items=[c])])
+    assert _names(out) == [["a"], ["b"], ["c"]]
+    # Ties go to the first plan that holds the item.
+    out = dedup_save_plans([SavePlan(items=[c]), SavePlan(items=[_bytes_item("x"), c])])
+    assert _names(out) == [["c"], ["x"]]
+
+
+def test_items_without_a_size_count_one() -> None:
+    # Three byte items alternate between two plans: each weighs 1, so after x (plan 0) and
+    # y (plan 1), z goes back to plan 0; a weight of 0 would pile every one onto plan 0.
+    x, y, z = (_bytes_item(n) for n in "xyz")
+    out = dedup_save_plans([SavePlan(items=[x, y, z]), SavePlan(items=[x, y, z])])
+    assert _names(out) == [["x", "z"], ["y"]]
+    # Against a 4-byte tensor: three byte items weigh 3 < 4, so the third still joins them;
+    # at 2 each it would tie at 4 and go to the first plan.
+    items = [_tensor_item("t", 1), *(_bytes_item(f"b{i}") for i in (1, 2, 3))]
+    out = dedup_save_plans([SavePlan(items=list(items)), SavePlan(items=list(items))])
+    assert _names(out) == [["t"], ["b1", "b2", "b3"]]
+
+
+def test_node_local_plans_keep_one_copy_per_node() -> None:
+    items = [_tensor_item("a", 100), _tensor_item("b", 10), _bytes_item("c")]
+    plans = [SavePlan(items=list(items), planner_data={}) for _ in range(5)]
+    planner = NodeLocalSavePlanner(node_of_rank=[0, 0, 1, 1, 2])
+    out, metadata = planner.create_global_plan(plans)
+    assert _names(out) == [["a"], ["b", "c"], ["a"], ["b", "c"], ["a", "b", "c"]]
+    assert planner.global_plan == out
+    assert set(metadata.state_dict_metadata) == {"a", "b", "c"}
+    assert _names(plans) == [["a", "b", "c"]] * 5
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_writer_records_where_each_item_went(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    seen: list[Path] = []
+    writer = RecordingWriter(tmp_path / "ckpt", before_write=seen.append)
+    assert writer.results is None
+    dcp.save({"w": torch.arange(8.0), "x": torch.ones(3)}, storage_writer=writer, no_dist=True)
+    assert seen == [tmp_path / "ckpt"]
+    assert writer.dir == tmp_path / "ckpt"
+    # Every file is fsynced before the commit renames the directory.
+    assert writer.sync_files is True
+    assert writer.results is not None
+    assert [(r.index.fqn, r.storage_data.relative_path) for r in writer.results] == [
+        ("w", "__0_0.distcp"),
+        ("x", "__0_0.distcp"),
+    ]
+    assert files_read_by(tmp_path / "ckpt", {"w": torch.zeros(8)}) == {"__0_0.distcp"}
+    assert files_read_by(tmp_path / "ckpt", {}) == set()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_failed_write_leaves_no_results(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    def disk_full(path: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    writer = RecordingWriter(tmp_path / "ckpt", before_write=disk_full)
+    with pytest.raises(CheckpointException, match="No space left"):
+        dcp.save({"w": torch.arange(8.0)}, storage_writer=writer, no_dist=True)
+    assert writer.results is None
+
+
+def test_node_metadata_points_items_at_this_nodes_copies() -> None:
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata
+    from torch.distributed.checkpoint.storage import WriteResult
+
+    a, b = MetadataIndex("a", torch.Size([0])), MetadataIndex("b", torch.Size([0]))
+    metadata = Metadata(
+        state_dict_metadata={}, storage_data={a: _StorageInfo("__0_0.distcp", 0, 4)}
+    )
+    results = [
+        [WriteResult(index=a, size_in_bytes=4, storage_data=_StorageInfo("__2_0.distcp", 8, 4))],
+        [WriteResult(index=b, size_in_bytes=2, storage_data=_StorageInfo("__3_0.distcp", 0, 2))],
+    ]
+    restored = pickle.loads(node_metadata(metadata, results))  # noqa: S301 - bytes made here
+    assert restored.storage_data == {
+        a: _StorageInfo("__2_0.distcp", 8, 4),
+        b: _StorageInfo("__3_0.distcp", 0, 2),
+    }
+    # The global metadata is left as it was.
+    assert metadata.storage_data == {a: _StorageInfo("__0_0.distcp", 0, 4)}
+
+
+def test_a_write_whose_future_fails_leaves_no_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DCP reports a storage error through the returned future; the writer must not keep the
+    # results of an earlier write as if this one had them.
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    failed: torch.futures.Future[list[object]] = torch.futures.Future()
+    failed.set_exception(OSError(28, "No space left on device"))
+    monkeypatch.setattr(FileSystemWriter, "write_data", lambda self, plan, planner: failed)
+    writer = RecordingWriter(tmp_path / "ckpt")
+    writer.results = []
+    returned = writer.write_data(SavePlan(items=[]), planner=None)  # type: ignore[arg-type]
+    assert returned is failed
+    assert writer.results is None
