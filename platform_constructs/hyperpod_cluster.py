@@ -307,8 +307,9 @@ class HyperPodCluster(Construct):
         encryption for SageMaker HyperPod", smcluster-cmk). HyperPod creates grants on it for
         EC2 with the instance groups' execution role whenever it launches nodes (scale-out,
         BatchAddClusterNodes, UpdateClusterSoftware), so that role gets kms:CreateGrant and
-        kms:DescribeKey on this key; the key policy keeps CDK's account statement, which lets
-        IAM policies grant it, and no encryption-context condition (HyperPod passes none)."""
+        kms:DescribeKey on this key, in its IAM policy and in the key policy (which names its
+        one user, and keeps CDK's account statement for administration); no
+        encryption-context condition (HyperPod passes none)."""
         if props.node_provisioning_mode != CONTINUOUS_PROVISIONING:
             return None
         key = kms.Key(
@@ -321,8 +322,15 @@ class HyperPodCluster(Construct):
                 30 if removal_policy == cdk.RemovalPolicy.RETAIN else 7
             ),
         )
-        self._volume_key_grant = key.grant(
-            self._execution_role, "kms:CreateGrant", "kms:DescribeKey"
+        actions = ("kms:CreateGrant", "kms:DescribeKey")
+        self._volume_key_grant = key.grant(self._execution_role, *actions)
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="HyperPodNodeVolumes",
+                principals=[self._execution_role],
+                actions=list(actions),
+                resources=["*"],
+            )
         )
         return key
 

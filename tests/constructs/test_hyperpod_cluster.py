@@ -400,6 +400,13 @@ def test_node_volumes_are_on_the_clusters_customer_key(autoscaling_template):
         ]
     properties = autoscaling_template["Resources"][key_id]["Properties"]
     assert properties["EnableKeyRotation"] is True
+    # The key policy names its one user: the node role, for what HyperPod documents.
+    (user,) = [
+        s for s in properties["KeyPolicy"]["Statement"] if s.get("Sid") == "HyperPodNodeVolumes"
+    ]
+    assert sorted(user["Action"]) == ["kms:CreateGrant", "kms:DescribeKey"]
+    node_role = cluster(autoscaling_template)["InstanceGroups"][0]["ExecutionRole"]
+    assert user["Principal"] == {"AWS": node_role}
     assert autoscaling_template["Resources"][key_id]["DeletionPolicy"] == "Retain"
 
 
