@@ -14,6 +14,8 @@ ValidatingAdmissionPolicy; README "Admission guardrails").
   tolerates them (`Taint.toleration`).
 - Pods that come from a policed workload: those the Job controller and the HyperPod training
   operator create, the two controllers whose workloads the policy checks itself.
+- The one user and group every pod of the namespace runs as, accelerators or not: the team's
+  (they own its directories on the shared file system).
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ from config.kubernetes import (
 )
 from config.schema.governance import GovernanceConfig, TeamConfig
 from config.schema.hyperpod import InstanceGroupConfig
+from config.team_groups import team_gid, team_uid
 
 
 @dataclass(frozen=True, kw_only=True)
 class TeamAdmission:
     """`priority_classes`: the Kueue class names (`<class>-priority`); `tolerations`: the pod
     tolerations of the taints of the team's groups; `workload_creators`: the users whose
-    pods belong to a workload the policy has already checked."""
+    pods belong to a workload the policy has already checked; `user_id`, `group_id`: the only
+    user and group a pod of the namespace may run as (config/team_groups.py)."""
 
     team: str
     namespace: str
@@ -47,6 +51,8 @@ class TeamAdmission:
     instance_types: tuple[str, ...]
     tolerations: tuple[Mapping[str, str], ...]
     workload_creators: tuple[str, ...]
+    user_id: int
+    group_id: int
 
 
 def _operator_user() -> str:
@@ -82,6 +88,8 @@ def team_admission(
             sorted(tolerations.values(), key=lambda t: (t["key"], t["effect"], t.get("value", "")))
         ),
         workload_creators=(JOB_CONTROLLER_USER, _operator_user()),
+        user_id=team_uid(team.name),
+        group_id=team_gid(team.name),
     )
 
 

@@ -1,6 +1,7 @@
-"""The numeric group of each team: it owns the team's directories on the shared file system
-(config/teams.py) and its pods carry it (hpctl/job/render.py). Below the schema, which refuses
-two teams of one group before anything is synthesized."""
+"""The numeric user and group of each team: they own the team's directories on the shared
+file system (config/teams.py), its pods run as them (hpctl/job/render.py) and its namespace's
+admission policy admits no other (platform_constructs/team_admission.py). Below the schema,
+which refuses two teams of one group before anything is synthesized."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def team_gid(team: str) -> int:
     """The numeric group that owns `team`'s directories and that its pods carry."""
     digest = hashlib.sha256(team.encode()).digest()
     return TEAM_GID_BASE + int.from_bytes(digest[:8], "big") % TEAM_GID_SPAN
+
+
+def team_uid(team: str) -> int:
+    """The numeric user `team`'s pods run as and that owns its directories: the number of
+    its group (a user-private group), so one hash names both and no other team's."""
+    return team_gid(team)
 
 
 def team_gids(teams: Iterable[str]) -> dict[str, int]:

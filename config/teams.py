@@ -32,21 +32,33 @@ MANAGED_TIER_PATH_KEY: Final = "managed-tier-s3-path"
 MLFLOW_TRACKING_URI_KEY: Final = "mlflow-tracking-uri"
 # CloudWatch namespace training pods may publish metrics to (and nothing else).
 TRAINING_METRICS_NAMESPACE: Final = "HyperPod/Training"
-# The numeric user and group the training image runs as (training/Dockerfile `USER`); rendered
-# pods name them explicitly, so the permission model below does not depend on the image.
+# The training image's own user and group (training/Dockerfile `USER`): what it runs as off the
+# platform. Rendered pods run as their team's user and group instead (config/team_groups.py),
+# which the team's admission policy requires; the image's files are readable by any user.
 TRAINING_UID: Final = 10001
 TRAINING_GID: Final = 10001
+# The claims a team's jobs mount (hyperpod-ns-<team>; platform_constructs/eks_fsx_volume.py):
+# the team's own tree of the file system, mounted where it lies on the whole file system
+# (team_directory), and the data repository's directory, read-only, at DATA_MOUNT. Nothing
+# else of the file system is mounted in a team namespace, so a team's pods cannot name
+# another team's files whatever user they run as.
+TEAM_CLAIM_NAME: Final = "fsx-team"
+DATA_CLAIM_NAME: Final = "fsx-data"
+DATA_MOUNT: Final = f"{FSX_MOUNT}/data"
+# Where rendered pods keep $HOME: their user (the team's, config/team_groups.py) has no
+# entry in the image's /etc/passwd, so the runtime would give it "/", which it cannot write.
+HOME_MOUNT: Final = "/home/job"
 
 # --- Team directories on the shared file system (README "Who owns what on /fsx") --------
 # A new FSx for Lustre file system's root belongs to root and CreateFileSystem has no
 # owner or mode for it, and the data repository association imports its path (/data) with
 # the S3 objects' POSIX metadata, root's where the objects carry none (FSx for Lustre guide,
 # "POSIX metadata support for data repositories"). So the platform makes each team's
-# directories before the team's first job: owner root, group the team's, mode 2770 (the
-# team reads and writes; setgid, so what jobs create inherits the team's group; others
-# nothing). /fsx/teams itself stays root's, 0755, so nobody but root adds a team.
+# directories before the team's first job: owner the team's user, group the team's group
+# (config/team_groups.py), mode 2770 (the team reads and writes; setgid, so what jobs create
+# inherits the team's group; others nothing). /fsx/teams itself stays root's, 0755, so
+# nobody but root adds a team.
 TEAMS_ROOT: Final = f"{FSX_MOUNT}/teams"
-TEAM_DIRECTORY_OWNER: Final = 0
 TEAM_DIRECTORY_MODE: Final = 0o2770
 TEAMS_ROOT_MODE: Final = 0o755
 RUNS_SUBDIRECTORY: Final = "runs"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
@@ -35,6 +36,9 @@ from platform_constructs.retention import RETENTION_DAYS
 # Pinned so that refactoring the construct tree can never make CloudFormation replace (and
 # so delete) the cluster and its nodes.
 CLUSTER_LOGICAL_ID = "HyperPodCluster"
+# The NodeProvisioningMode (config/schema/hyperpod.py) under which HyperPod takes customer
+# keys for node volumes.
+CONTINUOUS_PROVISIONING = "Continuous"
 
 
 # The construct ID of CDK's per-stack LogRetention handler (aws-logs LogRetention).
@@ -132,6 +136,7 @@ class HyperPodCluster(Construct):
         self._security_group_ids = [security_group.security_group_id]
         self._execution_role = execution_role
         self._lifecycle = lifecycle
+        self.volume_key = self._volume_key(props, removal_policy)
 
         tiered_percent = props.tiered_storage_percent
         self.resource = sagemaker.CfnCluster(
@@ -173,6 +178,9 @@ class HyperPodCluster(Construct):
             else None,
         )
         self.resource.override_logical_id(CLUSTER_LOGICAL_ID)
+        if self.volume_key is not None:
+            # Nodes launch while the cluster is created: the role must hold the key first.
+            self._volume_key_grant.apply_before(self.resource)
         self.resource.apply_removal_policy(removal_policy)
         # Nodes download the scripts while the cluster is created: they must be in S3 first.
         self.resource.node.add_dependency(lifecycle.deployment)
@@ -266,13 +274,7 @@ class HyperPodCluster(Construct):
             life_cycle_config=cfn.ClusterLifeCycleConfigProperty(
                 source_s3_uri=self._lifecycle.s3_uri, on_create=self._lifecycle.on_create
             ),
-            instance_storage_configs=[
-                cfn.ClusterInstanceStorageConfigProperty(
-                    ebs_volume_config=cfn.ClusterEbsVolumeConfigProperty(
-                        volume_size_in_gb=group.ebs_volume_gib
-                    )
-                )
-            ],
+            instance_storage_configs=self._storage(group),
             on_start_deep_health_checks=list(group.deep_health_checks) or None,
             kubernetes_config=kubernetes,
             # The interface the capacity plan sized the subnets for (efa takes an address
@@ -296,6 +298,59 @@ class HyperPodCluster(Construct):
             # The options objects are empty: their presence chooses the capacity type.
             capacity_requirements=_capacity(group.capacity),
         )
+
+    def _volume_key(
+        self, props: HyperPodClusterProps, removal_policy: cdk.RemovalPolicy
+    ) -> kms.Key | None:
+        """The customer key of the nodes' root and /opt/sagemaker volumes, where HyperPod
+        takes one: only with continuous node provisioning (AWS's "Customer managed AWS KMS key
+        encryption for SageMaker HyperPod", smcluster-cmk). HyperPod creates grants on it for
+        EC2 with the instance groups' execution role whenever it launches nodes (scale-out,
+        BatchAddClusterNodes, UpdateClusterSoftware), so that role gets kms:CreateGrant and
+        kms:DescribeKey on this key, in its IAM policy and in the key policy (which names its
+        one user, and keeps CDK's account statement for administration); no
+        encryption-context condition (HyperPod passes none)."""
+        if props.node_provisioning_mode != CONTINUOUS_PROVISIONING:
+            return None
+        key = kms.Key(
+            self,
+            "VolumeKey",
+            description=f"Encrypts the node volumes of HyperPod cluster {cdk.Stack.of(self).stack_name}",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+            pending_window=cdk.Duration.days(
+                30 if removal_policy == cdk.RemovalPolicy.RETAIN else 7
+            ),
+        )
+        actions = ("kms:CreateGrant", "kms:DescribeKey")
+        self._volume_key_grant = key.grant(self._execution_role, *actions)
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="HyperPodNodeVolumes",
+                principals=[self._execution_role],
+                actions=list(actions),
+                resources=["*"],
+            )
+        )
+        return key
+
+    def _storage(
+        self, group: InstanceGroupProps
+    ) -> list[sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty]:
+        """The /opt/sagemaker volume, and with a volume key the root volume, both on it."""
+        cfn = sagemaker.CfnCluster
+        key_arn = self.volume_key.key_arn if self.volume_key is not None else None
+        configs = [
+            cfn.ClusterEbsVolumeConfigProperty(
+                volume_size_in_gb=group.ebs_volume_gib, volume_kms_key_id=key_arn
+            )
+        ]
+        if key_arn is not None:
+            # RootVolume: the size is HyperPod's; only the key is given.
+            configs.append(
+                cfn.ClusterEbsVolumeConfigProperty(root_volume=True, volume_kms_key_id=key_arn)
+            )
+        return [cfn.ClusterInstanceStorageConfigProperty(ebs_volume_config=c) for c in configs]
 
     def _grant_rollback_alarms(self, groups: tuple[InstanceGroupProps, ...]) -> None:
         """cloudwatch:DescribeAlarms on the named rollback alarms only, for the role the

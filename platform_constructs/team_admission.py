@@ -17,9 +17,15 @@ What it matches, and why (config/team_admission.py has the facts it checks):
   Every pod, whoever creates it, may select only the team's nodes and tolerate only the
   taints it was given (what the job's template asked for, plus what the API server adds).
 
-Only workloads that ask for an accelerator are checked (matchConditions): the platform's
-own Jobs in the namespace (the team-directory Job) and CPU pods are left alone. Deletions
-are never blocked, nor updates of an object being deleted (finalizers must come off).
+Only workloads that ask for an accelerator are checked (matchConditions): CPU pods are left
+alone. Deletions are never blocked, nor updates of an object being deleted (finalizers must
+come off).
+
+A second policy, the identity policy, checks every pod and pod template of the namespace,
+accelerators or not: the pod runs as the team's user and group (pod securityContext
+runAsUser/runAsGroup, which no container may override). The team's directories belong to
+that user and group (config/teams.py), so a pod is never another team's on the file system,
+even where a claim would reach further than the team's own tree.
 
 The CEL keeps to the portable subset (has(), exists/all/map, `in`, startsWith, size and
 string concatenation) that both Kubernetes and the cel-python evaluator of the tests run;
@@ -64,8 +70,15 @@ MATCHED: Final = (
 )
 
 
+IDENTITY_SUFFIX: Final = "-identity"
+
+
 def policy_name(team: str) -> str:
     return f"{POLICY_PREFIX}{team}"
+
+
+def identity_policy_name(team: str) -> str:
+    return f"{POLICY_PREFIX}{team}{IDENTITY_SUFFIX}"
 
 
 def _str(value: str) -> str:
@@ -99,11 +112,9 @@ POD_SPECS: Final = (
 )
 
 
-def _containers(spec: str) -> str:
-    return (
-        f"((has({spec}.containers) ? {spec}.containers : []) + "
-        f"(has({spec}.initContainers) ? {spec}.initContainers : []))"
-    )
+def _containers(spec: str, *, ephemeral: bool = False) -> str:
+    kinds = ("containers", "initContainers", "ephemeralContainers")[: 3 if ephemeral else 2]
+    return "(" + " + ".join(f"(has({spec}.{k}) ? {spec}.{k} : [])" for k in kinds) + ")"
 
 
 def _asks(container: str, field: str) -> str:
@@ -293,9 +304,74 @@ def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
     }
 
 
-def admission_binding(admission: TeamAdmission) -> dict[str, Any]:
-    """Binds the policy of `admission`'s team to the team's namespace only, denying."""
-    name = policy_name(admission.team)
+def _runs_as(admission: TeamAdmission) -> str:
+    uid, gid = admission.user_id, admission.group_id
+    pod = (
+        f"{_has_chain('s', 'securityContext', 'runAsUser')} && s.securityContext.runAsUser == "
+        f"{uid} && has(s.securityContext.runAsGroup) && s.securityContext.runAsGroup == {gid}"
+    )
+    container = (
+        "(!has(c.securityContext) || ((!has(c.securityContext.runAsUser) || "
+        f"c.securityContext.runAsUser == {uid}) && (!has(c.securityContext.runAsGroup) || "
+        f"c.securityContext.runAsGroup == {gid})))"
+    )
+    return f"variables.podSpecs.all(s, {pod} && {_containers('s', ephemeral=True)}.all(c, {container}))"
+
+
+def identity_policy(admission: TeamAdmission) -> dict[str, Any]:
+    """The identity policy of `admission`'s namespace: every pod runs as the team's user and
+    group. A pod's identity is settled when it is created (or an ephemeral container added);
+    a pod's later updates (labels, status) are not held to it, so pods that predate the
+    policy keep running and can be relabelled."""
+    team, uid, gid = admission.team, admission.user_id, admission.group_id
+    pod_settled = (
+        "request.kind.kind == 'Pod' && request.operation != 'CREATE' && "
+        "!(has(request.subResource) && request.subResource == 'ephemeralcontainers')"
+    )
+    message = f"request.kind.kind + ' in ' + {_str(admission.namespace)} + " + _str(
+        f" does not run as team {team}'s user and group; set securityContext.runAsUser: "
+        f"{uid} and runAsGroup: {gid} in the pod spec and no other in its containers "
+        "(hpctl job render writes them)"
+    )
+    resources = [
+        (group, version, [plural, "pods/ephemeralcontainers"] if kind == "Pod" else [plural])
+        for group, version, plural, kind in MATCHED
+    ]
+    return {
+        "apiVersion": ADMISSION_API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": identity_policy_name(team)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [group],
+                        "apiVersions": [version],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": plurals,
+                    }
+                    for group, version, plurals in resources
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "not-being-deleted",
+                    "expression": "!has(object.metadata.deletionTimestamp)",
+                },
+            ],
+            "variables": [{"name": "podSpecs", "expression": POD_SPECS}],
+            "validations": [
+                _validation(f"({pod_settled}) || {_runs_as(admission)}", message),
+            ],
+        },
+    }
+
+
+def admission_binding(admission: TeamAdmission, *, name: str | None = None) -> dict[str, Any]:
+    """Binds the policy `name` (default: the team's guardrails) of `admission`'s team to the
+    team's namespace only, denying."""
+    name = name or policy_name(admission.team)
     return {
         "apiVersion": ADMISSION_API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -326,6 +402,11 @@ class TeamAdmissionPolicy(Construct):
             self,
             "Manifest",
             cluster=cluster,
-            manifest=[admission_policy(admission), admission_binding(admission)],
+            manifest=[
+                admission_policy(admission),
+                admission_binding(admission),
+                identity_policy(admission),
+                admission_binding(admission, name=identity_policy_name(admission.team)),
+            ],
             overwrite=True,
         )

@@ -7,14 +7,17 @@ may appear after CloudFormation reports the quota created. So the workspace firs
 the namespace to be Active (a `KubernetesObjectValue` polls it; see NAMESPACE_WAIT for what
 is known of that step), then applies what the team's jobs name:
 
-- the FSx claim (through `FsxStaticVolume.add_namespace`),
+- the FSx claims (through `FsxStaticVolume.add_team`): the team's own directory tree and the
+  data repository's directory, read-only; nothing else of the file system,
 - the service account training pods run as, mapped by EKS Pod Identity to a role that may
   read and write only the team's prefix of the checkpoint bucket (another team's writable
   checkpoints would be code execution in this team's jobs: checkpoints are unpickled), read
   the data bucket and publish metrics to one CloudWatch namespace,
 - a ConfigMap with the values a job cannot know before deploy (the managed tier's S3 path),
 - a one-shot Job, run as root, that creates the team's directories on the file system and
-  gives them to the team's group (config/teams.py; README "Who owns what on /fsx").
+  gives them to the team's user and group (config/teams.py; README "Who owns what on /fsx").
+  It runs in the platform's own namespace (`default`, where teams have no access), through
+  the whole-file-system claim there: the team namespace has no claim above the team's tree.
 
 Nothing here owns the namespace: deleting the workspace leaves it to task governance.
 
@@ -43,12 +46,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IDependable
 
 from config.addons import ServiceAccount
-from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT
+from config.kubernetes import DEFAULT_NAMESPACE, FSX_CLAIM_NAME, FSX_MOUNT
 from config.teams import (
     TEAM_DIRECTORY_MODE,
-    TEAM_DIRECTORY_OWNER,
     TEAMS_ROOT,
     TEAMS_ROOT_MODE,
+    team_directory,
 )
 from platform_constructs.eks_addons import PodIdentity
 from platform_constructs.eks_fsx_volume import FsxStaticVolume
@@ -78,8 +81,9 @@ DIRECTORY_JOB_DEADLINE_S = 900
 class TeamWorkspaceProps:
     """`checkpoint_prefix`: the key prefix (ending in "/") the team owns in the checkpoint
     bucket; `config`: ConfigMap `config_map` data; `metrics_namespace`: the one CloudWatch
-    namespace the team's pods may publish to; `group_id`: the numeric group that owns the
-    team's `directories` on the file system (parents first); `setup_image`: a pinned image
+    namespace the team's pods may publish to; `user_id`, `group_id`: the numeric user and
+    group that own the team's `directories` on the file system (parents first, the team's
+    own directory first of all) and that its pods run as; `setup_image`: a pinned image
     with a POSIX shell, mkdir, chown and chmod; `tolerations`: what lets the directory Job
     onto the cluster's (tainted) nodes."""
 
@@ -90,6 +94,7 @@ class TeamWorkspaceProps:
     config: Mapping[str, str]
     checkpoint_prefix: str
     metrics_namespace: str
+    user_id: int
     group_id: int
     directories: tuple[str, ...]
     setup_image: str
@@ -161,7 +166,7 @@ class TeamWorkspace(Construct):
             overwrite=True,
         )
         self.manifest.node.add_dependency(self.namespace_ready)
-        self.claim = volume.add_namespace(props.namespace)
+        self.claim = volume.add_team(props.namespace, team_directory(props.team))
         self.claim.node.add_dependency(self.namespace_ready)
         self.directories = eks_v2.KubernetesManifest(
             self,
@@ -170,7 +175,10 @@ class TeamWorkspace(Construct):
             manifest=[directory_job(props)],
             overwrite=True,
         )
-        self.directories.node.add_dependency(self.namespace_ready, self.claim)
+        # After the team exists, before its claims: a pod of the team's first job then mounts
+        # a directory that exists.
+        self.directories.node.add_dependency(self.namespace_ready)
+        self.claim.node.add_dependency(self.directories)
 
     def _acknowledge(
         self, props: TeamWorkspaceProps, checkpoint_bucket: s3.IBucket, data_bucket: s3.IBucket
@@ -206,19 +214,18 @@ class TeamWorkspace(Construct):
         )
 
 
-def directory_script(group_id: int, directories: Sequence[str]) -> str:
-    """The shell script that creates `directories` (parents first) owned by root and
+def directory_script(user_id: int, group_id: int, directories: Sequence[str]) -> str:
+    """The shell script that creates `directories` (parents first) owned by `user_id` and
     `group_id`, and TEAMS_ROOT root's; idempotent, and only the named directories are
     changed (never what jobs wrote inside them)."""
-    owner = TEAM_DIRECTORY_OWNER
     lines = [
         "set -eu",
         f"mkdir -p {TEAMS_ROOT}",
-        f"chown {owner}:{owner} {TEAMS_ROOT}",
+        f"chown 0:0 {TEAMS_ROOT}",
         f"chmod {TEAMS_ROOT_MODE:o} {TEAMS_ROOT}",
         f"for dir in {' '.join(shlex.quote(d) for d in directories)}; do",
         '  mkdir -p "$dir"',
-        f'  chown {owner}:{group_id} "$dir"',
+        f'  chown {user_id}:{group_id} "$dir"',
         f'  chmod {TEAM_DIRECTORY_MODE:o} "$dir"',
         '  ls -ldn "$dir"',
         "done",
@@ -232,22 +239,31 @@ def directory_job(props: TeamWorkspaceProps) -> dict[str, Any]:
         "name": "directories",
         "image": props.setup_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", directory_script(props.group_id, props.directories)],
+        "command": [
+            "/bin/sh",
+            "-c",
+            directory_script(props.user_id, props.group_id, props.directories),
+        ],
         "resources": {
             "requests": {"cpu": "10m", "memory": "16Mi"},
             "limits": {"memory": "64Mi"},
         },
         "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT}],
-        # Root only for chown (CHOWN) and for keeping setgid on a directory whose group root
-        # is not in (FSETID: chmod clears it otherwise); root owns what it creates, so
-        # nothing else is needed. Lustre root squash (off unless configured) would defeat it.
+        # Root with only what the script needs: CHOWN; FOWNER to chmod a directory it has
+        # just given away; FSETID to keep setgid on a directory whose group root is not in;
+        # DAC_OVERRIDE because a later run walks through the team's directories, of which
+        # root is neither owner nor group. Lustre root squash would defeat it (README "Root
+        # squash").
         "securityContext": {
             "runAsUser": 0,
             "runAsGroup": 0,
             "runAsNonRoot": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FSETID"]},
+            "capabilities": {
+                "drop": ["ALL"],
+                "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"],
+            },
         },
     }
     pod_spec: dict[str, Any] = {
@@ -268,7 +284,7 @@ def directory_job(props: TeamWorkspaceProps) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f"{DIRECTORY_JOB_PREFIX}{digest}", "namespace": props.namespace},
+        "metadata": {"name": f"{DIRECTORY_JOB_PREFIX}{digest}", "namespace": DEFAULT_NAMESPACE},
         "spec": spec,
     }
 

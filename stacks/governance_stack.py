@@ -23,7 +23,7 @@ from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
 from config.team_admission import team_admissions
-from config.team_groups import team_gids
+from config.team_groups import team_gids, team_uid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     MLFLOW_TRACKING_URI_KEY,
@@ -104,6 +104,7 @@ def workspace_props(
         },
         checkpoint_prefix=checkpoint_prefix(team),
         metrics_namespace=TRAINING_METRICS_NAMESPACE,
+        user_id=team_uid(team),
         group_id=group_id,
         directories=team_directories(team),
         setup_image=setup_image,

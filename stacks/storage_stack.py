@@ -165,6 +165,7 @@ class StorageStack(cdk.Stack):
             dns_name=self.lustre.dns_name,
             mount_name=self.lustre.mount_name,
             capacity_gib=storage.fsx.storage_capacity_gib,
+            data_path=storage.fsx.data_repository.file_system_path,
         )
 
         cdk.CfnOutput(self, "FileSystemId", value=self.file_system.file_system_id)

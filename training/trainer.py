@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
-import pickle
 import random
 import signal
 import sys
@@ -24,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export, tracking
-from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
+from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError, warn
 from training.config import JobConfig, preset_global_batch
 from training.data import ResumableLoader, SampleTrace, build_source
 from training.evaluation import Evaluator
@@ -69,25 +70,35 @@ class ModelOptimizerState(Stateful):
 
 
 def _local_rng_state() -> dict[str, Any]:
+    """This rank's RNG streams as JSON-ready data: a checkpoint holds them as JSON text, which
+    loads without unpickling (training/checkpoint/safe_load.py)."""
+    numpy_state = np.random.get_state(legacy=False)
+    version, words, gauss = random.getstate()
     return {
-        "torch": torch.get_rng_state().numpy().tobytes(),
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
         # This rank's GPU only: a restart may see another number of devices per process.
-        "cuda": torch.cuda.get_rng_state().numpy().tobytes() if torch.cuda.is_available() else b"",
-        "numpy": np.random.get_state(legacy=False),
-        "python": random.getstate(),
+        "cuda": base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
+        if torch.cuda.is_available()
+        else "",
+        "numpy": dict(
+            numpy_state, state=dict(numpy_state["state"], key=numpy_state["state"]["key"].tolist())
+        ),
+        "python": [version, list(words), gauss],
     }
 
 
 def _set_local_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
-    cuda = state["cuda"]
-    if isinstance(cuda, list):  # checkpoints written before: one state per visible device
-        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-        cuda = cuda[index] if index < len(cuda) else b""
+    torch.set_rng_state(
+        torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8)
+    )
+    cuda = base64.b64decode(state["cuda"])
     if torch.cuda.is_available() and cuda:
         torch.cuda.set_rng_state(torch.frombuffer(bytearray(cuda), dtype=torch.uint8))
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    numpy_state = state["numpy"]
+    key = np.array(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state(dict(numpy_state, state=dict(numpy_state["state"], key=key)))
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words), gauss))
 
 
 class TrainState(Stateful):
@@ -114,7 +125,7 @@ class TrainState(Stateful):
             "productive_s": self.productive_s,
             "scheduler": self.scheduler.state_dict(),
             "data": self.loader.state_dict(),
-            "rng": pickle.dumps(per_rank),
+            "rng": json.dumps(per_rank),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -125,9 +136,12 @@ class TrainState(Stateful):
             self.loader.load_state_dict(state_dict["data"])
         except ValueError as e:
             raise IncompatibleCheckpointError(str(e)) from None
-        # Written by this job's own checkpoint: trusted like the DCP metadata next to it,
-        # which DCP unpickles as well.
-        per_rank = pickle.loads(state_dict["rng"])  # noqa: S301 - the job's own checkpoint
+        rng = state_dict["rng"]
+        if not isinstance(rng, str):
+            # Written before the streams were JSON: a pickle, which is never loaded.
+            warn("checkpoint holds RNG streams in the old pickled format: not restored")
+            return
+        per_rank = json.loads(rng)
         if len(per_rank) == self.world_size:
             _set_local_rng_state(per_rank[dist.get_rank()])
 

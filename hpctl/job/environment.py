@@ -29,13 +29,18 @@ from config.errors import Location, problem_lines
 from config.instance_types import lookup
 from config.kubernetes import (
     DNS_LABEL_MAX,
-    FSX_CLAIM_NAME,
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
 )
 from config.node_model import node_model
 from config.schema import EnvironmentConfig
-from config.teams import TRAINING_SERVICE_ACCOUNT, GroupCapacity, team_capacity
+from config.teams import (
+    DATA_CLAIM_NAME,
+    TEAM_CLAIM_NAME,
+    TRAINING_SERVICE_ACCOUNT,
+    GroupCapacity,
+    team_capacity,
+)
 from hpctl.job.spec import (
     CommandEntryPoint,
     EntryPoint,
@@ -299,7 +304,8 @@ def spec_for_environment(
         "instance_group": group.name,
         "nodes": nodes,
         "taints": tuple(group.taints),
-        "fsx_claim": FSX_CLAIM_NAME,
+        "fsx_claim": TEAM_CLAIM_NAME,
+        "data_claim": DATA_CLAIM_NAME,
         "service_account": TRAINING_SERVICE_ACCOUNT,
         "tiered_storage": config.hyperpod.tiered_storage.enabled,
         "allocation": node_model(config, group).job,

@@ -16,7 +16,6 @@ import yaml
 from config.kubernetes import (
     EFA_RESOURCE,
     ELASTIC_AGENT_PORT,
-    FSX_MOUNT,
     GPU_RESOURCE,
     HYPERPOD_JOB_GROUP,
     HYPERPOD_JOB_KIND,
@@ -35,13 +34,14 @@ from config.kubernetes import (
     local_queue,
     priority_class,
 )
-from config.team_groups import team_gid
+from config.team_groups import team_gid, team_uid
 from config.teams import (
+    DATA_MOUNT,
+    HOME_MOUNT,
     MANAGED_TIER_PATH_KEY,
     MLFLOW_TRACKING_URI_KEY,
     TEAM_CONFIG_MAP,
-    TRAINING_GID,
-    TRAINING_UID,
+    team_directory,
 )
 from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import SHM_MOUNT, CommandEntryPoint, JobSpec
@@ -256,11 +256,15 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
             # Scraped by name: the collector keeps only this port of the labelled pods.
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "env": _env(spec),
+        "env": [{"name": "HOME", "value": HOME_MOUNT}, *_env(spec)],
         "resources": _resources(spec),
+        # The team's own tree where it lies under /fsx, the datasets read-only: nothing else
+        # of the file system (platform_constructs/eks_fsx_volume.py).
         "volumeMounts": [
-            {"name": "fsx", "mountPath": FSX_MOUNT},
+            {"name": "fsx", "mountPath": team_directory(spec.team)},
+            {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True},
             {"name": "shm", "mountPath": SHM_MOUNT},
+            {"name": "home", "mountPath": HOME_MOUNT},
         ],
         # Pod Security "restricted" (what team namespaces audit). Writable root file system
         # kept: the trainer's libraries (torch's compile caches, NCCL's topology files, pip-
@@ -304,8 +308,14 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         "containers": [container],
         "volumes": [
             {"name": "fsx", "persistentVolumeClaim": {"claimName": spec.fsx_claim}},
+            {
+                "name": "data",
+                "persistentVolumeClaim": {"claimName": spec.data_claim, "readOnly": True},
+            },
             # NCCL and data loaders need far more shared memory than the runtime's 64 MiB.
             {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            # $HOME of the team's user, which has no home in the image (config/teams.py).
+            {"name": "home", "emptyDir": {}},
         ],
     }
     if spec.taints:
@@ -314,8 +324,9 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
 
 
 def pod_security_context(spec: JobSpec) -> dict[str, Any]:
-    """The training image's user, and the team's group: the group that owns the team's
-    directories on FSx (config/teams.py), so the job can write there and nowhere else.
+    """The team's user and group (config/team_groups.py): they own the team's directories on
+    FSx (config/teams.py), and the team's admission policy admits pods in its namespace
+    only as them (platform_constructs/team_admission.py).
 
     No fsGroup: kubelet changes a volume's ownership only where the CSI driver's
     fsGroupPolicy allows, and the FSx CSI driver's is ReadWriteOnceWithFSType
@@ -325,9 +336,8 @@ def pod_security_context(spec: JobSpec) -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
-        "runAsUser": TRAINING_UID,
-        "runAsGroup": TRAINING_GID,
-        "supplementalGroups": [team_gid(spec.team)],
+        "runAsUser": team_uid(spec.team),
+        "runAsGroup": team_gid(spec.team),
     }
 
 

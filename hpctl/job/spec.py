@@ -26,7 +26,6 @@ from config.addons import (
 )
 from config.instance_types import InstanceType, lookup, topology_instance_types
 from config.kubernetes import (
-    FSX_CLAIM_NAME,
     FSX_MOUNT,
     INSTANCE_GROUP_NAME,
     MAX_PRIORITY_LENGTH,
@@ -46,6 +45,8 @@ from config.kubernetes import (
 )
 from config.node_model import JobAllocation
 from config.teams import (
+    DATA_CLAIM_NAME,
+    TEAM_CLAIM_NAME,
     TRAINING_SERVICE_ACCOUNT,
     team_checkpoints_directory,
     team_directory,
@@ -220,7 +221,10 @@ class JobSpec(BaseModel):
     parallelism: Parallelism | None = None
     nodes: PositiveInt = 1
     spares: NonNegativeInt = 0
-    fsx_claim: str = FSX_CLAIM_NAME
+    # The team namespace's claims (config/teams.py): the team's own tree of the file system,
+    # and the data repository's directory, read-only.
+    fsx_claim: str = TEAM_CLAIM_NAME
+    data_claim: str = DATA_CLAIM_NAME
     # The team's Kubernetes service account (its IAM role through EKS Pod Identity).
     service_account: str = TRAINING_SERVICE_ACCOUNT
     # The trainer's run directory (summary, attempt ledger, final export); default
@@ -412,13 +416,13 @@ class JobSpec(BaseModel):
             ) from None
         return value
 
-    @field_validator("fsx_claim")
+    @field_validator("fsx_claim", "data_claim")
     @classmethod
-    def _fsx_claim(cls, value: str) -> str:
+    def _claim(cls, value: str) -> str:
         if not is_dns1123_subdomain(value):
             raise ValueError(
                 f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
-                "digits, '-' and '.' (e.g. fsx-claim)"
+                f"digits, '-' and '.' (e.g. {TEAM_CLAIM_NAME})"
             )
         return value
 

@@ -161,11 +161,11 @@ def test_every_counted_pod_belongs_to_an_add_on_of_the_table() -> None:
 @pytest.mark.parametrize(
     ("env", "group", "cpu_millicores", "memory_mib", "kube_reserved"),
     [
-        # 96 CPUs (192 vCPUs, one thread per core) - 310m kube-reserved - 1290m DaemonSets
+        # 96 CPUs (192 vCPUs, one thread per core) - 310m kube-reserved - 1340m DaemonSets
         # - 1140m system pods; 2048 GiB less 7.5%, 1355 MiB kube-reserved, 100 MiB eviction,
-        # 20% tiered storage, 1301 MiB DaemonSets, 1564 MiB system pods.
-        ("prod", "gpu-p5", 93_260, 1_516_115, (310, 1_355)),
-        ("dev", "gpu-g5", 21_440, 170_535, (130, 8_362)),
+        # 20% tiered storage, 1365 MiB DaemonSets, 1564 MiB system pods.
+        ("prod", "gpu-p5", 93_210, 1_516_051, (310, 1_355)),
+        ("dev", "gpu-g5", 21_390, 170_471, (130, 8_362)),
     ],
 )
 def test_the_job_figures_of_the_shipped_groups(
@@ -197,12 +197,12 @@ def test_a_grace_node_shows_each_vcpu_as_a_core(threads_per_core: int) -> None:
 
 def test_the_job_figures_of_a_gb200_node() -> None:
     model = _gb200_group(1)
-    # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 1290m DaemonSets - 1140m
+    # 144 CPUs - 430m kube-reserved (60 + 10 + 2 x 5 + 140 x 2.5) - 1340m DaemonSets - 1140m
     # system pods; 960 GiB less 7.5% = 909,312 MiB, less 2,433 MiB kube-reserved (11 x 198
-    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,301 MiB DaemonSets,
+    # pods + 255), 100 MiB eviction, 20% tiered storage (196,608 MiB), 1,365 MiB DaemonSets,
     # 1,564 MiB system pods.
     job = model.job
-    assert (job.cpu_millicores, job.memory_mib) == (141_140, 707_306)
+    assert (job.cpu_millicores, job.memory_mib) == (141_090, 707_242)
     assert model.kube_reserved_cpu_millicores == 430
 
 
@@ -518,3 +518,9 @@ def test_every_accelerated_group_is_checked_whatever_the_order(
     )
     problem = job_fit_problem(ordered)
     assert problem is not None and problem[0] == "hyperpod.instance_groups[2].instance_type"
+
+
+def test_node_model_takes_the_nvidia_device_plugins_figures_from_its_manifest() -> None:
+    plugin = next(d for d in vendored_daemonsets() if d.name == "nvidia-device-plugin-daemonset")
+    assert (plugin.cpu_millicores, plugin.memory_mib) == (50, 64)
+    assert plugin.placement == "nvidia"

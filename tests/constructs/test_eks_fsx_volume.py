@@ -25,6 +25,7 @@ def static_volume(capacity_gib: int) -> tuple[FsxStaticVolume, object]:
             dns_name=f"{FILE_SYSTEM_ID}.fsx.us-east-1.amazonaws.com",
             mount_name="abcdefgh",
             capacity_gib=capacity_gib,
+            data_path="/data",
         ),
     )
     return volume, stack
@@ -64,29 +65,49 @@ def test_file_system_below_the_smallest_fsx_size_is_refused():
         static_volume(600)
 
 
-def test_team_namespace_gets_its_own_volume_and_fsx_claim():
-    """How a team namespace (created elsewhere, e.g. hyperpod-ns-<team>) gets `fsx-claim`."""
+def _team_objects() -> tuple[FsxStaticVolume, dict[str, list[dict]]]:
     volume, stack = static_volume(1200)
-    volume.add_namespace("hyperpod-ns-team-a")
+    volume.add_team("hyperpod-ns-team-a", "/fsx/teams/team-a")
+    return volume, objects_by_namespace(stack)
+
+
+def test_the_default_namespace_mounts_the_whole_file_system_under_its_deployed_names():
+    # A PV's source is immutable: the names and handle deployed clusters have stay.
+    _, by_namespace = _team_objects()
+    volume, claim = by_namespace[DEFAULT_NAMESPACE]
+    assert (volume["metadata"]["name"], claim["metadata"]["name"]) == ("fsx-default", "fsx-claim")
+    assert volume["spec"]["csi"]["volumeHandle"] == FILE_SYSTEM_ID
+    assert volume["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh"
+    assert FSX_CLAIM_NAME == "fsx-claim"
+
+
+def test_team_namespace_gets_its_own_tree_and_the_data_read_only():
+    volume, by_namespace = _team_objects()
     with pytest.raises(ValueError, match="already has"):
-        volume.add_namespace("hyperpod-ns-team-a")
-    by_namespace = objects_by_namespace(stack)
-    assert set(by_namespace) == {DEFAULT_NAMESPACE, "hyperpod-ns-team-a"}
-    volumes = {
-        ns: next(o for o in objs if o["kind"] == "PersistentVolume")
-        for ns, objs in by_namespace.items()
-    }
-    assert (
-        volumes["default"]["metadata"]["name"] != volumes["hyperpod-ns-team-a"]["metadata"]["name"]
+        volume.add_team("hyperpod-ns-team-a", "/fsx/teams/team-a")
+    objects = by_namespace["hyperpod-ns-team-a"]
+    pvs = {o["spec"]["claimRef"]["name"]: o for o in objects if o["kind"] == "PersistentVolume"}
+    claims = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolumeClaim"}
+    assert set(pvs) == set(claims) == {"fsx-team", "fsx-data"}
+    team, data = pvs["fsx-team"], pvs["fsx-data"]
+    # A Lustre sub-directory mount: <dnsname>@tcp:/<mountname> is the volume's root.
+    assert team["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/teams/team-a"
+    assert data["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/data"
+    assert (team["spec"]["mountOptions"], data["spec"]["mountOptions"]) == (
+        ["flock"],
+        ["flock", "ro"],
     )
-    assert {v["spec"]["csi"]["volumeHandle"] for v in volumes.values()} == {FILE_SYSTEM_ID}
+    assert claims["fsx-data"]["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert team["spec"]["csi"]["volumeHandle"] != data["spec"]["csi"]["volumeHandle"]
+    for name, claim in claims.items():
+        assert claim["spec"]["volumeName"] == pvs[name]["metadata"]["name"]
     import kubernetes_validate
 
-    for objects in by_namespace.values():
-        for obj in objects:
-            kubernetes_validate.validate(obj, "1.32.0", strict=True)
-    team_claim = next(
-        o for o in by_namespace["hyperpod-ns-team-a"] if o["kind"] == "PersistentVolumeClaim"
-    )
-    assert team_claim["metadata"]["name"] == FSX_CLAIM_NAME == "fsx-claim"
-    assert team_claim["spec"]["volumeName"] == volumes["hyperpod-ns-team-a"]["metadata"]["name"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.32.0", strict=True)
+
+
+def test_a_team_directory_outside_the_file_system_mount_is_refused():
+    volume, _ = static_volume(1200)
+    with pytest.raises(ValueError, match="/etc is not under /fsx/"):
+        volume.add_team("hyperpod-ns-team-a", "/etc")

@@ -183,7 +183,7 @@ def test_each_group_carries_exactly_its_props(autoscaling_template):
         "Taints": [{"Key": "example.com/dedicated", "Effect": "NoSchedule", "Value": "system"}],
     }
     assert (system["InstanceCount"], system["MinInstanceCount"]) == (3, 2)
-    assert system["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": 200}}]
+    assert system["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"] == 200
     for key in ("TrainingPlanArn", "OverrideVpcConfig", "NetworkInterface"):
         assert key not in system, key
     assert gpu["ExecutionRole"] == system["ExecutionRole"]
@@ -378,3 +378,69 @@ def test_the_cluster_log_group_gets_a_retention_once_the_cluster_exists(autoscal
 
 def test_every_cloudwatch_retention_period_maps_to_cdk():
     assert tuple(RETENTION_DAYS) == LOG_RETENTION_DAYS
+
+
+# --------------------------------------------------------------------------- volume key
+
+
+def _volume_key(template: dict) -> str:
+    (key_id,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::KMS::Key"]
+    return key_id
+
+
+def test_node_volumes_are_on_the_clusters_customer_key(autoscaling_template):
+    key_id = _volume_key(autoscaling_template)
+    key = {"Fn::GetAtt": [key_id, "Arn"]}
+    for group in cluster(autoscaling_template)["InstanceGroups"]:
+        size = group["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"]
+        # The /opt/sagemaker volume and the root volume (whose size is HyperPod's).
+        assert group["InstanceStorageConfigs"] == [
+            {"EbsVolumeConfig": {"VolumeSizeInGB": size, "VolumeKmsKeyId": key}},
+            {"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": key}},
+        ]
+    properties = autoscaling_template["Resources"][key_id]["Properties"]
+    assert properties["EnableKeyRotation"] is True
+    # The key policy names its one user: the node role, for what HyperPod documents.
+    (user,) = [
+        s for s in properties["KeyPolicy"]["Statement"] if s.get("Sid") == "HyperPodNodeVolumes"
+    ]
+    assert sorted(user["Action"]) == ["kms:CreateGrant", "kms:DescribeKey"]
+    node_role = cluster(autoscaling_template)["InstanceGroups"][0]["ExecutionRole"]
+    assert user["Principal"] == {"AWS": node_role}
+    assert autoscaling_template["Resources"][key_id]["DeletionPolicy"] == "Retain"
+
+
+def test_the_node_role_may_grant_the_volume_key_before_the_cluster_exists(autoscaling_template):
+    resources = autoscaling_template["Resources"]
+    key_id = _volume_key(autoscaling_template)
+    (policy_id, statement) = next(
+        (k, s)
+        for k, r in resources.items()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if s["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    )
+    assert sorted(statement["Action"]) == ["kms:CreateGrant", "kms:DescribeKey"]
+    assert "Condition" not in statement  # HyperPod passes no encryption context
+    (role_ref,) = resources[policy_id]["Properties"]["Roles"]
+    node_role = cluster(autoscaling_template)["InstanceGroups"][0]["ExecutionRole"]
+    assert node_role == {"Fn::GetAtt": [role_ref["Ref"], "Arn"]}
+    assert policy_id in resources[CLUSTER_LOGICAL_ID]["DependsOn"]
+
+
+def test_no_volume_key_without_continuous_provisioning():
+    # HyperPod takes customer keys for node volumes only under continuous provisioning.
+    props = HyperPodClusterProps(
+        availability_zones=AZS,
+        node_recovery="Automatic",
+        node_provisioning_mode=None,
+        tiered_storage_percent=None,
+        autoscaling=False,
+        log_retention_days=30,
+        instance_groups=GROUPS,
+    )
+    template = template_of(cluster_stack(props)).to_json()
+    assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    for group in cluster(template)["InstanceGroups"]:
+        (storage,) = group["InstanceStorageConfigs"]
+        assert set(storage["EbsVolumeConfig"]) == {"VolumeSizeInGB"}

@@ -177,3 +177,12 @@ def test_a_retained_cluster_keeps_its_dependency_components(policy, expected):
     for manifest in manifests:
         assert manifest.get("DeletionPolicy", "Delete") == expected
         assert manifest.get("UpdateReplacePolicy", "Delete") == expected
+
+
+def test_nvidia_device_plugin_requests_memory_and_cpu_and_is_memory_limited():
+    plugin = daemonsets(render(GPU))["nvidia-device-plugin-daemonset"]
+    for container in plugin["spec"]["template"]["spec"]["containers"]:
+        resources = container["resources"]
+        assert set(resources["requests"]) == {"cpu", "memory"}
+        # Memory only: a CPU limit would throttle the kubelet's Allocate calls.
+        assert set(resources["limits"]) == {"memory"}

@@ -30,6 +30,7 @@ from config.kubernetes import (
 )
 from config.schema import EnvironmentConfig
 from config.team_admission import TeamAdmission, team_admissions
+from config.team_groups import team_gid, team_uid
 from config.teams import team_capacity
 from hpctl.job.render import render_job
 from platform_constructs.team_admission import (
@@ -37,6 +38,8 @@ from platform_constructs.team_admission import (
     TeamAdmissionPolicy,
     admission_binding,
     admission_policy,
+    identity_policy,
+    identity_policy_name,
 )
 from tests.job.conftest import env_spec
 from tests.support import (
@@ -68,48 +71,55 @@ class Admission:
         user: str = PERSON,
         operation: str = "CREATE",
         namespace: str | None = None,
+        sub_resource: str | None = None,
     ) -> list[str] | None:
-        """The denial messages for `obj` (empty: admitted), or None if no policy matches."""
+        """The denial messages of every policy bound to the namespace for `obj` (empty:
+        admitted), or None if none matches."""
         namespace = namespace or obj["metadata"]["namespace"]
         group, _, version = obj["apiVersion"].rpartition("/")
-        policy = self._policy_for(namespace)
-        if policy is None:
-            return None
-        rules = policy["spec"]["matchConstraints"]["resourceRules"]
         plural = {kind: p for _, _, p, kind in MATCHED}.get(obj["kind"])
-        if not any(
-            group in r["apiGroups"]
-            and version in r["apiVersions"]
-            and plural in r["resources"]
-            and operation in r["operations"]
-            for r in rules
-        ):
-            return None
-        request = {
+        resource = f"{plural}/{sub_resource}" if sub_resource else plural
+        request: dict[str, Any] = {
             "kind": {"group": group, "version": version, "kind": obj["kind"]},
             "operation": operation,
             "namespace": namespace,
             "userInfo": {"username": user},
         }
-        activation: dict[str, Any] = {"object": obj, "request": request}
-        if not all(_run(c["expression"], activation) for c in policy["spec"]["matchConditions"]):
-            return None
-        activation["variables"] = {
-            v["name"]: _run(v["expression"], activation) for v in policy["spec"]["variables"]
-        }
-        return [
-            str(_run(v["messageExpression"], activation))
-            for v in policy["spec"]["validations"]
-            if not _run(v["expression"], activation)
-        ]
+        if sub_resource:
+            request["subResource"] = sub_resource
+        denials: list[str] | None = None
+        for policy in self._policies_for(namespace):
+            rules = policy["spec"]["matchConstraints"]["resourceRules"]
+            if not any(
+                group in r["apiGroups"]
+                and version in r["apiVersions"]
+                and resource in r["resources"]
+                and operation in r["operations"]
+                for r in rules
+            ):
+                continue
+            activation: dict[str, Any] = {"object": obj, "request": request}
+            conditions = policy["spec"]["matchConditions"]
+            if not all(_run(c["expression"], activation) for c in conditions):
+                continue
+            activation["variables"] = {
+                v["name"]: _run(v["expression"], activation) for v in policy["spec"]["variables"]
+            }
+            denials = (denials or []) + [
+                str(_run(v["messageExpression"], activation))
+                for v in policy["spec"]["validations"]
+                if not _run(v["expression"], activation)
+            ]
+        return denials
 
-    def _policy_for(self, namespace: str) -> dict[str, Any] | None:
+    def _policies_for(self, namespace: str) -> list[dict[str, Any]]:
         policies = {o["metadata"]["name"]: o for o in self.objects if o["kind"].endswith("Policy")}
-        for binding in (o for o in self.objects if o["kind"].endswith("Binding")):
-            selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
-            if selector == {"kubernetes.io/metadata.name": namespace}:
-                return policies[binding["spec"]["policyName"]]
-        return None
+        return [
+            policies[binding["spec"]["policyName"]]
+            for binding in (o for o in self.objects if o["kind"].endswith("Binding"))
+            if binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+            == {"kubernetes.io/metadata.name": namespace}
+        ]
 
 
 def _run(expression: str, activation: dict[str, Any]) -> Any:
@@ -125,7 +135,16 @@ def _admission_of(config: EnvironmentConfig) -> Admission:
     assert config.governance is not None
     facts = team_admissions(config.governance, config.hyperpod.instance_groups)
     return Admission(
-        tuple(o for a in facts.values() for o in (admission_policy(a), admission_binding(a)))
+        tuple(
+            o
+            for a in facts.values()
+            for o in (
+                admission_policy(a),
+                admission_binding(a),
+                identity_policy(a),
+                admission_binding(a, name=identity_policy_name(a.team)),
+            )
+        )
     )
 
 
@@ -299,10 +318,11 @@ def _without_accelerators(obj: dict[str, Any]) -> dict[str, Any]:
 def test_workloads_without_accelerators_are_not_checked(
     admissions: dict[str, Admission], job: dict[str, Any]
 ) -> None:
+    # Only the identity policy checks them, and they run as the team.
     job["metadata"]["labels"] = {}
-    assert admissions["prod"].review(_without_accelerators(job)) is None
+    assert admissions["prod"].review(_without_accelerators(job)) == []
     pod = _without_accelerators(_operator_pod(render_job(env_spec("prod"))))
-    assert admissions["prod"].review(pod, user=PERSON) is None
+    assert admissions["prod"].review(pod, user=PERSON) == []
 
 
 def test_an_accelerator_in_limits_alone_is_checked(
@@ -540,10 +560,11 @@ def test_schema_validation_catches_a_misspelt_field(admissions: dict[str, Admiss
 
 def test_binding_denies_in_the_team_namespace_only(admissions: dict[str, Admission]) -> None:
     bindings = [o for o in admissions["prod"].objects if o["kind"].endswith("Binding")]
-    assert [b["spec"]["validationActions"] for b in bindings] == [["Deny"]] * 3
+    # Two per team: the guardrails and the identity policy.
+    assert [b["spec"]["validationActions"] for b in bindings] == [["Deny"]] * 6
     assert [b["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] for b in bindings] == [
         {"kubernetes.io/metadata.name": f"hyperpod-ns-{t}"}
-        for t in ("evaluation", "foundation", "research")
+        for t in ("evaluation", "evaluation", "foundation", "foundation", "research", "research")
     ]
 
 
@@ -568,8 +589,108 @@ def test_construct_applies_policy_and_binding() -> None:
         stack, "Admission", admission=facts["foundation"], cluster=imported_cluster(stack)
     )
     objects = kubernetes_objects(template_of(stack).to_json())
-    expected = [admission_policy(facts["foundation"]), admission_binding(facts["foundation"])]
+    foundation = facts["foundation"]
+    expected = [
+        admission_policy(foundation),
+        admission_binding(foundation),
+        identity_policy(foundation),
+        admission_binding(foundation, name=identity_policy_name("foundation")),
+    ]
     # CDK adds its prune label to metadata; the rest is applied as built.
     assert [(o["kind"], o["metadata"]["name"], o["spec"]) for o in objects] == [
         (o["kind"], o["metadata"]["name"], o["spec"]) for o in expected
     ]
+
+
+# ------------------------------------------------------------------ identity
+
+
+def _identity_denied(admission: Admission, obj: dict[str, Any], **kwargs: Any) -> str:
+    message = _denied(admission, obj, **kwargs)
+    assert message.endswith(
+        f"does not run as team foundation's user and group; set securityContext.runAsUser: "
+        f"{team_uid('foundation')} and runAsGroup: {team_gid('foundation')} in the pod spec "
+        "and no other in its containers (hpctl job render writes them)"
+    )
+    return message
+
+
+def test_job_running_as_another_teams_user_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    other = next(t for t in team_admissions_of("prod") if t != "foundation")
+    _pod_spec(job)["securityContext"]["runAsUser"] = team_uid(other)
+    message = _identity_denied(admissions["prod"], job)
+    assert message.startswith("HyperPodPyTorchJob in hyperpod-ns-foundation does not run as")
+
+
+def test_job_in_another_teams_group_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    other = next(t for t in team_admissions_of("prod") if t != "foundation")
+    _pod_spec(job)["securityContext"]["runAsGroup"] = team_gid(other)
+    _identity_denied(admissions["prod"], job)
+
+
+def test_job_without_a_pod_user_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    # The image's own user would be every team's.
+    del _pod_spec(job)["securityContext"]["runAsUser"]
+    _identity_denied(admissions["prod"], job)
+
+
+def test_container_overriding_the_user_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    _pod_spec(job)["containers"][0]["securityContext"]["runAsUser"] = 0
+    _identity_denied(admissions["prod"], job)
+
+
+def test_init_container_overriding_the_group_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    _pod_spec(job)["initContainers"] = [
+        {"name": "setup", "image": "x", "securityContext": {"runAsGroup": 0}}
+    ]
+    _identity_denied(admissions["prod"], job)
+
+
+def test_cpu_pod_as_another_user_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    # No accelerators: the guardrails leave it alone, the identity policy does not.
+    pod = _without_accelerators(_operator_pod(job))
+    pod["spec"]["securityContext"]["runAsUser"] = 0
+    _identity_denied(admissions["prod"], pod, user=PERSON)
+
+
+def test_ephemeral_container_as_another_user_is_denied(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    pod = _operator_pod(job)
+    pod["spec"]["ephemeralContainers"] = [
+        {"name": "debug", "image": "x", "securityContext": {"runAsUser": 0}}
+    ]
+    _identity_denied(
+        admissions["prod"],
+        pod,
+        user=PERSON,
+        operation="UPDATE",
+        sub_resource="ephemeralcontainers",
+    )
+
+
+def test_existing_pod_updates_are_not_held_to_the_identity(
+    admissions: dict[str, Admission], job: dict[str, Any]
+) -> None:
+    # A pod created before the policy (as the image's user) can still be relabelled.
+    pod = _without_accelerators(_operator_pod(job))
+    pod["spec"]["securityContext"]["runAsUser"] = 10001
+    assert admissions["prod"].review(pod, user=PERSON, operation="UPDATE") == []
+
+
+def team_admissions_of(env: str) -> list[str]:
+    config = CONFIGS[env]
+    assert config.governance is not None
+    return [t.name for t in config.governance.teams_by_name()]

@@ -46,6 +46,7 @@ PROPS = TeamWorkspaceProps(
     config={"managed-tier-s3-path": "s3://ckpt/teams/research/managed-tier"},
     checkpoint_prefix=PREFIX,
     metrics_namespace="HyperPod/Training",
+    user_id=GID,
     group_id=GID,
     directories=DIRECTORIES,
     setup_image=IMAGE,
@@ -67,6 +68,7 @@ def _workspace() -> tuple[dict[str, Any], cdk.Stack]:
             dns_name="fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
             mount_name="abcdefgh",
             capacity_gib=1200,
+            data_path="/data",
         ),
         namespaces=(),
     )
@@ -141,16 +143,18 @@ def _directory_job() -> tuple[str, dict[str, Any], dict[str, Any]]:
     return logical_id, resource, json.loads(resource["Properties"]["Manifest"])[0]
 
 
-def test_service_account_config_map_and_claim_in_the_team_namespace():
+def test_service_account_config_map_and_claims_in_the_team_namespace():
     objects = _objects()
     namespaced = {
-        (o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] != "PersistentVolume"
+        (o["kind"], o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] not in ("PersistentVolume", "Job")
     }
     assert set(namespaced) == {
         ("ServiceAccount", "training"),
         ("ConfigMap", "hyperpod-team"),
-        ("PersistentVolumeClaim", "fsx-claim"),
-        ("Job", directory_job(PROPS)["metadata"]["name"]),
+        ("PersistentVolumeClaim", "fsx-team"),
+        ("PersistentVolumeClaim", "fsx-data"),
     }
     assert {o["metadata"]["namespace"] for o in namespaced.values()} == {NAMESPACE}
     config_map = namespaced[("ConfigMap", "hyperpod-team")]
@@ -197,14 +201,16 @@ def test_every_object_passes_the_kubernetes_schema():
             kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_directory_job_mounts_the_claim_after_it_is_bound():
-    _, resource, job = _directory_job()
-    claim_id = next(
-        i
-        for i, m in resources_of(TEMPLATE, MANIFEST).items()
+def test_directory_job_runs_in_the_platform_namespace_before_the_team_claims():
+    # The team namespace has no claim above the team's tree; teams have no access to default.
+    directory_id, _, job = _directory_job()
+    assert job["metadata"]["namespace"] == "default"
+    claims = next(
+        m
+        for m in resources_of(TEMPLATE, MANIFEST).values()
         if "PersistentVolumeClaim" in m["Properties"]["Manifest"]
     )
-    assert claim_id in resource["DependsOn"]
+    assert directory_id in claims["DependsOn"]
     pod = job["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-claim"}}]
     (container,) = pod["containers"]
@@ -214,17 +220,20 @@ def test_directory_job_mounts_the_claim_after_it_is_bound():
     assert pod["automountServiceAccountToken"] is False
 
 
-def test_directory_job_is_root_only_for_chown_and_setgid():
+def test_directory_job_is_root_only_for_chown_chmod_and_setgid():
     _, _, job = _directory_job()
     (container,) = job["spec"]["template"]["spec"]["containers"]
     context = container["securityContext"]
     assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
-    assert context["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FSETID"]}
+    assert context["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"],
+    }
     assert context["allowPrivilegeEscalation"] is False
     script = container["command"][-1]
     for directory in DIRECTORIES:
         assert directory in script
-    assert f"chown 0:{GID} " in script and "chmod 2770 " in script
+    assert f"chown {GID}:{GID} " in script and "chmod 2770 " in script
 
 
 def test_directory_job_is_one_shot_and_cleans_up():
@@ -243,6 +252,7 @@ def test_directory_job_name_follows_its_spec():
     assert directory_job(PROPS)["metadata"]["name"] == name
     for changed in (
         dataclasses.replace(PROPS, group_id=GID + 1),
+        dataclasses.replace(PROPS, user_id=GID + 1),
         dataclasses.replace(PROPS, setup_image=IMAGE + "-1"),
         dataclasses.replace(PROPS, directories=DIRECTORIES[:1]),
         dataclasses.replace(PROPS, tolerations=()),

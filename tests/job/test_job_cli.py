@@ -96,7 +96,7 @@ def test_render_defaults_from_prod(fixed_clock: object) -> None:
     assert (replica["replicas"], replica["spares"]) == (2, 0)
     pod = replica["template"]["spec"]
     assert pod["serviceAccountName"] == "training"
-    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-team"
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "ml.p5.48xlarge"
     (container,) = pod["containers"]
     assert container["env"][-1] == {

@@ -211,7 +211,7 @@ def test_runs_as_numeric_non_root_user(dockerfile) -> None:
     user = _args(dockerfile, "USER")[-1]
     uid = user.split(":", 1)[0]
     assert uid.isdigit() and int(uid) != 0, user
-    # The user and group rendered pods name, and the team directories are made for.
+    # The image's own user (rendered pods run as their team's, config/team_groups.py).
     assert user == f"{TRAINING_UID}:{TRAINING_GID}"
     # Nothing runs after the switch that would need root.
     last_user = max(i for i, (key, _) in enumerate(dockerfile) if key == "USER")

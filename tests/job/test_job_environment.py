@@ -75,7 +75,7 @@ def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
     )
     assert spec.tiered_storage is False
     assert spec.taints == ()
-    assert (spec.service_account, spec.fsx_claim) == ("training", "fsx-claim")
+    assert (spec.service_account, spec.fsx_claim) == ("training", "fsx-team")
     manifest = render_job(spec)
     env = _env_names(manifest)
     assert env["FI_PROVIDER"]["value"] == "efa"
@@ -110,7 +110,7 @@ def test_p5_job_with_tiered_storage_reads_its_s3_tier_from_the_team_config_map(e
     assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == (8, 32)
     pod = _pod(manifest)
     assert pod["serviceAccountName"] == TRAINING_SERVICE_ACCOUNT
-    assert pod["volumes"][0] == {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-claim"}}
+    assert pod["volumes"][0] == {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-team"}}
     assert "tolerations" not in pod  # the shipped groups have no taints
 
 

@@ -212,7 +212,7 @@ def test_kubernetes_schema_rejects_a_broken_pod_template(spec_factory) -> None:
 def test_the_pod_security_context_is_held_to_the_kubernetes_schema(spec_factory) -> None:
     manifest = render_job(spec_factory())
     pod = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
-    assert "supplementalGroups" in pod["securityContext"]
+    assert {"runAsUser", "runAsGroup"} <= set(pod["securityContext"])
     kubernetes_validate.validate(_pod_template(manifest), KUBERNETES_VERSION, strict=True)
     pod["securityContext"]["supplementalGroup"] = [1]  # misspelt: Kubernetes has no such field
     with pytest.raises(kubernetes_validate.ValidationError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +10,7 @@ import yaml
 
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from config.node_model import JobAllocation
-from config.team_groups import team_gid
-from config.teams import TRAINING_GID, TRAINING_UID
+from config.team_groups import team_gid, team_uid
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import IMAGE
@@ -275,17 +273,28 @@ def test_a_tier_added_to_the_trainer_config_is_rendered_and_accepted(
     assert (config.checkpoint.managed_namespace == spec.name) is tiered_storage
 
 
-@pytest.mark.parametrize("claim", ["fsx-claim", "team-a.fsx"])
-def test_volumes_fsx_claim_and_shared_memory(spec_factory, claim: str) -> None:
+@pytest.mark.parametrize("claim", ["fsx-team", "team-a.fsx"])
+def test_volumes_team_tree_data_shared_memory_and_home(spec_factory, claim: str) -> None:
     manifest = render_job(spec_factory(fsx_claim=claim))
     assert _pod(manifest)["volumes"] == [
         {"name": "fsx", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "fsx-data", "readOnly": True}},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "home", "emptyDir": {}},
     ]
+    # The team's tree where it lies under /fsx, so every path a job names stays valid.
     assert _container(manifest)["volumeMounts"] == [
-        {"name": "fsx", "mountPath": "/fsx"},
+        {"name": "fsx", "mountPath": "/fsx/teams/research"},
+        {"name": "data", "mountPath": "/fsx/data", "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "home", "mountPath": "/home/job"},
     ]
+
+
+def test_home_is_the_writable_home_volume(spec_factory) -> None:
+    # The team's user has no entry in the image's /etc/passwd: the runtime's HOME would be /.
+    container = _container(render_job(spec_factory()))
+    assert {"name": "HOME", "value": "/home/job"} in container["env"]
 
 
 def test_node_selectors_and_health_affinity(spec_factory) -> None:
@@ -383,24 +392,18 @@ def test_shutdown_grace_outlasts_the_agent_timeout(spec_factory) -> None:
 
 def test_pod_runs_as_non_root(spec_factory) -> None:
     manifest = render_job(spec_factory())
-    # The image's user and group, plus the team's group (tests/job/test_team_directories.py
-    # checks them against the directories the platform creates); no fsGroup on Lustre.
+    # The team's user and group (tests/job/test_team_directories.py checks them against the
+    # directories the platform creates); no fsGroup on Lustre.
     assert _pod(manifest)["securityContext"] == {
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
-        "runAsUser": 10001,
-        "runAsGroup": 10001,
-        "supplementalGroups": [team_gid("research")],
+        "runAsUser": team_uid("research"),
+        "runAsGroup": team_gid("research"),
     }
     assert _container(manifest)["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
-
-
-def test_the_image_runs_as_the_user_pods_name() -> None:
-    dockerfile = (Path(__file__).parents[2] / "training" / "Dockerfile").read_text()
-    assert f"USER {TRAINING_UID}:{TRAINING_GID}" in dockerfile.splitlines()
 
 
 def test_render_is_pure_and_yaml_round_trips(spec_factory) -> None:

@@ -157,7 +157,7 @@ def test_valid_values_are_accepted(spec_factory, field: str, value: Any) -> None
 
 def test_defaults(spec_factory) -> None:
     spec = spec_factory()
-    assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-claim")
+    assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-team")
     assert spec.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
     assert spec.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
     assert spec.out_dir == "/fsx/teams/research/runs/llama-8b"

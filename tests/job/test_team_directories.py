@@ -1,5 +1,5 @@
 """A rendered job's user and groups can write where the platform's directory Job leaves its
-team's directories, and nowhere else.
+team's directories, and nowhere else; and a team's pods mount no other team's tree.
 
 The platform side is the directory Job's own script, run with mkdir, chown and chmod
 recording what they would do; the job side is the rendered pod's securityContext. Between
@@ -17,19 +17,20 @@ from typing import Any
 
 import pytest
 
-from config.kubernetes import FSX_MOUNT
-from config.team_groups import TEAM_GID_BASE, TEAM_GID_SPAN, team_gid, team_gids
+from config.kubernetes import FSX_MOUNT, team_namespace
+from config.team_groups import TEAM_GID_BASE, TEAM_GID_SPAN, team_gid, team_gids, team_uid
 from config.teams import (
-    TRAINING_GID,
-    TRAINING_UID,
+    DATA_MOUNT,
     team_checkpoints_directory,
     team_directory,
     team_runs_directory,
 )
 from hpctl.job.render import render_job
+from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from platform_constructs.team_workspace import directory_job, directory_script
 from stacks.governance_stack import workspace_props
 from tests.job.conftest import make_spec
+from tests.support import bare_stack, imported_cluster, kubernetes_objects, template_of
 
 TEAMS = ("research", "sandbox")
 # A new FSx for Lustre file system's root: root's, 0755 (the Lustre default).
@@ -147,6 +148,7 @@ def platform_script(team: str) -> str:
     props = workspace_props(
         team, "ckpt", group_id=team_gids(TEAMS)[team], setup_image="busybox:1", groups=()
     )
+    assert directory_job(props)["metadata"]["namespace"] == "default"
     (container,) = directory_job(props)["spec"]["template"]["spec"]["containers"]
     return str(container["command"][-1])
 
@@ -158,10 +160,10 @@ def full_tree() -> Tree:
     return tree
 
 
-def test_pods_run_as_the_image_user_with_their_team_group() -> None:
+def test_pods_run_as_their_teams_user_and_group() -> None:
     process = pod_process("research")
-    assert process.uid == TRAINING_UID != 0
-    assert process.groups == {TRAINING_GID, team_gid("research")}
+    assert process.uid == team_uid("research") != 0
+    assert process.groups == {team_gid("research")}
 
 
 def test_the_platform_leaves_each_team_its_own_directories() -> None:
@@ -173,7 +175,7 @@ def test_the_platform_leaves_each_team_its_own_directories() -> None:
             team_runs_directory(team),
             team_checkpoints_directory(team),
         ):
-            assert tree[path] == Inode(0, team_gid(team), 0o2770), path
+            assert tree[path] == Inode(team_uid(team), team_gid(team), 0o2770), path
 
 
 @pytest.mark.parametrize("team", TEAMS)
@@ -205,10 +207,10 @@ def test_a_job_cannot_write_or_read_another_teams_directories() -> None:
 @pytest.mark.parametrize(
     "planted",
     [
-        Inode(0, team_gid("sandbox"), 0o2770),  # another team's group
+        Inode(team_uid("sandbox"), team_gid("sandbox"), 0o2770),  # another team's
         Inode(0, TEAM_GID_BASE, 0o2770),  # a group nobody's pods carry
         Inode(0, team_gid("research"), 0o2750),  # the group cannot write
-        Inode(0, team_gid("research"), 0o0770),  # no setgid: new files lose the team's group
+        Inode(team_uid("sandbox"), TEAM_GID_BASE, 0o2700),  # another team's user alone
         Inode(0, 0, 0o2775),  # root's group
     ],
 )
@@ -228,7 +230,7 @@ def test_the_script_is_idempotent() -> None:
 
 def test_only_the_named_directories_change() -> None:
     # Never recursive: a rerun must not walk (or take back) what jobs wrote.
-    script = directory_script(1234, ("/fsx/teams/x",))
+    script = directory_script(1234, 1234, ("/fsx/teams/x",))
     assert "-R" not in script and "find" not in script
 
 
@@ -236,7 +238,9 @@ def test_team_groups_are_stable_and_clear_of_the_image_and_system_groups() -> No
     assert team_gid("research") == team_gid("research") != team_gid("sandbox")
     for team in ("a", "research", "sandbox", "r" * 40):
         assert TEAM_GID_BASE <= team_gid(team) < TEAM_GID_BASE + TEAM_GID_SPAN
-    assert max(TRAINING_GID, 65534) < TEAM_GID_BASE
+    # Above nobody (65534), login users and the image's own user (10001).
+    assert TEAM_GID_BASE > 65534
+    assert team_uid("research") == team_gid("research")
     assert list(team_gids(["b", "a"])) == ["b", "a"]
 
 
@@ -244,3 +248,91 @@ def test_teams_that_hash_to_one_group_are_refused(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("config.team_groups.team_gid", lambda team: TEAM_GID_BASE)
     with pytest.raises(ValueError, match="teams a and b hash to the same group"):
         team_gids(["a", "b"])
+
+
+# ------------------------------------------------------------------ what a team's pods mount
+
+FILE_SYSTEM = LustreFileSystem(
+    file_system_id="fs-0123456789abcdef0",
+    arn="arn:aws:fsx:us-east-1:111111111111:file-system/fs-0123456789abcdef0",
+    dns_name="fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    mount_name="abcdefgh",
+    capacity_gib=1200,
+    data_path="/data",
+)
+
+
+def team_volumes() -> list[dict[str, Any]]:
+    """The PersistentVolumes the governance stack's volume construct applies for TEAMS."""
+    stack = bare_stack("Volumes")
+    volume = FsxStaticVolume(
+        stack, "Fsx", cluster=imported_cluster(stack), file_system=FILE_SYSTEM, namespaces=()
+    )
+    for team in TEAMS:
+        volume.add_team(team_namespace(team), team_directory(team))
+    objects = kubernetes_objects(template_of(stack).to_json())
+    return [o for o in objects if o["kind"] == "PersistentVolume"]
+
+
+def mounted(team: str, manifest: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """Where the pods of `manifest`, run in `team`'s namespace, see which directory of the
+    file system: pod path -> (file system path, read-only). A claim binds only the PV whose
+    claimRef names it in the pod's own namespace."""
+    pod = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    volumes = {
+        (v["spec"]["claimRef"]["namespace"], v["spec"]["claimRef"]["name"]): v
+        for v in team_volumes()
+    }
+    seen = {}
+    for mount in pod["containers"][0]["volumeMounts"]:
+        if mount["name"] not in claims:
+            continue
+        volume = volumes[(team_namespace(team), claims[mount["name"]])]
+        csi = volume["spec"]["csi"]
+        mount_name = csi["volumeAttributes"]["mountname"]
+        assert mount_name.startswith(FILE_SYSTEM.mount_name)
+        path = mount_name.removeprefix(FILE_SYSTEM.mount_name) or "/"
+        seen[mount["mountPath"]] = (path, "ro" in volume["spec"]["mountOptions"])
+    return seen
+
+
+@pytest.mark.parametrize("team", TEAMS)
+def test_a_teams_pods_mount_its_own_tree_and_the_data_read_only(team: str) -> None:
+    assert mounted(team, render_job(make_spec(team=team))) == {
+        team_directory(team): (f"/teams/{team}", False),
+        DATA_MOUNT: ("/data", True),
+    }
+
+
+def test_no_claim_of_a_team_namespace_reaches_another_teams_tree() -> None:
+    for volume in team_volumes():
+        namespace = volume["spec"]["claimRef"]["namespace"]
+        path = volume["spec"]["csi"]["volumeAttributes"]["mountname"].removeprefix("abcdefgh")
+        (team,) = (t for t in TEAMS if team_namespace(t) == namespace)
+        assert path in (f"/teams/{team}", "/data")
+
+
+def test_a_job_naming_another_claim_still_mounts_only_its_namespaces() -> None:
+    # Claims are namespaced: a research job that names any claim gets research's volumes or
+    # none (an unbound claim never starts the pod).
+    manifest = render_job(make_spec(team="research", fsx_claim="fsx-data"))
+    assert mounted("research", manifest) == {
+        team_directory("research"): ("/data", True),
+        DATA_MOUNT: ("/data", True),
+    }
+
+
+def test_the_volumes_of_one_namespace_have_handles_of_their_own() -> None:
+    # One pod mounts both: one handle would hang it (kubernetes/kubernetes#132921).
+    for team in TEAMS:
+        handles = [
+            v["spec"]["csi"]["volumeHandle"]
+            for v in team_volumes()
+            if v["spec"]["claimRef"]["namespace"] == team_namespace(team)
+        ]
+        assert len(set(handles)) == len(handles) == 2

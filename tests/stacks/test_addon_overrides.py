@@ -66,6 +66,7 @@ def test_overrides_reach_the_cluster_addons_stack():
             dns_name=f"fs-0123456789abcdef0.fsx.{REGION}.amazonaws.com",
             mount_name="abcdefgh",
             capacity_gib=1200,
+            data_path="/data",
         ),
     )
     assert addon_versions(stack) == expected("cluster-addons")

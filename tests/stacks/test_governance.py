@@ -4,13 +4,15 @@ in order, in every environment."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from config.addons import ADDONS, TASK_GOVERNANCE
 from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_namespace
 from config.team_admission import team_admissions
-from config.team_groups import team_gid
+from config.team_groups import team_gid, team_uid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
     TEAM_CONFIG_MAP,
@@ -18,7 +20,13 @@ from config.teams import (
     team_directories,
 )
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE, KUEUE_CONTROLLER, KUEUE_WAIT_ID
-from platform_constructs.team_admission import admission_binding, admission_policy, policy_name
+from platform_constructs.team_admission import (
+    admission_binding,
+    admission_policy,
+    identity_policy,
+    identity_policy_name,
+    policy_name,
+)
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -122,7 +130,12 @@ def test_every_team_namespace_is_guarded_by_its_admission_policy(env: SynthResul
         objects = kubernetes_objects({"Resources": {"M": manifest}})
         assert [(o["kind"], o["spec"]) for o in objects] == [
             (o["kind"], o["spec"])
-            for o in (admission_policy(admission), admission_binding(admission))
+            for o in (
+                admission_policy(admission),
+                admission_binding(admission),
+                identity_policy(admission),
+                admission_binding(admission, name=identity_policy_name(team)),
+            )
         ]
         assert (
             _admission_of(env, team)
@@ -160,12 +173,17 @@ def test_team_config_map_names_the_checkpoint_buckets_team_prefix(env: SynthResu
         assert key == managed_tier_prefix(team.name)
 
 
-def test_every_team_gets_its_directories_owned_by_the_group_its_jobs_carry(env: SynthResult):
-    jobs = {
-        o["metadata"]["namespace"]: o
-        for o in kubernetes_objects(env.templates["governance"])
-        if o["kind"] == "Job"
-    }
+def _team_of_script(job: dict) -> str:
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (team,) = {t for t in re.findall(r"/fsx/teams/([a-z0-9-]+)", container["command"][-1])}
+    return team
+
+
+def test_every_team_gets_its_directories_owned_by_the_user_its_jobs_run_as(env: SynthResult):
+    found = [o for o in kubernetes_objects(env.templates["governance"]) if o["kind"] == "Job"]
+    # In the platform's own namespace: a team namespace has no claim above the team's tree.
+    assert {o["metadata"]["namespace"] for o in found} == {"default"}
+    jobs = {team_namespace(_team_of_script(o)): o for o in found}
     teams = [t.name for t in env.config.governance.teams]
     assert set(jobs) == {team_namespace(t) for t in teams}
     image = {**pinned_images(env.config.region), **env.config.eks.image_overrides}[TEAM_DIRECTORIES]
@@ -175,8 +193,8 @@ def test_every_team_gets_its_directories_owned_by_the_group_its_jobs_carry(env: 
         (container,) = pod["containers"]
         assert container["image"] == image
         script = container["command"][-1]
-        # The group `hpctl job render` gives the team's pods (hpctl/job/render.py).
-        assert f'chown 0:{team_gid(team)} "$dir"' in script
+        # The user and group `hpctl job render` gives the team's pods (hpctl/job/render.py).
+        assert f'chown {team_uid(team)}:{team_gid(team)} "$dir"' in script
         for directory in team_directories(team):
             assert directory in script
         assert {t["key"] for t in pod.get("tolerations", [])} == taints

@@ -210,9 +210,13 @@ def test_groups_in_name_order_with_their_config(env):
         assert spec["InstanceCount"] == group.count
         assert spec.get("MinInstanceCount") == group.min_count
         assert spec["ThreadsPerCore"] == group.threads_per_core
-        assert spec["InstanceStorageConfigs"] == [
-            {"EbsVolumeConfig": {"VolumeSizeInGB": group.ebs_volume_gib}}
-        ]
+        # On the cluster's volume key under continuous provisioning (the environments' mode).
+        (volume, root) = spec["InstanceStorageConfigs"]
+        assert volume["EbsVolumeConfig"]["VolumeSizeInGB"] == group.ebs_volume_gib
+        assert root["EbsVolumeConfig"]["RootVolume"] is True
+        assert (
+            volume["EbsVolumeConfig"]["VolumeKmsKeyId"] == root["EbsVolumeConfig"]["VolumeKmsKeyId"]
+        )
         assert spec.get("OnStartDeepHealthChecks", []) == group.deep_health_checks
         kubernetes = spec.get("KubernetesConfig", {})
         assert kubernetes.get("Labels", {}) == group.labels

@@ -32,6 +32,7 @@ violations at the end prove each check can fail.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from config.kubernetes import (
     NODE_HEALTH_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
+    TEAM_NAMESPACE_PREFIX,
     TRAINING_JOB_LABEL,
     local_queue,
     priority_class,
@@ -66,9 +68,10 @@ from config.node_model import (
     pod_requests,
 )
 from config.schema import EnvironmentConfig
-from config.teams import team_capacity
+from config.teams import team_capacity, team_directory
 from hpctl.job.environment import spec_for_environment
 from hpctl.job.render import render_job
+from platform_constructs.eks_fsx_volume import file_system_path
 from platform_constructs.hyperpod_dependencies import ADVERTISED_BY
 from tests.support import (
     SYNTH_GROUP,
@@ -101,8 +104,12 @@ class Platform:
     pod_identities: set[tuple[str, str]] = field(default_factory=set)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     file_system: Any = None
-    # PersistentVolume name -> (stack, value) its CSI volume handle is exported from.
+    # The data repository association's directory (FileSystemPath).
+    data_path: str = ""
+    # PersistentVolume name -> (stack, value) the file system ID of its CSI volume handle is
+    # exported from, and the directory of the file system the volume is ("" for all of it).
     volume_handles: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    volume_paths: dict[str, str] = field(default_factory=dict)
     # The `scrape_configs` of every managed Prometheus collector (AWS::APS::Scraper).
     scrape_jobs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -125,8 +132,10 @@ def platform_of(result: SynthResult) -> Platform:
             key = (obj["kind"], meta.get("namespace"), meta["name"])
             platform.objects[key] = _with_tokens(obj, tokens)
             if obj["kind"] == "PersistentVolume":
-                handle = platform.objects[key]["spec"]["csi"]["volumeHandle"]
-                platform.volume_handles[meta["name"]] = result.exported(handle)
+                # "<token N>" (the file system ID) and the sub-directory after it, if any.
+                token, _, path = obj["spec"]["csi"]["volumeHandle"].partition(">")
+                platform.volume_handles[meta["name"]] = result.exported(tokens[token + ">"])
+                platform.volume_paths[meta["name"]] = path
         for resource in template["Resources"].values():
             props = resource.get("Properties", {})
             match resource["Type"]:
@@ -152,6 +161,11 @@ def platform_of(result: SynthResult) -> Platform:
     storage = result.templates["storage"]["Resources"]
     (platform.file_system,) = [
         {"Ref": k} for k, r in storage.items() if r["Type"] == "AWS::FSx::FileSystem"
+    ]
+    (platform.data_path,) = [
+        r["Properties"]["FileSystemPath"]
+        for r in storage.values()
+        if r["Type"] == "AWS::FSx::DataRepositoryAssociation"
     ]
     return platform
 
@@ -189,6 +203,11 @@ def _pod_problems(pod: dict[str, Any], namespace: str, platform: Platform) -> It
             platform.file_system,
         ):
             yield f"claim {claim_name!r} in {namespace} is not the platform's file system"
+        elif platform.volume_paths[pv["metadata"]["name"]] not in (
+            file_system_path(team_directory(namespace.removeprefix(TEAM_NAMESPACE_PREFIX))),
+            platform.data_path,
+        ):
+            yield f"claim {claim_name!r} in {namespace} reaches beyond its team's tree"
 
     selector = pod.get("nodeSelector", {})
     group = platform.groups.get(selector.get(INSTANCE_GROUP_LABEL))
@@ -377,20 +396,23 @@ def test_every_rendered_job_names_only_what_the_platform_creates(env: SynthResul
 
 def test_no_pod_can_mount_two_volumes_of_one_handle(env: SynthResult):
     """kubernetes/kubernetes#132921: a pod whose two volumes share a CSI handle never starts.
-    Every PV of the file system has its ID as handle, so each namespace holds exactly one FSx
-    claim (a pod mounts only its own namespace's claims) and every rendered job one claim."""
+    A pod mounts only its own namespace's claims, so the volumes of each namespace's claims
+    have handles of their own (the file system ID and the directory)."""
     platform = platform_of(env)
-    claims: dict[str, list[str]] = {}
-    for (kind, namespace, name), obj in platform.objects.items():
-        if kind == "PersistentVolumeClaim" and obj["spec"].get("volumeName") in (
-            platform.volume_handles
-        ):
-            claims.setdefault(str(namespace), []).append(name)
-    assert claims and all(len(names) == 1 for names in claims.values()), claims
+    handles: dict[str, list[tuple[Any, str]]] = {}
+    for (kind, namespace, _), obj in platform.objects.items():
+        volume = obj["spec"].get("volumeName") if kind == "PersistentVolumeClaim" else None
+        if volume in platform.volume_handles:
+            handles.setdefault(str(namespace), []).append(
+                (platform.volume_handles[volume], platform.volume_paths[volume])
+            )
+    assert handles
+    for namespace, found in handles.items():
+        assert len(found) == len({json.dumps(h, sort_keys=True) for h in found}), namespace
     for where, job in rendered_jobs(env):
         pod = job["spec"]["replicaSpecs"][0]["template"]["spec"]
         mounted = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
-        assert len(mounted) == 1, (where, mounted)
+        assert len(mounted) == 2, (where, mounted)
 
 
 # --------------------------------------------------------------------------- room on the node
@@ -605,6 +627,10 @@ def test_planted_platform_gaps_are_caught(prod: SynthResult):
         "claim on another volume": (
             lambda p: setattr(p, "file_system", {"Ref": "Elsewhere"}),
             "not the platform's file system",
+        ),
+        "claim of the whole file system": (
+            lambda p: p.volume_paths.update(dict.fromkeys(p.volume_paths, "")),
+            "reaches beyond its team's tree",
         ),
         "no quota": (lambda p: p.quota_teams.clear(), f"namespace {namespace}"),
         "no collector": (lambda p: p.scrape_jobs.clear(), "no managed Prometheus collector"),

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader
-
 from training import fileio
+from training.checkpoint.safe_load import SafeFileSystemReader
 
 MANIFEST = "manifest.json"
 COMMITTED = "COMMITTED"
@@ -219,7 +218,7 @@ def validate_checkpoint(
         if verify_checksums and sha256_file(p) != entry["sha256"]:
             return False, f"{name} checksum mismatch"
     try:
-        FileSystemReader(str(path)).read_metadata()
+        SafeFileSystemReader(str(path)).read_metadata()
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not loadable"
         return False, f"DCP metadata does not load: {e}"
     return True, "ok" if verify_checksums else "ok (sizes only: checksums not verified)"

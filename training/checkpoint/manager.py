@@ -43,7 +43,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
@@ -64,6 +63,7 @@ from training.checkpoint.format import (
     validate_checkpoint,
 )
 from training.checkpoint.planning import files_read_by, node_metadata
+from training.checkpoint.safe_load import SafeFileSystemReader, SafeLoadPlanner
 from training.checkpoint.staging import StateStager
 from training.checkpoint.tiers import Tier, open_tiers
 from training.config import CheckpointConfig
@@ -443,7 +443,7 @@ class CheckpointManager:
                 if tier.node_local:
                     # Each node reads its own copy of replicated items, so each node gets
                     # metadata (and a manifest entry for it) of its own.
-                    metadata = FileSystemReader(str(tmp)).read_metadata()
+                    metadata = SafeFileSystemReader(str(tmp)).read_metadata()
                     for node in sorted(set(self.node_of_rank)):
                         ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
                         meta = node_metadata(metadata, [gathered[r][2] for r in ranks])
@@ -507,7 +507,11 @@ class CheckpointManager:
                     warn(f"{rejected[-1]}; trying an older checkpoint")
                 continue
             try:
-                dcp_load(self.app_state, storage_reader=self.tiers[name].reader(ref))
+                dcp_load(
+                    self.app_state,
+                    storage_reader=self.tiers[name].reader(ref),
+                    planner=SafeLoadPlanner(),
+                )
             except IncompatibleCheckpointError:
                 raise
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - same on every rank

@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
+
+from training.checkpoint.safe_load import SafeFileSystemReader
 
 
 def dedup_save_plans(plans: list[SavePlan]) -> list[SavePlan]:
@@ -123,7 +125,7 @@ def files_read_by(path: Path, state_dict: dict[str, Any]) -> set[str]:
     Raises when the metadata does not load or does not cover `state_dict` (the load would
     fail the same way). Plans only: `state_dict` is not modified.
     """
-    metadata = FileSystemReader(str(path)).read_metadata()
+    metadata = SafeFileSystemReader(str(path)).read_metadata()
     planner = DefaultLoadPlanner()
     planner.set_up_planner(state_dict, metadata, is_coordinator=False)
     plan = planner.create_local_plan()

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.planner import SavePlanner
 
 from training.checkpoint import managed
 from training.checkpoint.format import CheckpointRef
 from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
+from training.checkpoint.safe_load import SafeFileSystemReader
 from training.config import (
     AUTO_STORAGE,
     LOCAL_STORAGE,
@@ -86,7 +86,7 @@ class DirectoryTier(Tier):
         return RecordingWriter(tmp, before_write)
 
     def reader(self, ref: CheckpointRef) -> Any:
-        return FileSystemReader(str(ref.path))
+        return SafeFileSystemReader(str(ref.path))
 
     def planner(self, node_of_rank: list[int]) -> SavePlanner | None:
         return NodeLocalSavePlanner(node_of_rank) if self.node_local else None
