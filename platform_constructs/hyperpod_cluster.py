@@ -83,6 +83,8 @@ class InstanceGroupProps:
     min_count: int | None = None
     threads_per_core: int = 1
     ebs_volume_gib: int
+    # Root and /opt/sagemaker volumes on the cluster's customer key (fixed at group creation).
+    volume_customer_key: bool = False
     deep_health_checks: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
@@ -310,7 +312,9 @@ class HyperPodCluster(Construct):
         kms:DescribeKey on this key, in its IAM policy and in the key policy (which names its
         one user, and keeps CDK's account statement for administration); no
         encryption-context condition (HyperPod passes none)."""
-        if props.node_provisioning_mode != CONTINUOUS_PROVISIONING:
+        if props.node_provisioning_mode != CONTINUOUS_PROVISIONING or not any(
+            g.volume_customer_key for g in props.instance_groups
+        ):
             return None
         key = kms.Key(
             self,
@@ -337,9 +341,15 @@ class HyperPodCluster(Construct):
     def _storage(
         self, group: InstanceGroupProps
     ) -> list[sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty]:
-        """The /opt/sagemaker volume, and with a volume key the root volume, both on it."""
+        """The /opt/sagemaker volume, and for a group on the volume key the root volume, both
+        on it. Groups without the setting keep AWS's key: a running group's key cannot
+        change, so the key is something a group is created with."""
         cfn = sagemaker.CfnCluster
-        key_arn = self.volume_key.key_arn if self.volume_key is not None else None
+        key_arn = (
+            self.volume_key.key_arn
+            if self.volume_key is not None and group.volume_customer_key
+            else None
+        )
         configs = [
             cfn.ClusterEbsVolumeConfigProperty(
                 volume_size_in_gb=group.ebs_volume_gib, volume_kms_key_id=key_arn

@@ -57,6 +57,7 @@ def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
         min_count=group.min_count,
         threads_per_core=group.threads_per_core,
         ebs_volume_gib=group.ebs_volume_gib,
+        volume_customer_key=group.volume_customer_key,
         deep_health_checks=tuple(group.deep_health_checks),
         labels=dict(group.labels),
         taints=tuple(group.taints),

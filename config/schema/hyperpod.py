@@ -280,6 +280,13 @@ class InstanceGroupConfig(Strict):
     deep_health_checks: list[Literal["InstanceStress", "InstanceConnectivity"]] = Field(
         default_factory=list
     )
+    volume_customer_key: bool = Field(
+        default=False,
+        description="The group's root and /opt/sagemaker volumes on the cluster's customer "
+        "managed KMS key (continuous provisioning only). Set it when the group is created: "
+        "HyperPod cannot change an existing group's key, so turning it on for a running group "
+        "fails the update; add a new group with it instead.",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[GroupTaint] = Field(default_factory=list)
     training_plan: TrainingPlanConfig | None = None
@@ -476,6 +483,21 @@ class HyperPodConfig(Strict):
                 "autoscaling",
                 "needs node_provisioning_mode: Continuous; set it or turn autoscaling off",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _volume_key_needs_continuous(self) -> HyperPodConfig:
+        # HyperPod takes a customer key for node volumes only under continuous provisioning
+        # (AWS's "Customer managed AWS KMS key encryption for SageMaker HyperPod").
+        if self.node_provisioning_mode == "Continuous":
+            return self
+        for index, group in enumerate(self.instance_groups):
+            if group.volume_customer_key:
+                raise FieldError(
+                    f"instance_groups[{index}].volume_customer_key",
+                    "needs node_provisioning_mode: Continuous; set it or leave the group on "
+                    "AWS's key",
+                )
         return self
 
     def groups_by_name(self) -> list[InstanceGroupConfig]:

@@ -260,6 +260,15 @@ RULES: list[tuple[str, Mutation, str, str]] = [
         "node_provisioning_mode: Continuous",
     ),
     (
+        "volume-key-needs-continuous-provisioning",
+        lambda d: (
+            d["hyperpod"].update(autoscaling=False, node_provisioning_mode=None),
+            gpu(d).update(volume_customer_key=True),
+        ),
+        f"{GPU}.volume_customer_key",
+        "node_provisioning_mode: Continuous",
+    ),
+    (
         "release-version-format",
         lambda d: updates(gpu(d)).update(image_release_version="v1.2"),
         f"{UPDATES}.image_release_version",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
@@ -388,31 +390,59 @@ def _volume_key(template: dict) -> str:
     return key_id
 
 
-def test_node_volumes_are_on_the_clusters_customer_key(autoscaling_template):
-    key_id = _volume_key(autoscaling_template)
-    key = {"Fn::GetAtt": [key_id, "Arn"]}
+@pytest.fixture(scope="module")
+def volume_key_template() -> dict:
+    """Continuous provisioning with the GPU group created on the customer key."""
+    groups = tuple(dataclasses.replace(g, volume_customer_key=g.name == "gpu-p5") for g in GROUPS)
+    props = HyperPodClusterProps(
+        availability_zones=AZS,
+        node_recovery="Automatic",
+        node_provisioning_mode="Continuous",
+        tiered_storage_percent=None,
+        autoscaling=True,
+        log_retention_days=30,
+        instance_groups=groups,
+    )
+    return template_of(cluster_stack(props)).to_json()
+
+
+def test_no_volume_key_unless_a_group_is_created_on_it(autoscaling_template):
+    # A running group's key cannot change: groups keep AWS's key unless they ask for it.
+    assert not [
+        r for r in autoscaling_template["Resources"].values() if r["Type"] == "AWS::KMS::Key"
+    ]
     for group in cluster(autoscaling_template)["InstanceGroups"]:
-        size = group["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"]
-        # The /opt/sagemaker volume and the root volume (whose size is HyperPod's).
-        assert group["InstanceStorageConfigs"] == [
-            {"EbsVolumeConfig": {"VolumeSizeInGB": size, "VolumeKmsKeyId": key}},
-            {"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": key}},
-        ]
-    properties = autoscaling_template["Resources"][key_id]["Properties"]
+        (storage,) = group["InstanceStorageConfigs"]
+        assert "VolumeKmsKeyId" not in storage["EbsVolumeConfig"]
+
+
+def test_node_volumes_are_on_the_clusters_customer_key(volume_key_template):
+    key_id = _volume_key(volume_key_template)
+    key = {"Fn::GetAtt": [key_id, "Arn"]}
+    groups = {g["InstanceGroupName"]: g for g in cluster(volume_key_template)["InstanceGroups"]}
+    size = groups["gpu-p5"]["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"]
+    # The /opt/sagemaker volume and the root volume (whose size is HyperPod's).
+    assert groups["gpu-p5"]["InstanceStorageConfigs"] == [
+        {"EbsVolumeConfig": {"VolumeSizeInGB": size, "VolumeKmsKeyId": key}},
+        {"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": key}},
+    ]
+    (system,) = groups["system"]["InstanceStorageConfigs"]
+    assert "VolumeKmsKeyId" not in system["EbsVolumeConfig"]
+    properties = volume_key_template["Resources"][key_id]["Properties"]
     assert properties["EnableKeyRotation"] is True
     # The key policy names its one user: the node role, for what HyperPod documents.
     (user,) = [
         s for s in properties["KeyPolicy"]["Statement"] if s.get("Sid") == "HyperPodNodeVolumes"
     ]
     assert sorted(user["Action"]) == ["kms:CreateGrant", "kms:DescribeKey"]
-    node_role = cluster(autoscaling_template)["InstanceGroups"][0]["ExecutionRole"]
+    node_role = cluster(volume_key_template)["InstanceGroups"][0]["ExecutionRole"]
     assert user["Principal"] == {"AWS": node_role}
-    assert autoscaling_template["Resources"][key_id]["DeletionPolicy"] == "Retain"
+    assert volume_key_template["Resources"][key_id]["DeletionPolicy"] == "Retain"
 
 
-def test_the_node_role_may_grant_the_volume_key_before_the_cluster_exists(autoscaling_template):
-    resources = autoscaling_template["Resources"]
-    key_id = _volume_key(autoscaling_template)
+def test_the_node_role_may_grant_the_volume_key_before_the_cluster_exists(volume_key_template):
+    resources = volume_key_template["Resources"]
+    key_id = _volume_key(volume_key_template)
     (policy_id, statement) = next(
         (k, s)
         for k, r in resources.items()
@@ -423,7 +453,7 @@ def test_the_node_role_may_grant_the_volume_key_before_the_cluster_exists(autosc
     assert sorted(statement["Action"]) == ["kms:CreateGrant", "kms:DescribeKey"]
     assert "Condition" not in statement  # HyperPod passes no encryption context
     (role_ref,) = resources[policy_id]["Properties"]["Roles"]
-    node_role = cluster(autoscaling_template)["InstanceGroups"][0]["ExecutionRole"]
+    node_role = cluster(volume_key_template)["InstanceGroups"][0]["ExecutionRole"]
     assert node_role == {"Fn::GetAtt": [role_ref["Ref"], "Arn"]}
     assert policy_id in resources[CLUSTER_LOGICAL_ID]["DependsOn"]
 
@@ -437,7 +467,7 @@ def test_no_volume_key_without_continuous_provisioning():
         tiered_storage_percent=None,
         autoscaling=False,
         log_retention_days=30,
-        instance_groups=GROUPS,
+        instance_groups=tuple(dataclasses.replace(g, volume_customer_key=True) for g in GROUPS),
     )
     template = template_of(cluster_stack(props)).to_json()
     assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key"]

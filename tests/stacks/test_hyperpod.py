@@ -210,13 +210,11 @@ def test_groups_in_name_order_with_their_config(env):
         assert spec["InstanceCount"] == group.count
         assert spec.get("MinInstanceCount") == group.min_count
         assert spec["ThreadsPerCore"] == group.threads_per_core
-        # On the cluster's volume key under continuous provisioning (the environments' mode).
-        (volume, root) = spec["InstanceStorageConfigs"]
-        assert volume["EbsVolumeConfig"]["VolumeSizeInGB"] == group.ebs_volume_gib
-        assert root["EbsVolumeConfig"]["RootVolume"] is True
-        assert (
-            volume["EbsVolumeConfig"]["VolumeKmsKeyId"] == root["EbsVolumeConfig"]["VolumeKmsKeyId"]
-        )
+        # The shipped groups keep AWS's key (a running group's key cannot change; a group is
+        # created on the customer key with volume_customer_key).
+        assert not group.volume_customer_key
+        (volume,) = spec["InstanceStorageConfigs"]
+        assert volume["EbsVolumeConfig"] == {"VolumeSizeInGB": group.ebs_volume_gib}
         assert spec.get("OnStartDeepHealthChecks", []) == group.deep_health_checks
         kubernetes = spec.get("KubernetesConfig", {})
         assert kubernetes.get("Labels", {}) == group.labels
