@@ -250,7 +250,12 @@ def _pod_problems(pod: dict[str, Any], namespace: str, platform: Platform) -> It
             if ref is None:
                 continue
             config_map = objects.get(("ConfigMap", namespace, ref["name"]))
-            if config_map is None or ref["key"] not in config_map.get("data", {}):
+            # An optional key (the MLflow URI, where the environment runs no server) may be
+            # absent: the kubelet starts the pod without the variable. The ConfigMap may not.
+            absent_allowed = ref.get("optional") is True and config_map is not None
+            if config_map is None or (
+                ref["key"] not in config_map.get("data", {}) and not absent_allowed
+            ):
                 yield f"ConfigMap key {ref['name']}/{ref['key']} is not created in {namespace}"
         for resource in container["resources"].get("limits", {}):
             if "/" not in resource:
