@@ -300,12 +300,13 @@ def test_the_sample_trace_is_on_only_where_its_variable_names_a_directory(
 
 @pytest.fixture(scope="module")
 def wide_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """uint32 tokens above 65535 (a uint16 read would split them), two shards and a file
-    that is not a shard."""
+    """uint32 tokens above 65535 (a uint16 read would split them): two shards, an empty one
+    and a file that is not a shard."""
     root = tmp_path_factory.mktemp("wide")
     rng = np.random.default_rng(2)
     write_token_shard(str(root / "0.bin"), rng.integers(70_000, 90_000, 5 * 4 + 1), "uint32")
     write_token_shard(str(root / "1.bin"), rng.integers(70_000, 90_000, 3 * 4 + 2), "uint32")
+    (root / "2.bin").write_bytes(b"")  # an empty shard holds no sample (and no -1)
     (root / "README.txt").write_text("not tokens " * 40)
     return root
 
@@ -329,8 +330,10 @@ def test_build_source_reads_s3_urls_with_the_given_dtype_and_seq_len(
     ]
     assert source.sample(5).dtype == np.int64
     for outside in (-1, 8):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=rf"^{outside}$"):
             source.sample(outside)
+    # The batch's GETs run on the source's own named pool (named in thread dumps).
+    assert any(t.name.startswith("s3-data_") for t in threading.enumerate())
 
 
 def test_s3_shards_all_too_short_are_refused_by_name(s3_server: S3Server, tmp_path: Path) -> None:
