@@ -45,6 +45,7 @@ LINKED: Final = (
     "platform_constructs",
     "lifecycle",
     "tools",
+    "benchmarks",
     "app.py",
     "cdk.json",
     "cdk.context.json",

@@ -315,7 +315,13 @@ class ResumableLoader:
         if self._prefetcher is None or self._prefetcher.next_position != position:
             self.close()
             self._prefetcher = _Prefetcher(self, position, self.prefetch_batches)
-        return self._prefetcher.get()
+        try:
+            return self._prefetcher.get()
+        except BaseException:
+            # The thread ended at the failed read: a retry starts a new one there, not a
+            # wait on a queue nothing fills.
+            self.close()
+            raise
 
     def close(self) -> None:
         """Stops the prefetch thread (a later next_batch starts another)."""
