@@ -94,18 +94,22 @@ def cluster_stack(props: HyperPodClusterProps, stack: cdk.Stack | None = None) -
     return stack
 
 
-@pytest.fixture(scope="module")
-def autoscaling_template() -> dict:
-    props = HyperPodClusterProps(
+def autoscaling_props(groups: tuple[InstanceGroupProps, ...] = GROUPS) -> HyperPodClusterProps:
+    """Continuous provisioning with autoscaling, over `groups`."""
+    return HyperPodClusterProps(
         availability_zones=AZS,
         node_recovery="Automatic",
         node_provisioning_mode="Continuous",
         tiered_storage_percent=None,
         autoscaling=True,
         log_retention_days=30,
-        instance_groups=GROUPS,
+        instance_groups=groups,
     )
-    return template_of(cluster_stack(props)).to_json()
+
+
+@pytest.fixture(scope="module")
+def autoscaling_template() -> dict:
+    return template_of(cluster_stack(autoscaling_props())).to_json()
 
 
 def cluster(template: dict) -> dict:
@@ -394,16 +398,7 @@ def _volume_key(template: dict) -> str:
 def volume_key_template() -> dict:
     """Continuous provisioning with the GPU group created on the customer key."""
     groups = tuple(dataclasses.replace(g, volume_customer_key=g.name == "gpu-p5") for g in GROUPS)
-    props = HyperPodClusterProps(
-        availability_zones=AZS,
-        node_recovery="Automatic",
-        node_provisioning_mode="Continuous",
-        tiered_storage_percent=None,
-        autoscaling=True,
-        log_retention_days=30,
-        instance_groups=groups,
-    )
-    return template_of(cluster_stack(props)).to_json()
+    return template_of(cluster_stack(autoscaling_props(groups))).to_json()
 
 
 def test_no_volume_key_unless_a_group_is_created_on_it(autoscaling_template):
