@@ -10,7 +10,8 @@ instead of by environment (`hpctl cluster status|nodes|reboot|replace --name`) t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,42 @@ JsonListOption = Annotated[bool, typer.Option("--json", help="Print a JSON list.
 RegionOption = Annotated[
     str | None, typer.Option("--region", help="AWS Region (default: the configured one)")
 ]
+
+
+# Durations on the command line carry their unit: `90m`, `6h`, `7d`, `2w`.
+_DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
+_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_UNIT_WORDS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class DurationError(ValueError):
+    """A duration option that cannot be read; the message is the one line to print."""
+
+
+def parse_duration(option: str, text: str, *, bare_unit: str | None = None) -> timedelta:
+    """`text` (`30m`, `6h`, `7d`, `2w`) as a timedelta.
+
+    A bare number is the spelling of the previous release: with `bare_unit` it is still read
+    in that unit (the caller prints the deprecation line from `bare_number_deprecation`);
+    without one it is refused. Raises DurationError with the line naming `option`."""
+    match = _DURATION.match(text)
+    if match:
+        return timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    if bare_unit is not None and text.strip().isdigit():
+        return timedelta(seconds=int(text) * _UNIT_SECONDS[bare_unit])
+    raise DurationError(
+        f"{option}: {text!r} is not a duration; write a number and a unit, e.g. 30m, 6h, 7d or 2w"
+    )
+
+
+def bare_number_deprecation(option: str, text: str, bare_unit: str) -> str | None:
+    """The one-line warning for a bare number read in its old unit, else None."""
+    if not text.strip().isdigit():
+        return None
+    return (
+        f"{option} {text.strip()}: a number without a unit is deprecated and read as "
+        f"{_UNIT_WORDS[bare_unit]}; write {text.strip()}{bare_unit}"
+    )
 
 
 def loaded_environment_option(ctx: typer.Context, name: str) -> LoadedEnvironment:
