@@ -317,7 +317,7 @@ def _memory_8b_four_layers(suite: Suite, where: Target) -> None:
     """8b's width, heads, vocabulary and sequence with 4 of its 32 layers on one GPU, with no
     layer and with every layer checkpointed, against benchmarks/memory_plan.py."""
     from benchmarks.memory_plan import GB, totals
-    from training.config import build_config
+    from training.presets import build_config
 
     sets = ["--set", "model.n_layers=4"]
     plan_cfg = build_config(where.preset("8b"), [] if where.cpu else ["model.n_layers=4"])

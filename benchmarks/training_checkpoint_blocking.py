@@ -41,9 +41,9 @@ def main() -> int:
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    from training.config import build_config
     from training.model import count_params
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.presets import build_config
     from training.trainer import Trainer
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))

@@ -106,9 +106,9 @@ def main() -> int:
 
     from benchmarks.gpu import peak_memory_gb
     from training.checkpoint.staging import iter_tensors
-    from training.config import build_config
     from training.model import count_params
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.presets import build_config
     from training.trainer import Trainer
 
     ensure_single_process_env()

@@ -90,9 +90,10 @@ def main() -> int:
     import torch.distributed as dist
 
     from benchmarks.gpu import peak_bf16, peak_memory_gb
-    from training.config import ConfigError, build_config
+    from training.config_parsing import ConfigError
     from training.model import count_params, flops_per_token
     from training.parallel import configure_cpu_threads, ensure_single_process_env, init_distributed
+    from training.presets import build_config
     from training.trainer import Trainer
 
     ensure_single_process_env()

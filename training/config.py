@@ -1,4 +1,6 @@
-"""Typed job configuration: dataclasses, named presets and ``section.field=value`` overrides.
+"""Typed job configuration: the sections' dataclasses, their checks and ``section.field=value``
+overrides. The named presets and build_config are in training/presets.py, the checkpoint
+section in training/checkpoint/config.py.
 
 One way to override: ``--set training.steps=40`` (repeatable). Values are coerced to the
 declared field type, so a typo or a bad value fails before any process group is created.
@@ -6,20 +8,17 @@ declared field type, so a typo or a bad value fails before any process group is 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-import re
-import types
 import typing
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """Raised for unknown presets, unknown keys or values that do not parse."""
+from training.checkpoint.config import CheckpointConfig, checkpoint_roots, tier_key
+from training.config_parsing import ConfigError, parse_value
+from training.environment import MLFLOW_TRACKING_URI_ENV
 
 
 @dataclass
@@ -126,173 +125,6 @@ class ParallelConfig:
     compile: bool = False
 
 
-# Names of the two tiers every preset declares (CheckpointConfig.tiers).
-FAST, DURABLE = "fast", "durable"
-# TierConfig.storage kinds (checkpoint/tiers.py registers a class for each but "auto"): a
-# directory, HyperPod managed tiered checkpointing, or managed when its library is importable
-# and a directory otherwise.
-LOCAL_STORAGE, MANAGED_STORAGE, AUTO_STORAGE = "local", "managed", "auto"
-
-
-@dataclass(frozen=True)
-class TierConfig:
-    """One checkpoint tier. Each field but the name is overridden as
-    ``--set checkpoint.<name>_<field>=value`` (tier_key), e.g. checkpoint.fast_interval=10."""
-
-    # Directory name under <out>/ckpt, the tier in logs and manifests.
-    name: str
-    # Root directory; "" = <out>/ckpt/<name>.
-    dir: str = ""
-    # Steps between checkpoints of this tier; 0 disables it.
-    interval: int = 0
-    # Committed checkpoints kept (keep-last-k).
-    keep: int = 1
-    # Storage kind: "local" (a directory), "managed" (HyperPod managed tiered checkpointing,
-    # with a marker directory here) or "auto" (managed when its library is importable).
-    storage: str = LOCAL_STORAGE
-    # Each node has its own copy in a real job (node memory or local NVMe): the launcher's
-    # --nodes emulation gives each emulated node its own directory. Whether a tier is
-    # node-local at run time is detected, not read from here.
-    per_node: bool = False
-
-    def due(self, step: int) -> bool:
-        return self.interval > 0 and step % self.interval == 0
-
-
-# The tier fields an override may set (every field but the name).
-TIER_FIELDS = tuple(f.name for f in dataclasses.fields(TierConfig) if f.name != "name")
-# Override keys that name a tier field by its earlier name: jobs rendered by an older hpctl
-# pass checkpoint.fast_backend to a newer image.
-TIER_KEY_ALIASES = {"fast_backend": "fast_storage"}
-
-
-def tier_key(tier: str, field_name: str) -> str:
-    """The ``--set`` key of one field of one tier: checkpoint.<tier>_<field>."""
-    return f"checkpoint.{tier}_{field_name}"
-
-
-def _default_tiers() -> tuple[TierConfig, ...]:
-    return (
-        # Node-local memory or NVMe (e.g. /dev/shm/...); managed tiered checkpointing when
-        # its library is importable.
-        TierConfig(FAST, interval=5, keep=3, storage=AUTO_STORAGE, per_node=True),
-        # Shared filesystem (FSx).
-        TierConfig(DURABLE, interval=20, keep=2),
-    )
-
-
-@dataclass
-class CheckpointConfig:
-    # The tiers, fastest to read first, most durable last. That order decides: at equal step
-    # the earlier tier is resumed from; when several are due at a step the latest one is
-    # written (it covers the others); the last one takes the final checkpoint. Adding a tier
-    # is one entry here (and a storage class in checkpoint/tiers.py only for new storage).
-    tiers: tuple[TierConfig, ...] = field(default_factory=_default_tiers)
-    # "thread" = staging copy, write and commit in the background; "sync" = blocking dcp.save.
-    async_mode: str = "thread"
-    # GPU only: take each checkpoint as a copy in GPU memory first (milliseconds, on the
-    # compute stream), so the optimizer update never waits for the copy to host memory.
-    # Costs GPU memory for a second copy of this rank's parameters and optimizer state.
-    device_snapshot: bool = False
-    # Tier written synchronously on SIGTERM. Durable by default: a drained node takes its
-    # local memory/NVMe with it, so a fast-tier save would not survive the reschedule.
-    sigterm_tier: str = DURABLE
-    # Verify sha256 of every file this rank reads before trusting a checkpoint on resume
-    # (off: sizes and DCP metadata only, and the resume says the shards went unverified).
-    verify_checksums: bool = True
-    export_final: bool = True
-    # Managed storage (a tier with storage=managed): the library's namespace, the same on
-    # every restart of one job and unique per job ("" = derived from the run directory), and
-    # its S3 tier ("" = in-memory tier only). The library writes S3 only for the checkpoints
-    # the training loop marks: the first managed checkpoint at or after every multiple of
-    # managed_s3_interval steps (0 = the last tier's interval).
-    managed_namespace: str = ""
-    managed_s3_path: str = ""
-    managed_s3_interval: int = 0
-
-    def tier(self, name: str) -> TierConfig:
-        for t in self.tiers:
-            if t.name == name:
-                return t
-        raise ConfigError(
-            f"no checkpoint tier {name!r} (tiers: {', '.join(t.name for t in self.tiers)})"
-        )
-
-    @property
-    def final_tier(self) -> str:
-        """The tier of the final checkpoint: the last, most durable one."""
-        return self.tiers[-1].name
-
-    def tier_due(self, step: int) -> str | None:
-        """The tier to write after `step`: of the tiers due, the latest in the list."""
-        for t in reversed(self.tiers):
-            if t.due(step):
-                return t.name
-        return None
-
-    def resume_key(self, step: int, tier: str) -> tuple[int, int]:
-        """Sort key of resume candidates: newest step first, then the order of the tiers."""
-        return -step, [t.name for t in self.tiers].index(tier)
-
-    def s3_interval(self) -> int:
-        """Steps between managed checkpoints also written to S3."""
-        return self.managed_s3_interval or self.tiers[-1].interval
-
-    def set_tier_field(self, name_field: str, raw: str) -> bool:
-        """Applies ``checkpoint.<tier>_<field>=raw``; False when no tier field has that key."""
-        name_field = TIER_KEY_ALIASES.get(name_field, name_field)
-        hints = typing.get_type_hints(TierConfig)
-        for i, t in enumerate(self.tiers):
-            field_name = name_field.removeprefix(f"{t.name}_")
-            if field_name != name_field and field_name in TIER_FIELDS:
-                value = _coerce(raw, hints[field_name], tier_key(t.name, field_name))
-                replaced = dataclasses.replace(t, **{field_name: value})
-                self.tiers = (*self.tiers[:i], replaced, *self.tiers[i + 1 :])
-                return True
-        return False
-
-    def validate(self) -> None:
-        if not self.tiers:
-            raise ConfigError("checkpoint.tiers must declare at least one tier")
-        names = [t.name for t in self.tiers]
-        own = {f.name for f in dataclasses.fields(self)} | set(TIER_KEY_ALIASES)
-        for t in self.tiers:
-            if not _TIER_NAME.fullmatch(t.name) or names.count(t.name) > 1:
-                raise ConfigError(
-                    f"checkpoint tier names must be unique lowercase identifiers, got {t.name!r}"
-                )
-            clash = [f for f in TIER_FIELDS if f"{t.name}_{f}" in own]
-            if clash:
-                raise ConfigError(
-                    f"checkpoint tier {t.name!r}: {tier_key(t.name, clash[0])} is another setting"
-                )
-            if t.interval < 0:
-                raise ConfigError(
-                    f"{tier_key(t.name, 'interval')} must be >= 0 (0 disables the tier), "
-                    f"got {t.interval}"
-                )
-            if t.keep < 1:
-                raise ConfigError(f"{tier_key(t.name, 'keep')} must be >= 1, got {t.keep}")
-        if self.sigterm_tier not in names:
-            raise ConfigError(
-                f"checkpoint.sigterm_tier must be one of {', '.join(names)}, got "
-                f"{self.sigterm_tier!r}"
-            )
-        if self.async_mode not in ("thread", "sync"):
-            raise ConfigError("checkpoint.async_mode must be 'thread' or 'sync'")
-        if self.managed_s3_path and not self.managed_s3_path.startswith("s3://"):
-            raise ConfigError(
-                f"checkpoint.managed_s3_path must be an s3:// URI, got {self.managed_s3_path!r}"
-            )
-        if self.managed_s3_interval < 0:
-            raise ConfigError(
-                "checkpoint.managed_s3_interval must be >= 0 (0 = the last tier's interval)"
-            )
-
-
-_TIER_NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
 @dataclass
 class FaultConfig:
     # Watchdog: exit non-zero when no step completes for this many seconds (0 = off).
@@ -316,9 +148,7 @@ class EvalConfig:
     batches: int = 0
 
 
-# The platform's MLflow tracking server, set in jobs from the team ConfigMap
-# (hpctl/job/render.py): what an empty tracking.mlflow_uri means.
-MLFLOW_TRACKING_URI_ENV = "HPTRAIN_MLFLOW_TRACKING_URI"
+# tracking.mlflow_uri that turns tracking off, even where the platform runs a server.
 TRACKING_OFF = "off"
 
 
@@ -609,63 +439,11 @@ def output_dirs(cfg: JobConfig, out: Path) -> dict[str, Path]:
     return {"--out": out, **{tier_key(name, "dir"): root for name, root in roots.items()}}
 
 
-def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:
-    """Root directory of each tier, in tier order: the configured one, else <out>/ckpt/<name>."""
-    return {t.name: Path(t.dir) if t.dir else out / "ckpt" / t.name for t in c.tiers}
-
-
 # data.source values (training/data.py build_source).
 DATA_SOURCES = ("synthetic", "memmap", "s3")
 
 # Ports `metrics.port` may take besides 0: unprivileged (the image runs as a non-root user).
 METRICS_PORTS = (1024, 65535)
-
-# The platform's job environment: `hpctl job render` sets these in the container of every
-# job, whatever code it runs (README, "Job environment"). The trainer takes them as defaults
-# that its command line (`--out`, `--set`) overrides.
-RUN_DIR_ENV = "HPTRAIN_RUN_DIR"
-CHECKPOINT_DIR_ENV = "HPTRAIN_CHECKPOINT_DIR"
-NODE_CHECKPOINT_DIR_ENV = "HPTRAIN_NODE_CHECKPOINT_DIR"
-MANAGED_S3_PATH_ENV = "HPTRAIN_MANAGED_S3_PATH"
-METRICS_PORT_ENV = "HPTRAIN_METRICS_PORT"
-JOB_NAME_ENV = "HPTRAIN_JOB_NAME"
-
-
-def environment_tiers(c: CheckpointConfig) -> dict[str, str]:
-    """The tier whose directory each checkpoint variable names: the shared directory is the
-    last (most durable) tier's, the node directory the first per-node tier's."""
-    tiers = {CHECKPOINT_DIR_ENV: c.tiers[-1].name}
-    node = next((t.name for t in c.tiers if t.per_node), None)
-    if node is not None and node != tiers[CHECKPOINT_DIR_ENV]:
-        tiers[NODE_CHECKPOINT_DIR_ENV] = node
-    return tiers
-
-
-def environment_overrides(cfg: JobConfig, environ: typing.Mapping[str, str]) -> list[str]:
-    """The ``--set`` assignments the platform variables in `environ` stand for (the managed
-    tier's namespace is the job's name), each checked against `cfg`; to be applied before the
-    command line's own. A bad value raises ConfigError naming the variable."""
-    keys = {
-        METRICS_PORT_ENV: "metrics.port",
-        MANAGED_S3_PATH_ENV: "checkpoint.managed_s3_path",
-        JOB_NAME_ENV: "checkpoint.managed_namespace",
-        **{env: tier_key(tier, "dir") for env, tier in environment_tiers(cfg.checkpoint).items()},
-    }
-    assignments = []
-    for name, key in keys.items():
-        value = environ.get(name)
-        if not value:
-            continue
-        assignment = f"{key}={value}"
-        trial = copy.deepcopy(cfg)
-        try:
-            apply_override(trial, assignment)
-            trial.validate()
-        except ConfigError as error:
-            raise ConfigError(f"{name}={value!r} (job environment): {error}") from None
-        assignments.append(assignment)
-    return assignments
-
 
 # (field, lower bound, bound allowed, upper bound or None, bound allowed).
 _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
@@ -705,139 +483,6 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
 _OPTIONAL = {"model.n_kv_heads", "model.ffn_hidden"}
 
 
-def _tiny() -> JobConfig:
-    # ~230K parameters: fast enough for multi-process CPU tests. The default checkpoint tiers.
-    return JobConfig(
-        preset="tiny",
-        model=ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024),
-        training=TrainingConfig(steps=40, global_batch_size=8, seq_len=64),
-        optim=OptimConfig(lr=3e-3, warmup_steps=5),
-        fault=FaultConfig(watchdog_s=60.0, sigterm_grace_s=30.0),
-    )
-
-
-# Tokens per loss chunk on the GPU presets: fp32 logits of 4096 x 128256 are 2.1 GB per chunk
-# (4.2 GB at the peak, with logsumexp's temporary), against 8.4 GB per 4 x 4096-token pass (and
-# as much again for their copies) unchunked.
-GPU_LOSS_CHUNK_TOKENS = 4096
-
-
-def _llama_gpu(
-    preset: str,
-    model: ModelConfig,
-    *,
-    seq_len: int,
-    batch: int,
-    micro_batch: int,
-    activation_checkpoint: str,
-) -> JobConfig:
-    return JobConfig(
-        preset=preset,
-        model=model,
-        data=DataConfig(source="memmap", path="/fsx/data/tokens", dtype="uint32"),
-        training=TrainingConfig(
-            steps=100_000,
-            global_batch_size=batch,
-            seq_len=seq_len,
-            micro_batch_size=micro_batch,
-            loss_chunk_tokens=GPU_LOSS_CHUNK_TOKENS,
-        ),
-        optim=OptimConfig(lr=3e-4, warmup_steps=2000, weight_decay=0.1),
-        parallel=ParallelConfig(activation_checkpoint=activation_checkpoint, compile=True),
-        checkpoint=CheckpointConfig(
-            tiers=(
-                TierConfig(
-                    FAST,
-                    dir="/dev/shm/hptrain-ckpt",  # noqa: S108 - node-local memory tier by design
-                    interval=50,
-                    keep=2,
-                    storage=AUTO_STORAGE,
-                    per_node=True,
-                ),
-                # <out>/ckpt/durable: the run directory is on FSx in a job, and a shared root
-                # would mix every run's checkpoints (rendered jobs name the team's directory).
-                TierConfig(DURABLE, interval=500, keep=3),
-            )
-        ),
-        fault=FaultConfig(watchdog_s=900.0, sigterm_grace_s=120.0),
-    )
-
-
-def _1b() -> JobConfig:
-    # Llama-3.2-1B shape; untied input/output embeddings give ~1.5B parameters.
-    m = ModelConfig(
-        dim=2048,
-        n_layers=16,
-        n_heads=32,
-        n_kv_heads=8,
-        vocab_size=128256,
-        ffn_hidden=8192,
-        rope_theta=500000.0,
-    )
-    # One H100 80GB, torch 2.11, plain loss: activation checkpointing off with 4 sequences per
-    # pass was the fastest measured, MFU 0.516 with the embedding counted, 0.439 by the
-    # standard count, at 68.7 GB (all layers checkpointed, 2 per pass: 0.380 / 0.324). The
-    # chunked loss added here only lowers memory; this combination remains to be re-measured
-    # on an H100 (benchmarks/README.md has the commands).
-    return _llama_gpu("1b", m, seq_len=4096, batch=256, micro_batch=4, activation_checkpoint="none")
-
-
-def _8b() -> JobConfig:
-    # Llama-3-8B shape (~8.0B parameters).
-    m = ModelConfig(
-        dim=4096,
-        n_layers=32,
-        n_heads=32,
-        n_kv_heads=8,
-        vocab_size=128256,
-        ffn_hidden=14336,
-        rope_theta=500000.0,
-    )
-    # Per-GPU memory plan for 8 x H100 80GB (benchmarks/README.md, an estimate that errs high):
-    # every other layer checkpointed is 57 GB of 85, none 80 GB. Remains to be measured on
-    # 8 H100s; parallel.activation_checkpoint=all (33 GB) is the fallback.
-    return _llama_gpu(
-        "8b", m, seq_len=8192, batch=512, micro_batch=1, activation_checkpoint="every:2"
-    )
-
-
-PRESETS: dict[str, typing.Callable[[], JobConfig]] = {"tiny": _tiny, "1b": _1b, "8b": _8b}
-
-
-def preset_global_batch(preset: str) -> int:
-    """The global batch `preset` declares, before a job sets its own (`batch_for_world`)."""
-    return PRESETS[preset]().training.global_batch_size
-
-
-def _coerce(raw: str, annotation: Any, key: str) -> Any:
-    """Parses `raw` into the declared type of a dataclass field."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if raw.strip().lower() in ("none", "null", ""):
-            return None
-        return _coerce(raw, args[0], key)
-    try:
-        if annotation is bool:
-            low = raw.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if annotation is int:
-            return int(raw)
-        if annotation is float:
-            return float(raw)
-        if annotation is str:
-            return raw
-    except ValueError:
-        raise ConfigError(
-            f"bad value for {key}: {raw!r} (expected {annotation.__name__})"
-        ) from None
-    raise ConfigError(f"{key} cannot be overridden from the command line")
-
-
 def apply_override(cfg: JobConfig, assignment: str) -> None:
     """Applies one ``section.field=value`` assignment in place."""
     if "=" not in assignment:
@@ -857,14 +502,4 @@ def apply_override(cfg: JobConfig, assignment: str) -> None:
         if isinstance(section, CheckpointConfig) and section.set_tier_field(field_name, raw):
             return
         raise ConfigError(f"unknown config key {key!r}")
-    setattr(section, field_name, _coerce(raw, hints[field_name], key))
-
-
-def build_config(preset: str, overrides: list[str] | None = None) -> JobConfig:
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
-    cfg = copy.deepcopy(PRESETS[preset]())
-    for assignment in overrides or []:
-        apply_override(cfg, assignment)
-    cfg.validate()
-    return cfg
+    setattr(section, field_name, parse_value(raw, hints[field_name], key))

@@ -22,8 +22,10 @@ import torch
 
 from training import fileio
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import PRESETS, ConfigError, ModelConfig, build_config
+from training.config import ModelConfig
+from training.config_parsing import ConfigError
 from training.hf_llama import CONFIG_FILE, INDEX_FILE, hf_config, hf_tensor, to_hf_rows
+from training.presets import PRESETS, build_config
 
 # The key prefix of the model's parameters in a DCP checkpoint (Trainer's app state).
 DCP_MODEL_PREFIX = "model_optim.model."

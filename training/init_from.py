@@ -35,7 +35,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from training import s3
-from training.config import ConfigError, ModelConfig
+from training.config import ModelConfig
+from training.config_parsing import ConfigError
 from training.hf_llama import (
     CONFIG_FILE,
     INDEX_FILE,

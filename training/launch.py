@@ -37,18 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from training import fileio
+from training.checkpoint.config import checkpoint_roots, tier_key
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import (
-    PRESETS,
-    ConfigError,
-    JobConfig,
-    build_config,
-    checkpoint_roots,
-    output_dirs,
-    tier_key,
-)
+from training.config import JobConfig, output_dirs
+from training.config_parsing import ConfigError
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
+from training.presets import PRESETS, build_config
 
 if TYPE_CHECKING:
     from training.checkpoint.format import CheckpointRef

@@ -2,7 +2,7 @@
 
 Under the platform, `--out`, the checkpoint directories, the metrics port and the managed
 tier's S3 path and namespace default to the job environment `hpctl job render` sets
-(HPTRAIN_RUN_DIR, ...; training.config.environment_overrides).
+(HPTRAIN_RUN_DIR, ...; training/environment.py, environment_overrides here).
 
 Runs under torchrun, hyperpodrun (both export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/...)
 or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after saving, 1 error,
@@ -13,6 +13,7 @@ continue from or train over), 3 watchdog, 4 SIGTERM grace period exceeded before
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import traceback
@@ -20,23 +21,38 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import (
-    PRESETS,
-    RUN_DIR_ENV,
-    ConfigError,
-    JobConfig,
-    build_config,
-    environment_overrides,
-    output_dirs,
-)
+from training.config import JobConfig, apply_override, output_dirs
+from training.config_parsing import ConfigError
+from training.environment import RUN_DIR_ENV, environment_keys
 from training.fileio import writable_problem
+from training.presets import PRESETS, build_config
+
+
+def environment_overrides(cfg: JobConfig, environ: Mapping[str, str]) -> list[str]:
+    """The ``--set`` assignments the platform variables in `environ` stand for, each checked
+    against `cfg`; to be applied before the command line's own. A bad value raises
+    ConfigError naming the variable."""
+    assignments = []
+    for name, key in environment_keys(cfg.checkpoint).items():
+        value = environ.get(name)
+        if not value:
+            continue
+        assignment = f"{key}={value}"
+        trial = copy.deepcopy(cfg)
+        try:
+            apply_override(trial, assignment)
+            trial.validate()
+        except ConfigError as error:
+            raise ConfigError(f"{name}={value!r} (job environment): {error}") from None
+        assignments.append(assignment)
+    return assignments
 
 
 def parse_args(
     argv: list[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[JobConfig, Path, bool]:
     """The config, run directory and --start-fresh of a command line; `environ` (default
-    os.environ) supplies the platform's job environment (training.config, RUN_DIR_ENV...)."""
+    os.environ) supplies the platform's job environment (training/environment.py)."""
     p = OneLineErrorParser(
         prog="python -m training.train", description="HyperPod training entry point"
     )

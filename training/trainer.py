@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export, tracking
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError, warn
-from training.config import JobConfig, preset_global_batch
+from training.config import JobConfig
 from training.data import ResumableLoader, SampleTrace, build_source
 from training.evaluation import Evaluator
 from training.faults import FaultInjector, FaultPlan
@@ -41,6 +41,7 @@ from training.parallel import (
     data_parallel_rank,
     loss_context,
 )
+from training.presets import preset_global_batch
 from training.run_identity import RunIdentity
 from training.watchdog import Watchdog
 

@@ -45,8 +45,8 @@ from config.teams import (
 )
 from hpctl.job.log_rules import log_rules
 from hpctl.job.spec import SHM_MOUNT, CommandEntryPoint, JobSpec
-from training.config import (
-    AUTO_STORAGE,
+from training.checkpoint.config import AUTO_STORAGE, tier_key
+from training.environment import (
     CHECKPOINT_DIR_ENV,
     JOB_NAME_ENV,
     MANAGED_S3_PATH_ENV,
@@ -54,7 +54,6 @@ from training.config import (
     MLFLOW_TRACKING_URI_ENV,
     NODE_CHECKPOINT_DIR_ENV,
     RUN_DIR_ENV,
-    tier_key,
 )
 
 API_VERSION = f"{HYPERPOD_JOB_GROUP}/{HYPERPOD_JOB_VERSION}"

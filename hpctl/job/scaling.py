@@ -14,7 +14,9 @@ import functools
 import math
 from typing import Final, Literal
 
-from training.config import ConfigError, JobConfig, build_config
+from training.config import JobConfig
+from training.config_parsing import ConfigError
+from training.presets import build_config
 
 Parallelism = Literal["fsdp", "hsdp"]
 PARALLELISMS: Final[tuple[Parallelism, ...]] = ("fsdp", "hsdp")

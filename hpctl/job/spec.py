@@ -62,21 +62,18 @@ from hpctl.job.scaling import (
     parallel_overrides,
     resolved_parallelism,
 )
-from training.config import (
+from training.checkpoint.config import (
     AUTO_STORAGE,
-    CHECKPOINT_DIR_ENV,
     DURABLE,
     LOCAL_STORAGE,
     MANAGED_STORAGE,
-    NODE_CHECKPOINT_DIR_ENV,
-    PRESETS,
     CheckpointConfig,
-    ConfigError,
-    JobConfig,
     TierConfig,
-    build_config,
-    environment_tiers,
 )
+from training.config import JobConfig
+from training.config_parsing import ConfigError
+from training.environment import CHECKPOINT_DIR_ENV, NODE_CHECKPOINT_DIR_ENV, environment_tiers
+from training.presets import PRESETS, build_config
 
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
 

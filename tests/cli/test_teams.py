@@ -20,7 +20,8 @@ from hpctl.teams import teams_report
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.job.conftest import IMAGE
 from tests.support import ENVIRONMENTS, environment, environment_data, loaded_from
-from training.config import PRESETS, JobConfig
+from training.config import JobConfig
+from training.presets import PRESETS
 from training.train import parse_args
 
 PREFIX = "hpctl teams: "

@@ -20,7 +20,9 @@ from hpctl import job_cmd
 from hpctl.job.environment import spec_for_environment
 from hpctl.job.spec import JobSpec, preset_config
 from tests.support import environment, variant_of
-from training.config import AUTO_STORAGE, PRESETS, JobConfig, TierConfig
+from training.checkpoint.config import AUTO_STORAGE, TierConfig
+from training.config import JobConfig
+from training.presets import PRESETS
 
 REQUIRED: dict[str, Any] = {
     "name": "llama-8b",

@@ -23,7 +23,7 @@ from hpctl.job.spec import (
 )
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.job.conftest import IMAGE, env_spec, make_spec
-from training.config import build_config
+from training.presets import build_config
 from training.train import parse_args
 
 TITAN = ModuleEntryPoint(module="torchtitan.train", args=("--module", "llama3"))

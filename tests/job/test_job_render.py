@@ -14,7 +14,7 @@ from config.team_groups import team_gid, team_uid
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import IMAGE
-from training.config import TierConfig
+from training.checkpoint.config import TierConfig
 from training.train import parse_args
 
 

@@ -23,7 +23,7 @@ from hpctl.job.render import ELASTIC_RDZV_BACKEND, render_job
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import GB200, env_spec, gb200_environment, make_spec
 from tests.support import environment, variant_of
-from training.config import ConfigError
+from training.config_parsing import ConfigError
 from training.train import parse_args
 
 LAYER_3 = "topology.k8s.aws/network-node-layer-3"

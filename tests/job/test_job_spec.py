@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from hpctl.job.spec import JobSpec, default_tier_dir
-from training.config import DURABLE, FAST, TierConfig
+from training.checkpoint.config import DURABLE, FAST, TierConfig
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -11,11 +11,12 @@ import torch
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.device_mesh import DeviceMesh
 
-from training.config import JobConfig, build_config
+from training.config import JobConfig
 from training.data import ResumableLoader, build_source
 from training.model import Transformer
 from training.optim import build_optimizer, materialize_state
 from training.parallel import apply_parallelism, build_mesh
+from training.presets import build_config
 from training.trainer import ModelOptimizerState, TrainState
 
 CPU = torch.device("cpu")

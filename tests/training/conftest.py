@@ -15,7 +15,7 @@ import torch.distributed as dist
 from filelock import FileLock
 
 from tests.training import loglines
-from training.config import CheckpointConfig, TierConfig
+from training.checkpoint.config import CheckpointConfig, TierConfig
 from training.launch import command
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ import torch.distributed.checkpoint as dcp
 
 from tests.training import appstate
 from tests.training.conftest import local_checkpoints
+from training.checkpoint.config import CheckpointConfig, TierConfig
 from training.checkpoint.format import (
     MANIFEST,
     list_committed,
@@ -22,7 +23,6 @@ from training.checkpoint.format import (
     step_dir_name,
 )
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
-from training.config import CheckpointConfig, TierConfig
 from training.faults import FaultInjector, FaultPlan
 from training.optim import apply_config
 from training.run_identity import RunIdentity, compare
@@ -412,7 +412,8 @@ def test_managed_tier_sends_one_checkpoint_a_window_to_s3(
     # are often durable steps, which the durable tier takes (tier_due), so the first managed
     # checkpoint at or after each multiple goes: one per window, none skipped.
     from training.checkpoint import managed
-    from training.config import FAST, build_config
+    from training.checkpoint.config import FAST
+    from training.presets import build_config
 
     cfg = build_config(preset, ["checkpoint.managed_s3_path=s3://bucket/ckpt", *overrides])
     c = cfg.checkpoint

@@ -15,6 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from tests.training.conftest import local_checkpoints
+from training.checkpoint.config import CheckpointConfig, TierConfig
 from training.checkpoint.format import (
     COMMITTED,
     DCP_METADATA,
@@ -29,7 +30,8 @@ from training.checkpoint.format import (
     validate_checkpoint,
 )
 from training.checkpoint.manager import CheckpointManager, candidate_order
-from training.config import CheckpointConfig, ConfigError, OptimConfig, TierConfig
+from training.config import OptimConfig
+from training.config_parsing import ConfigError
 from training.data import ResumableLoader, build_source
 from training.optim import build_optimizer
 from training.trainer import TrainState

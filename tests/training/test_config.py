@@ -4,22 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from training.config import (
-    GPU_LOSS_CHUNK_TOKENS,
-    PRESETS,
+from training.checkpoint.config import (
     TIER_FIELDS,
     CheckpointConfig,
-    ConfigError,
     TierConfig,
-    apply_override,
-    build_config,
     checkpoint_roots,
-    checkpointed_layers,
-    output_dirs,
-    preset_global_batch,
     tier_key,
 )
+from training.config import apply_override, checkpointed_layers, output_dirs
+from training.config_parsing import ConfigError
 from training.model import count_params
+from training.presets import GPU_LOSS_CHUNK_TOKENS, PRESETS, build_config, preset_global_batch
 
 
 def test_presets_exist_and_validate() -> None:

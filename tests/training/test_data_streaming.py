@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.training.conftest import S3Server, launch
-from training.config import ConfigError, build_config
+from training.config_parsing import ConfigError
 from training.data import (
     MemmapTokenSource,
     ResumableLoader,
@@ -18,6 +18,7 @@ from training.data import (
     SyntheticTokenSource,
     write_token_shard,
 )
+from training.presets import build_config
 
 SEQ = 16
 

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from tests.training.conftest import REPO, S3Server, launch
-from training.config import ModelConfig, build_config
+from training.config import ModelConfig
 from training.export_hf import save_hf
 from training.hf_llama import INDEX_FILE, from_hf_rows, hf_config, to_hf_rows
 from training.init_from import InitFromError, load_pretrained
 from training.model import Transformer
+from training.presets import build_config
 
 # fp32 on CPU: the two implementations differ only in the order of a few float operations
 # (RoPE's rotation, RMSNorm's scaling), far below this.

@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from training.config import build_config
 from training.model import count_params
+from training.presets import build_config
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "benchmarks" / "README.md"

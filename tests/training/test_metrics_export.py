@@ -22,9 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from config.observability_metrics import METRICS as CATALOGUE
 from config.observability_metrics import TRAINER
 from tests.training.conftest import REPO
-from training.config import ConfigError, build_config
+from training.config_parsing import ConfigError
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.metrics_export import METRICS, TrainingMetrics, start
+from training.presets import build_config
 
 LOCALHOST = "127.0.0.1"
 TRAINER_ROWS = {name: m for name, m in CATALOGUE.items() if m.source is TRAINER}

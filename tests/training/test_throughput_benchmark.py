@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from training.config import build_config
 from training.model import flops_per_token
+from training.presets import build_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "training_throughput.py"

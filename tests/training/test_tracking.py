@@ -13,10 +13,11 @@ import torch
 
 from tests.training.conftest import LaunchResult, launch
 from training import tracking
-from training.config import MLFLOW_TRACKING_URI_ENV, build_config
+from training.environment import MLFLOW_TRACKING_URI_ENV
 from training.evaluation import EVAL_LOG, eval_source
 from training.export_hf import load_dcp_model
 from training.model import Transformer
+from training.presets import build_config
 from training.run_identity import RunIdentity
 
 STEPS = 12

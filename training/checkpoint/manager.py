@@ -47,6 +47,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
 
+from training.checkpoint.config import CheckpointConfig
 from training.checkpoint.format import (
     DCP_METADATA,
     CheckpointRef,
@@ -66,7 +67,6 @@ from training.checkpoint.planning import files_read_by, node_metadata
 from training.checkpoint.safe_load import SafeFileSystemReader, SafeLoadPlanner
 from training.checkpoint.staging import StateStager
 from training.checkpoint.tiers import Tier, open_tiers
-from training.config import CheckpointConfig
 from training.fileio import write_bytes_durably
 from training.metrics import log_checkpoint
 from training.run_identity import Change, RunIdentity, compare, describe

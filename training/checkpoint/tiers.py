@@ -20,19 +20,19 @@ from typing import Any, TypeVar
 from torch.distributed.checkpoint.planner import SavePlanner
 
 from training.checkpoint import managed
-from training.checkpoint.format import CheckpointRef
-from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
-from training.checkpoint.safe_load import SafeFileSystemReader
-from training.config import (
+from training.checkpoint.config import (
     AUTO_STORAGE,
     LOCAL_STORAGE,
     MANAGED_STORAGE,
     CheckpointConfig,
-    ConfigError,
     TierConfig,
     checkpoint_roots,
     tier_key,
 )
+from training.checkpoint.format import CheckpointRef
+from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
+from training.checkpoint.safe_load import SafeFileSystemReader
+from training.config_parsing import ConfigError
 
 
 class Tier(ABC):
