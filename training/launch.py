@@ -10,7 +10,8 @@ no process outlives the launcher. Exit code: 0 when the final attempt exits 0, 1
 restarts are exhausted, 124 on --timeout-s, 2 on bad input (arguments, an unwritable
 directory, or a rank that exited 2: restarting cannot help).
 
-Attempts are numbered across launches of the same run directory (logs/attempt<N>_rank<R>.log,
+The command line is in training/launch_options.py, the run directory's layout in
+training/launch_dirs.py. Attempts are numbered across launches of the same run directory (logs/attempt<N>_rank<R>.log,
 attempts/attempt_<N>.json), so a relaunch keeps the logs of earlier ones; summary.json's
 `restarts` counts the whole job's restarts, `launcher.restarts` this launch's.
 """
@@ -21,10 +22,8 @@ import argparse
 import contextlib
 import ctypes
 import json
-import math
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -34,19 +33,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from training import fileio
-from training.checkpoint.config import checkpoint_roots, tier_key
-from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import JobConfig, output_dirs
-from training.config_parsing import ConfigError
+from training.checkpoint.config import tier_key
+from training.cli import USAGE_EXIT_CODE
+from training.config import JobConfig
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
-from training.presets import PRESETS, build_config
-
-if TYPE_CHECKING:
-    from training.checkpoint.format import CheckpointRef
+from training.launch_dirs import (
+    checkpoint_listing,
+    corrupt_newest,
+    next_job_attempt,
+    node_tier_dirs,
+)
+from training.launch_options import parse_args
 
 TIMEOUT_EXIT_CODE = 124
 _PR_SET_PDEATHSIG = 1
@@ -92,98 +93,6 @@ def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
         log.write(line)
         log.flush()
     stream.close()
-
-
-def _list_committed(root: Path, tier: str) -> list[CheckpointRef]:
-    # Imported here: the launcher itself never needs torch, so argument errors are instant.
-    from training.checkpoint.format import list_committed
-
-    return list_committed(root, tier)
-
-
-def _listing(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, list[str]]:
-    roots = _tier_roots(cfg, out, nodes)
-    return {
-        tier: sorted(p.name for p in root.iterdir()) if root.is_dir() else []
-        for tier, root in roots.items()
-    }
-
-
-def node_tier_dirs(cfg: JobConfig, out: Path, node: int) -> dict[str, Path]:
-    """Directories of the per-node tiers (TierConfig.per_node) of emulated node `node`
-    (--nodes): directories no other node sees, `<dir>-node<k>`."""
-    roots = checkpoint_roots(cfg.checkpoint, out)
-    return {
-        t.name: roots[t.name].with_name(f"{roots[t.name].name}-node{node}")
-        for t in cfg.checkpoint.tiers
-        if t.per_node
-    }
-
-
-def _tier_roots(cfg: JobConfig, out: Path, nodes: int = 1) -> dict[str, Path]:
-    """Each tier's root as the launcher sees it: node 0's copy of a per-node tier."""
-    roots = checkpoint_roots(cfg.checkpoint, out)
-    if nodes > 1:
-        roots.update(node_tier_dirs(cfg, out, 0))
-    return roots
-
-
-def _output_dirs(cfg: JobConfig, out: Path, nodes: int) -> dict[str, Path]:
-    dirs = output_dirs(cfg, out)
-    if nodes > 1:
-        for tier in node_tier_dirs(cfg, out, 0):
-            del dirs[tier_key(tier, "dir")]
-        for node in range(nodes):
-            for tier, path in node_tier_dirs(cfg, out, node).items():
-                dirs[f"{tier_key(tier, 'dir')} (node {node})"] = path
-    return dirs
-
-
-_LOG_RE = re.compile(r"^attempt(\d+)_rank\d+\.log$")
-
-
-def next_job_attempt(out: Path) -> int:
-    """The job-wide number of the next attempt: one past every attempt that left a log or a
-    run-ledger record in `out`."""
-    seen = [-1]
-    logs = out / "logs"
-    if logs.is_dir():
-        seen += [int(m.group(1)) for p in logs.iterdir() if (m := _LOG_RE.match(p.name))]
-    ledger = out / "attempts"
-    if ledger.is_dir():
-        seen += [
-            int(p.stem.split("_")[1])
-            for p in ledger.glob("attempt_*.json")
-            if p.stem.split("_")[1].isdigit()
-        ]
-    return max(seen) + 1
-
-
-def corrupt_newest(cfg: JobConfig, out: Path, nodes: int = 1) -> str | None:
-    """Flips bytes inside the largest shard of the checkpoint a resume would pick first.
-
-    The file keeps its size, so only checksum validation can catch it: this is the silent
-    corruption case (bad disk, partial overwrite), not a missing file.
-    """
-    refs = [
-        ref
-        for tier, root in _tier_roots(cfg, out, nodes).items()
-        for ref in _list_committed(root, tier)
-    ]
-    if not refs:
-        return None
-    newest = min(refs, key=lambda r: cfg.checkpoint.resume_key(r.step, r.tier))
-    shards = sorted(newest.path.glob("*.distcp"), key=lambda p: p.stat().st_size, reverse=True)
-    if not shards:
-        return None
-    target = shards[0]
-    with open(target, "r+b") as f:
-        size = target.stat().st_size
-        f.seek(size // 2)
-        chunk = f.read(64)
-        f.seek(size // 2)
-        f.write(bytes(b ^ 0xFF for b in chunk))
-    return f"{newest.tier}/{newest.path.name}/{target.name}"
 
 
 class Launcher:
@@ -421,7 +330,7 @@ class Launcher:
                 )
                 sys.stderr.flush()
                 break
-            result.checkpoints_after = _listing(self.cfg, self.out, self.args.nodes)
+            result.checkpoints_after = checkpoint_listing(self.cfg, self.out, self.args.nodes)
             if self.args.corrupt_newest and not corrupted_once:
                 result.corrupted = corrupt_newest(self.cfg, self.out, self.args.nodes)
                 corrupted_once = True
@@ -478,175 +387,6 @@ def command(
     for override in overrides:
         argv += ["--set", override]
     return argv
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, JobConfig, list[str]]:
-    p = OneLineErrorParser(
-        prog="python -m training.launch",
-        description="local multi-process launcher with restarts and fault injection",
-    )
-    p.add_argument("--nproc", type=int, default=2, help="number of ranks (processes)")
-    p.add_argument(
-        "--nodes",
-        type=int,
-        default=1,
-        help="emulate this many nodes: ranks split evenly, each node with its own LOCAL_RANK "
-        "numbering and its own directory of each per-node tier (<tier dir>-node<k>)",
-    )
-    p.add_argument("--preset", default="tiny", help=f"config preset ({', '.join(PRESETS)})")
-    p.add_argument("--steps", type=int, help="training steps (same as --set training.steps=N)")
-    p.add_argument("--out", required=True, help="run directory; summary.json is written there")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="config override passed to every rank (repeatable)",
-    )
-    p.add_argument("--max-restarts", type=int, default=3, help="group restarts after a failure")
-    p.add_argument(
-        "--timeout-s", type=float, default=1800.0, help="bound on the whole job, restarts included"
-    )
-    p.add_argument("--kill-rank", type=int, help="rank to SIGKILL (with --kill-at-step)")
-    p.add_argument("--kill-at-step", type=int, help="step at which --kill-rank is killed")
-    p.add_argument(
-        "--kill-during-checkpoint",
-        type=int,
-        metavar="STEP",
-        help="SIGKILL rank 0 after the shards of checkpoint STEP are written, before its commit",
-    )
-    p.add_argument(
-        "--corrupt-newest",
-        action="store_true",
-        help="corrupt the newest committed checkpoint before the first restart",
-    )
-    p.add_argument(
-        "--sigterm-at-step", type=int, help="send SIGTERM to every rank during this step"
-    )
-    p.add_argument(
-        "--scale-event-at-step",
-        type=int,
-        help="send SIGUSR1 (HyperPod's elastic scaling event) to rank 0 during this step",
-    )
-    p.add_argument(
-        "--hang-rank", type=int, help="rank that stops making progress (with --hang-at-step)"
-    )
-    p.add_argument("--hang-at-step", type=int, help="step at which --hang-rank hangs")
-    p.add_argument(
-        "--disk-full-at-checkpoint",
-        type=int,
-        metavar="STEP",
-        help="rank 0's write of checkpoint STEP fails with ENOSPC (that checkpoint only)",
-    )
-    p.add_argument(
-        "--disk-full-from-step",
-        type=int,
-        metavar="STEP",
-        help="every checkpoint write from STEP on fails with ENOSPC on rank 0, the final one too",
-    )
-    p.add_argument(
-        "--start-fresh",
-        action="store_true",
-        help="discard existing checkpoints in the run's tiers and train from step 0 "
-        "(first attempt only; restarts resume)",
-    )
-    p.add_argument(
-        "--watchdog-s", type=float, help="watchdog timeout (same as --set fault.watchdog_s=S)"
-    )
-    p.add_argument(
-        "--chaos-kill-every-s",
-        type=float,
-        metavar="S",
-        help="SIGKILL a random rank S seconds into every attempt (bounded by --max-restarts)",
-    )
-    p.add_argument("--chaos-seed", type=int, default=0, help="seed for the chaos victim choice")
-    args = p.parse_args(argv)
-
-    if args.nproc < 1:
-        p.error("--nproc must be >= 1")
-    if args.nodes < 1 or args.nproc % args.nodes:
-        p.error("--nodes must be >= 1 and divide --nproc")
-    if args.chaos_kill_every_s is not None and not (
-        math.isfinite(args.chaos_kill_every_s) and args.chaos_kill_every_s > 0
-    ):
-        p.error("--chaos-kill-every-s must be a finite number > 0")
-    if args.max_restarts < 0:
-        p.error("--max-restarts must be >= 0")
-    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
-        p.error("--timeout-s must be a finite number > 0")
-    if args.watchdog_s is not None and not (
-        math.isfinite(args.watchdog_s) and args.watchdog_s >= 0
-    ):
-        p.error("--watchdog-s must be a finite number >= 0")
-    if (args.kill_rank is None) != (args.kill_at_step is None):
-        p.error("--kill-rank and --kill-at-step go together")
-    if (args.hang_rank is None) != (args.hang_at_step is None):
-        p.error("--hang-rank and --hang-at-step go together")
-    for name in ("kill_rank", "hang_rank"):
-        r = getattr(args, name)
-        if r is not None and not 0 <= r < args.nproc:
-            p.error(f"--{name.replace('_', '-')} {r} is not a rank of --nproc {args.nproc}")
-    for name in (
-        "kill_at_step",
-        "sigterm_at_step",
-        "scale_event_at_step",
-        "hang_at_step",
-        "kill_during_checkpoint",
-        "disk_full_at_checkpoint",
-        "disk_full_from_step",
-    ):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    overrides = list(args.overrides)
-    if args.steps is not None:
-        overrides.append(f"training.steps={args.steps}")
-    if args.watchdog_s is not None:
-        overrides.append(f"fault.watchdog_s={args.watchdog_s}")
-    try:
-        cfg = build_config(args.preset, overrides)
-        cfg.check_world(args.nproc)
-    except ConfigError as e:
-        p.error(str(e))
-    if (
-        args.corrupt_newest
-        and args.kill_rank is None
-        and args.hang_rank is None
-        and args.chaos_kill_every_s is None
-        and args.kill_during_checkpoint is None
-    ):
-        p.error(
-            "--corrupt-newest acts before the first restart: give a kill, hang or chaos fault too"
-        )
-    if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
-        p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
-    if args.kill_during_checkpoint is not None:
-        s = args.kill_during_checkpoint
-        if cfg.checkpoint.tier_due(s) is None or s >= cfg.training.steps:
-            p.error(
-                f"--kill-during-checkpoint {s} is not a periodic checkpoint step before the last step"
-            )
-    for name in (
-        "kill_at_step",
-        "sigterm_at_step",
-        "scale_event_at_step",
-        "hang_at_step",
-        "disk_full_at_checkpoint",
-        "disk_full_from_step",
-    ):
-        v = getattr(args, name)
-        if v is not None and v > cfg.training.steps:
-            p.error(f"--{name.replace('_', '-')} {v} is beyond the last step {cfg.training.steps}")
-    # Last: the checks above never create anything; this one creates the directories.
-    for option, path in _output_dirs(cfg, Path(args.out), args.nodes).items():
-        problem = fileio.writable_problem(path)
-        if problem is not None:
-            p.error(f"cannot write to {option} {path}: {problem}")
-    train_argv = ["--preset", args.preset, "--out", str(args.out)]
-    for o in overrides:
-        train_argv += ["--set", o]
-    return args, cfg, train_argv
 
 
 def main(argv: list[str] | None = None) -> int:
