@@ -1,5 +1,5 @@
-"""Load an environment file, validate it, and plan its network: the one path that both
-`cdk synth` (app.py) and `hpctl validate` take, so they can never disagree."""
+"""Load an environment file, validate it, and plan the platform (config/plan.py): the one
+path that both `cdk synth` (app.py) and `hpctl validate` take, so they can never disagree."""
 
 from __future__ import annotations
 
@@ -11,15 +11,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from config.capacity import (
-    CapacityError,
-    GroupPlan,
-    NetworkLayout,
-    default_headroom,
-    plan_group,
-    plan_network,
-)
+from config.capacity import NetworkLayout
 from config.errors import ConfigError, Location, ScalarText, not_text, problem_lines
+from config.plan import PlatformPlan, plan
 from config.schema import EnvironmentConfig
 from config.schema.base import (
     ACCOUNT_CONTEXT,
@@ -121,9 +115,15 @@ class _ConfigLoader(yaml.SafeLoader):
 
 @dataclass(frozen=True)
 class LoadedEnvironment:
+    """An environment file's validated config and its plan (config/plan.py), made once."""
+
     config: EnvironmentConfig
-    layout: NetworkLayout
+    plan: PlatformPlan
     source: Path
+
+    @property
+    def layout(self) -> NetworkLayout:
+        return self.plan.layout
 
 
 # What to write instead, for fields whose rule is a pattern.
@@ -166,39 +166,9 @@ def parse_config(
         ) from None
 
 
-def _group_plans(config: EnvironmentConfig) -> list[GroupPlan]:
-    percent = config.network.default_headroom_percent
-    return [
-        plan_group(
-            name=g.name,
-            instance_type=g.instance_type,
-            count=g.count,
-            orchestrator=config.hyperpod.orchestrator,
-            interface=g.interface,
-            headroom_nodes=g.headroom_nodes
-            if g.headroom_nodes is not None
-            else default_headroom(g.count, percent),
-            availability_zone=g.availability_zone,
-        )
-        for g in config.hyperpod.groups_by_name()
-    ]
-
-
-def plan_layout(config: EnvironmentConfig, source: str = "config") -> NetworkLayout:
-    net = config.network
-    try:
-        return plan_network(
-            vpc_cidr=net.vpc_cidr,
-            cluster_cidr=net.cluster_cidr,
-            availability_zones=net.availability_zones,
-            public_prefix=net.public_subnet_prefix,
-            infra_prefix=net.infra_subnet_prefix,
-            cluster_prefix=net.cluster_subnet_prefix,
-            groups=_group_plans(config),
-            cluster_level_azs=config.hyperpod.availability_zones,
-        )
-    except CapacityError as error:
-        raise ConfigError(source, [str(error)]) from None
+def planned(config: EnvironmentConfig, source: Path) -> LoadedEnvironment:
+    """`config` (from `source`) with its plan: what `load_file` gives once the file is read."""
+    return LoadedEnvironment(config=config, plan=plan(config, str(source)), source=source)
 
 
 def _read_text(path: Path) -> str:
@@ -337,7 +307,7 @@ def load_file(path: Path, context_file: Path = CONTEXT_FILE) -> LoadedEnvironmen
     config = parse_config(
         data, source, scalar_text=scalar_text, zone_ids=_recorded_zone_ids(data, context_file)
     )
-    layout = plan_layout(config, source)
+    loaded = planned(config, path)
     # Files in config/ are selected by name (-c env=<name>): the name and the field must agree,
     # or two files would deploy over the same stacks.
     if path.resolve().parent == CONFIG_DIR and path.stem != config.environment:
@@ -347,7 +317,7 @@ def load_file(path: Path, context_file: Path = CONTEXT_FILE) -> LoadedEnvironmen
                 f"environment: is {config.environment!r} but the file is {path.name}; make them match"
             ],
         )
-    return LoadedEnvironment(config=config, layout=layout, source=path)
+    return loaded
 
 
 def load_environment(

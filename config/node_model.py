@@ -7,7 +7,8 @@ and every DaemonSet the platform installs on the group takes its requests. On ac
 groups a job also leaves room for the platform's Deployments, which nothing keeps off them.
 What is left is the job's: `NodeModel.job`. The platform's Deployments must also fit on the
 nodes of the groups without accelerators (`system_fit_problem`), and every accelerated
-group must leave a job something (`job_fit_problem`); the schema checks both.
+group must leave a job something (`job_fit_problem`); the platform plan (config/plan.py)
+checks both, once the schema has passed the environment.
 
 Pure Python and no AWS: figures come from the instance table, the environment's config,
 the add-on table (`config.addons`) and the vendored manifests
@@ -17,7 +18,7 @@ the add-on table (`config.addons`) and the vendored manifests
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -489,27 +490,19 @@ def format_memory(mib: int) -> str:
 
 
 def system_fit_problem(
-    config: EnvironmentConfig,
-    *,
-    pods: Iterable[PodRequests] = SYSTEM_PODS,
-    addon_daemonsets: Iterable[PodRequests] = ADDON_DAEMONSETS,
+    models: Sequence[NodeModel], pods: Iterable[PodRequests]
 ) -> tuple[str, str] | None:
-    """(field, message) when the platform's Deployments do not fit on the nodes of the
-    groups without accelerators (first fit, largest first); None when they do or when the
-    environment declares no such group (then they share the accelerated nodes)."""
-    groups = [
-        (index, g)
-        for index, g in enumerate(config.hyperpod.instance_groups)
-        if not lookup(g.instance_type).has_accelerators
-    ]
-    if not groups:
+    """(field, message) when the platform's Deployments `pods` do not fit on the nodes of
+    the groups without accelerators (first fit, largest first); None when they do or when
+    the environment declares no such group (then they share the accelerated nodes).
+    `models`: every group's, in config order (the field names its index)."""
+    system = [(index, m) for index, m in enumerate(models) if not m.instance.has_accelerators]
+    if not system:
         return None
-    models = [
-        (index, node_model(config, g, addon_daemonsets=addon_daemonsets)) for index, g in groups
-    ]
-    free = [[m.free_cpu_millicores, m.free_memory_mib] for _, m in models for _ in range(m.count)]
+    pods = tuple(pods)
+    free = [[m.free_cpu_millicores, m.free_memory_mib] for _, m in system for _ in range(m.count)]
     replicas = sorted(
-        (p for p in system_pods(config, pods=pods) for _ in range(p.replicas)),
+        (p for p in pods for _ in range(p.replicas)),
         key=lambda p: (p.cpu_millicores, p.memory_mib),
         reverse=True,
     )
@@ -525,11 +518,11 @@ def system_fit_problem(
         node[1] -= pod.memory_mib
     if not unplaced:
         return None
-    index, model = models[0]
-    need_cpu = sum(p.cpu_millicores * p.replicas for p in system_pods(config, pods=pods))
-    need_memory = sum(p.memory_mib * p.replicas for p in system_pods(config, pods=pods))
-    have_cpu = sum(m.free_cpu_millicores * m.count for _, m in models)
-    have_memory = sum(m.free_memory_mib * m.count for _, m in models)
+    index, model = system[0]
+    need_cpu = sum(p.cpu_millicores * p.replicas for p in pods)
+    need_memory = sum(p.memory_mib * p.replicas for p in pods)
+    have_cpu = sum(m.free_cpu_millicores * m.count for _, m in system)
+    have_memory = sum(m.free_memory_mib * m.count for _, m in system)
     names = ", ".join(sorted({p.name for p in unplaced}))
     return (
         f"hyperpod.instance_groups[{index}].instance_type",
@@ -542,26 +535,26 @@ def system_fit_problem(
     )
 
 
-def job_fit_problem(config: EnvironmentConfig) -> tuple[str, str] | None:
+def job_fit_problem(models: Sequence[NodeModel]) -> tuple[str, str] | None:
     """(field, message) for the first group with accelerators whose nodes leave a job no CPU
-    or no memory; None when every such group leaves both."""
-    for index, group in enumerate(config.hyperpod.instance_groups):
-        if not lookup(group.instance_type).has_accelerators:
+    or no memory; None when every such group leaves both. `models`: every group's, in
+    config order (the field names its index)."""
+    for index, model in enumerate(models):
+        if not model.instance.has_accelerators:
             continue
-        model = node_model(config, group)
         job = model.job
         if job.cpu_millicores > 0 and job.memory_mib > 0:
             continue
         if job.memory_mib <= 0 and model.tiered_storage_percent:
             return (
                 "hyperpod.tiered_storage.memory_percent",
-                f"{model.tiered_storage_percent}% of {group.name}'s memory for tiered storage "
+                f"{model.tiered_storage_percent}% of {model.group}'s memory for tiered storage "
                 f"leaves its jobs {format_memory(job.memory_mib)} after the kubelet's "
                 "reservations and DaemonSets; use a lower percentage",
             )
         return (
             f"hyperpod.instance_groups[{index}].instance_type",
-            f"{group.instance_type} leaves a job {format_cpu(job.cpu_millicores)} CPU and "
+            f"{model.instance.name} leaves a job {format_cpu(job.cpu_millicores)} CPU and "
             f"{format_memory(job.memory_mib)} after the kubelet's reservations and DaemonSets; "
             "use a larger type",
         )

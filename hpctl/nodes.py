@@ -20,7 +20,7 @@ from config.node_model import (
     system_pods,
 )
 from config.schema import EnvironmentConfig
-from hpctl.teams import text_table
+from hpctl.options import text_table
 
 
 def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
         }
         for m in node_models(config)
     ]
-    problem = system_fit_problem(config)
+    problem = system_fit_problem(node_models(config), system_pods(config))
     return {
         "environment": config.environment,
         "groups": groups,

@@ -30,7 +30,7 @@ import yaml
 
 from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS
 from config.errors import ConfigError
-from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment, parse_config, plan_layout
+from config.loader import CONFIG_DIR, LoadedEnvironment, load_environment, parse_config, planned
 from stacks.toolchain import use_bundled_node
 
 if TYPE_CHECKING:
@@ -86,9 +86,8 @@ def environment(name: str) -> LoadedEnvironment:
 
 
 def loaded_from(data: dict[str, Any], source: str = "test.yaml") -> LoadedEnvironment:
-    """Validate and plan `data` like `load_file` (schema first, then the capacity plan)."""
-    config = parse_config(data, source)
-    return LoadedEnvironment(config=config, layout=plan_layout(config, source), source=Path(source))
+    """Validate and plan `data` like `load_file` (schema first, then the platform plan)."""
+    return planned(parse_config(data, source), Path(source))
 
 
 def variant_of(name: str, mutate: Mutation) -> LoadedEnvironment:

@@ -13,7 +13,6 @@ from config.images import image_problems
 from config.instance_types import INSTANCE_TYPES
 from config.model import Strict
 from config.names import PlatformNames
-from config.node_model import job_fit_problem, system_fit_problem
 from config.regions import EKS_UNSUPPORTED_ZONE_IDS, availability_zones
 from config.schema.base import REGION_PATTERN, ZONE_IDS_CONTEXT, AccountId, Name
 from config.schema.eks import EksConfig
@@ -122,15 +121,6 @@ class EnvironmentConfig(Strict):
                     "control plane (every network AZ holds a control-plane subnet); use "
                     "another zone",
                 )
-        return self
-
-    @model_validator(mode="after")
-    def _nodes_fit(self) -> EnvironmentConfig:
-        # A cluster whose system nodes cannot hold its own controllers, or whose GPU nodes
-        # leave a job nothing, deploys but never runs a job (config.node_model).
-        for problem in (job_fit_problem(self), system_fit_problem(self)):
-            if problem is not None:
-                raise FieldError(*problem)
         return self
 
     def _one_access_entry_per_principal(self) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import INSTANCE_GROUP_NAME
-from config.loader import parse_config, plan_layout
+from config.loader import parse_config
+from config.plan import plan
 from config.schema import EnvironmentConfig
 from config.zones import zone_ids_key, zone_names_key
 from tests.support import ENVIRONMENTS, REPO, environment, environment_data
@@ -21,7 +22,7 @@ def test_shipped_environments_are_valid(env_name):
     assert isinstance(loaded.config, EnvironmentConfig)
     assert loaded.config.environment == env_name
     # The same data through the loader's two steps, as `hpctl validate` runs them.
-    plan_layout(parse_config(environment_data(env_name), "x"), "x")
+    plan(parse_config(environment_data(env_name), "x"), "x")
 
 
 def test_prod_is_the_documented_shape():

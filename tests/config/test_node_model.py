@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import config.node_model as node_model_module
 from config.addons import ADDONS
 from config.instance_types import INSTANCE_TYPES, lookup
 from config.kubernetes import Taint
@@ -38,6 +37,18 @@ from config.schema import EnvironmentConfig
 from tests.support import environment, variant_of
 
 ENVIRONMENTS = ("dev", "staging", "prod")
+
+
+def _system_fit(
+    config: EnvironmentConfig,
+    *,
+    pods: tuple[PodRequests, ...] = SYSTEM_PODS,
+    addon_daemonsets: tuple[PodRequests, ...] = ADDON_DAEMONSETS,
+) -> tuple[str, str] | None:
+    """system_fit_problem as the platform plan asks it, with `pods` for the table's
+    Deployments and `addon_daemonsets` for its DaemonSets."""
+    models = node_models(config, addon_daemonsets=addon_daemonsets)
+    return system_fit_problem(models, system_pods(config, pods=pods))
 
 
 def test_kube_reserved_matches_nodeadm_for_a_two_core_node() -> None:
@@ -137,7 +148,7 @@ def test_vendored_requests_are_read_from_the_manifests() -> None:
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_every_environment_runs_its_system_pods_on_its_system_nodes(env: str) -> None:
-    assert system_fit_problem(environment(env).config) is None
+    assert _system_fit(environment(env).config) is None
 
 
 def test_system_pods_that_outgrow_the_system_nodes_are_named() -> None:
@@ -145,7 +156,7 @@ def test_system_pods_that_outgrow_the_system_nodes_are_named() -> None:
     config = environment("dev").config
     heavy = PodRequests(name="big-controller", cpu_millicores=1500, memory_mib=1024,
                         addon="coredns", source="t")  # fmt: skip
-    problem = system_fit_problem(config, pods=(*SYSTEM_PODS, heavy))
+    problem = _system_fit(config, pods=(*SYSTEM_PODS, heavy))
     assert problem is not None
     field, message = problem
     assert field == "hyperpod.instance_groups[1].instance_type"
@@ -333,7 +344,7 @@ def test_system_pods_are_placed_largest_first() -> None:
         for name, cpu in (("pod-c", 400), ("pod-a", 700), ("pod-b", 500))
     )
     assert group_model(config, "system").free_cpu_millicores == 1150
-    assert system_fit_problem(config, pods=pods) == (
+    assert _system_fit(config, pods=pods) == (
         "hyperpod.instance_groups[1].instance_type",
         "the platform's system pods need 1.6 CPU and 30 MiB, but the groups without "
         "accelerators leave 1.15 CPU and 13.1 GiB after the kubelet's reservations, tiered "
@@ -343,18 +354,18 @@ def test_system_pods_are_placed_largest_first() -> None:
     # Memory decides too: a pod that fits the CPU but not the memory stays unplaced.
     hungry = PodRequests(name="hungry", cpu_millicores=1, memory_mib=20000, addon="coredns",
                          source="t")  # fmt: skip
-    problem = system_fit_problem(config, pods=(hungry,))
+    problem = _system_fit(config, pods=(hungry,))
     assert problem is not None and "(hungry would not fit)" in problem[1]
     # Replicas count one by one.
     twice = PodRequests(name="twice", cpu_millicores=800, memory_mib=10, addon="coredns",
                         source="t", replicas=2)  # fmt: skip
-    problem = system_fit_problem(config, pods=(twice,))
+    problem = _system_fit(config, pods=(twice,))
     assert problem is not None
     assert "need 1.6 CPU and 20 MiB" in problem[1] and "(twice would not fit)" in problem[1]
     # Pods of add-ons the environment does not install are not counted.
     other = PodRequests(name="other", cpu_millicores=5000, memory_mib=10, addon="nope",
                         source="t")  # fmt: skip
-    assert system_fit_problem(config, pods=(other,)) is None
+    assert _system_fit(config, pods=(other,)) is None
 
 
 def test_system_pods_that_fit_exactly_are_placed() -> None:
@@ -362,7 +373,7 @@ def test_system_pods_that_fit_exactly_are_placed() -> None:
     free = group_model(config, "system")
     exact = PodRequests(name="exact", cpu_millicores=free.free_cpu_millicores,
                         memory_mib=free.free_memory_mib, addon="coredns", source="t")  # fmt: skip
-    assert system_fit_problem(config, pods=(exact,)) is None
+    assert _system_fit(config, pods=(exact,)) is None
 
 
 def test_without_groups_free_of_accelerators_system_pods_share_the_others() -> None:
@@ -373,7 +384,7 @@ def test_without_groups_free_of_accelerators_system_pods_share_the_others() -> N
     )
     heavy = PodRequests(name="heavy", cpu_millicores=10**6, memory_mib=1, addon="coredns",
                         source="t")  # fmt: skip
-    assert system_fit_problem(only_gpu, pods=(heavy,)) is None
+    assert _system_fit(only_gpu, pods=(heavy,)) is None
 
 
 def test_tiered_storage_that_leaves_jobs_no_memory_is_named() -> None:
@@ -384,12 +395,12 @@ def test_tiered_storage_that_leaves_jobs_no_memory_is_named() -> None:
     full = config.model_copy(
         update={"hyperpod": config.hyperpod.model_copy(update={"tiered_storage": tiered})}
     )
-    assert job_fit_problem(full) == (
+    assert job_fit_problem(node_models(full)) == (
         "hyperpod.tiered_storage.memory_percent",
         "100% of gpu-g5's memory for tiered storage leaves its jobs -25.5 GiB after the "
         "kubelet's reservations and DaemonSets; use a lower percentage",
     )
-    assert job_fit_problem(config) is None
+    assert job_fit_problem(node_models(config)) is None
 
 
 @pytest.mark.parametrize(("vcpus", "memory_gib"), [(2, 192), (48, 2)])
@@ -401,7 +412,7 @@ def test_a_type_that_leaves_a_job_nothing_is_named(
     )
     monkeypatch.setitem(INSTANCE_TYPES, tiny.name, tiny)
     config = _group(environment("dev").config, "gpu-g5", instance_type=tiny.name)
-    problem = job_fit_problem(config)
+    problem = job_fit_problem(node_models(config))
     assert problem is not None
     field, message = problem
     assert field == "hyperpod.instance_groups[0].instance_type"
@@ -432,7 +443,7 @@ def test_every_unplaced_system_pod_is_named() -> None:
         PodRequests(name=name, cpu_millicores=cpu, memory_mib=10, addon="coredns", source="t")
         for name, cpu in (("pod-a", 700), ("pod-b", 500), ("pod-c", 400), ("pod-d", 480))
     )
-    problem = system_fit_problem(config, pods=pods)
+    problem = _system_fit(config, pods=pods)
     assert problem is not None and "(pod-b, pod-d would not fit)" in problem[1]
 
 
@@ -445,7 +456,7 @@ def test_system_pods_use_up_the_memory_they_are_placed_in() -> None:
         )
         for i in (1, 2)
     )
-    problem = system_fit_problem(config, pods=pods)
+    problem = _system_fit(config, pods=pods)
     assert problem is not None and "(fat-2 would not fit)" in problem[1]
 
 
@@ -454,14 +465,12 @@ def test_system_nodes_left_with_nothing_show_nothing_left() -> None:
     config = environment("dev").config
     huge = PodRequests(name="huge", cpu_millicores=10**5, memory_mib=10**6, addon="vpc-cni",
                        source="t")  # fmt: skip
-    problem = system_fit_problem(config, addon_daemonsets=(*ADDON_DAEMONSETS, huge))
+    problem = _system_fit(config, addon_daemonsets=(*ADDON_DAEMONSETS, huge))
     assert problem is not None
     assert "the groups without accelerators leave 0 CPU and 0 MiB after" in problem[1]
 
 
-def _padded_job(
-    monkeypatch: pytest.MonkeyPatch, *, cpu: int, memory: int, tiered: bool = False
-) -> tuple[str, str] | None:
+def _padded_job(*, cpu: int, memory: int, tiered: bool = False) -> tuple[str, str] | None:
     """job_fit_problem for dev with a DaemonSet that leaves gpu-g5's job exactly `cpu`
     millicores and `memory` MiB."""
     config = environment("dev").config
@@ -476,13 +485,7 @@ def _padded_job(
     pad = PodRequests(name="pad", addon="vpc-cni", source="t",
                       cpu_millicores=job.cpu_millicores - cpu,
                       memory_mib=job.memory_mib - memory)  # fmt: skip
-    real = node_model_module.node_model
-
-    def padded(config: EnvironmentConfig, group: Any, **kwargs: Any) -> Any:
-        return real(config, group, addon_daemonsets=(*ADDON_DAEMONSETS, pad))
-
-    monkeypatch.setattr(node_model_module, "node_model", padded)
-    return job_fit_problem(config)
+    return job_fit_problem(node_models(config, addon_daemonsets=(*ADDON_DAEMONSETS, pad)))
 
 
 @pytest.mark.parametrize(
@@ -496,9 +499,9 @@ def _padded_job(
     ],
 )
 def test_a_job_needs_at_least_a_millicore_and_a_mib(
-    monkeypatch: pytest.MonkeyPatch, cpu: int, memory: int, tiered: bool, field: str | None
+    cpu: int, memory: int, tiered: bool, field: str | None
 ) -> None:
-    problem = _padded_job(monkeypatch, cpu=cpu, memory=memory, tiered=tiered)
+    problem = _padded_job(cpu=cpu, memory=memory, tiered=tiered)
     assert (problem[0] if problem else None) == field
 
 
@@ -516,7 +519,7 @@ def test_every_accelerated_group_is_checked_whatever_the_order(
             "hyperpod": config.hyperpod.model_copy(update={"instance_groups": [system, gpu, small]})
         }
     )
-    problem = job_fit_problem(ordered)
+    problem = job_fit_problem(node_models(ordered))
     assert problem is not None and problem[0] == "hyperpod.instance_groups[2].instance_type"
 
 

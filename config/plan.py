@@ -1,0 +1,107 @@
+"""The platform plan: what a validated environment means, worked out once and frozen.
+
+config/<env>.yaml -> the schema (its shape: one line per problem) -> `plan` -> the stacks,
+`hpctl` and the lifecycle settings, which read the plan and never work it out again. The
+plan holds the address plan, a node model per instance group, the Deployments the platform
+runs, and it refuses, in the schema's one-line wording, an environment that is well formed
+but cannot work: nodes that leave a job nothing, system nodes that cannot hold the
+platform's controllers, groups that do not fit their subnets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from config.capacity import (
+    CapacityError,
+    GroupPlan,
+    NetworkLayout,
+    default_headroom,
+    plan_group,
+    plan_network,
+)
+from config.errors import ConfigError
+from config.node_model import (
+    NodeModel,
+    PodRequests,
+    job_fit_problem,
+    node_models,
+    system_fit_problem,
+    system_pods,
+)
+from config.schema import EnvironmentConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformPlan:
+    """`layout`: every subnet of the VPC; `group_plans`: each instance group's address needs,
+    by group name; `node_models`: group name -> what one of its nodes offers pods, in config
+    order; `system_pods`: the platform's Deployments the environment installs."""
+
+    layout: NetworkLayout
+    group_plans: tuple[GroupPlan, ...]
+    node_models: Mapping[str, NodeModel]
+    system_pods: tuple[PodRequests, ...]
+
+    def node_model(self, group: str) -> NodeModel:
+        """The model of one node of instance group `group`."""
+        return self.node_models[group]
+
+
+def plan(config: EnvironmentConfig, source: str = "config") -> PlatformPlan:
+    """The plan of a validated environment; `ConfigError` (one line, named after the field,
+    from `source`) where the environment cannot work."""
+    models = node_models(config)
+    pods = system_pods(config)
+    # A cluster whose system nodes cannot hold its own controllers, or whose GPU nodes leave
+    # a job nothing, deploys but never runs a job.
+    for problem in (job_fit_problem(models), system_fit_problem(models, pods)):
+        if problem is not None:
+            field, message = problem
+            raise ConfigError(source, [f"{field}: {message}"])
+    group_plans = _group_plans(config)
+    return PlatformPlan(
+        layout=_layout(config, group_plans, source),
+        group_plans=group_plans,
+        node_models=MappingProxyType({m.group: m for m in models}),
+        system_pods=pods,
+    )
+
+
+def _group_plans(config: EnvironmentConfig) -> tuple[GroupPlan, ...]:
+    percent = config.network.default_headroom_percent
+    return tuple(
+        plan_group(
+            name=g.name,
+            instance_type=g.instance_type,
+            count=g.count,
+            orchestrator=config.hyperpod.orchestrator,
+            interface=g.interface,
+            headroom_nodes=g.headroom_nodes
+            if g.headroom_nodes is not None
+            else default_headroom(g.count, percent),
+            availability_zone=g.availability_zone,
+        )
+        for g in config.hyperpod.groups_by_name()
+    )
+
+
+def _layout(
+    config: EnvironmentConfig, group_plans: tuple[GroupPlan, ...], source: str
+) -> NetworkLayout:
+    net = config.network
+    try:
+        return plan_network(
+            vpc_cidr=net.vpc_cidr,
+            cluster_cidr=net.cluster_cidr,
+            availability_zones=net.availability_zones,
+            public_prefix=net.public_subnet_prefix,
+            infra_prefix=net.infra_subnet_prefix,
+            cluster_prefix=net.cluster_subnet_prefix,
+            groups=list(group_plans),
+            cluster_level_azs=config.hyperpod.availability_zones,
+        )
+    except CapacityError as error:
+        raise ConfigError(source, [str(error)]) from None
