@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 from training import fileio
 from training.checkpoint.config import tier_key
-from training.cli import USAGE_EXIT_CODE
+from training.cli import UNSAVED_EXIT_CODE, USAGE_EXIT_CODE
 from training.config import JobConfig
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
@@ -50,6 +50,11 @@ from training.launch_dirs import (
 from training.launch_options import parse_args
 
 TIMEOUT_EXIT_CODE = 124
+# Exit codes of a rank that ended in order: the trainer returns them only after the final
+# barrier of every rank (training/train.py), so its peers are past that barrier and exit on
+# their own. The launcher waits for them: killing one that is on its way out would turn its
+# own 5 into -9 and lose its exit code.
+ORDERLY_EXIT_CODES = (0, UNSAVED_EXIT_CODE)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -231,42 +236,40 @@ class Launcher:
         )
 
     def _supervise(self, deadline: float) -> tuple[str, dict[str, Any] | None]:
-        """Polls the ranks until all exit 0, one fails or the deadline passes (then the group
-        is killed); fires the chaos kill. Returns the outcome and the chaos kill, if any."""
-        outcome = "ok"
+        """Polls the ranks until every one has exited, one crashes or the deadline passes (in
+        both cases the group is killed); fires the chaos kill. Returns the outcome and the
+        chaos kill, if any."""
         chaos_kill: dict[str, Any] | None = None
         chaos_at = (
             time.time() + self.args.chaos_kill_every_s if self.args.chaos_kill_every_s else None
         )
         while True:
-            if (
-                chaos_at is not None
-                and chaos_kill is None
-                and time.time() >= chaos_at
-                and self.chaos_kills < self.args.max_restarts
-            ):
-                # Chaos mode: an external SIGKILL of a random rank, like a node loss; unlike
-                # the step-exact faults (FaultPlan) it fires on every attempt, at wall-clock
-                # times.
-                victim = self.chaos_rng.randrange(self.args.nproc)
-                if self.procs[victim].poll() is None:
-                    os.kill(self.procs[victim].pid, signal.SIGKILL)
-                    chaos_kill = {"rank": victim, "unix": time.time()}
-                    self.chaos_kills += 1
+            if chaos_at is not None and chaos_kill is None and time.time() >= chaos_at:
+                chaos_kill = self._chaos_kill()
             codes = [p.poll() for p in self.procs]
-            if any(c not in (None, 0) for c in codes):
-                # One rank died: the others are (or soon will be) stuck in a collective.
-                outcome = "failed"
+            if any(c not in (None, *ORDERLY_EXIT_CODES) for c in codes):
+                # A rank crashed: the others are (or soon will be) stuck in a collective.
                 self._kill_group(signal.SIGKILL)
-                break
-            if all(c == 0 for c in codes):
-                break
+                return "failed", chaos_kill
+            if None not in codes:
+                return ("ok" if all(c == 0 for c in codes) else "failed"), chaos_kill
             if time.time() > deadline:
-                outcome = "timeout"
                 self._kill_group(signal.SIGKILL)
-                break
+                return "timeout", chaos_kill
             time.sleep(0.05)
-        return outcome, chaos_kill
+
+    def _chaos_kill(self) -> dict[str, Any] | None:
+        """Chaos mode: an external SIGKILL of a random rank, like a node loss; unlike the
+        step-exact faults (FaultPlan) it fires on every attempt, at wall-clock times. None
+        when the restarts are spent or the victim has already exited (tried again later)."""
+        if self.chaos_kills >= self.args.max_restarts:
+            return None
+        victim = self.chaos_rng.randrange(self.args.nproc)
+        if self.procs[victim].poll() is not None:
+            return None
+        os.kill(self.procs[victim].pid, signal.SIGKILL)
+        self.chaos_kills += 1
+        return {"rank": victim, "unix": time.time()}
 
     def _rank_error(self, job_attempt: int, rank: int) -> str:
         try:

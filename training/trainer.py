@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training import fileio, metrics, metrics_export, tracking
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError, warn
+from training.cli import SIGTERM_TIMEOUT_EXIT_CODE, UNSAVED_EXIT_CODE
 from training.config import JobConfig
 from training.data import ResumableLoader, SampleTrace, build_source
 from training.evaluation import Evaluator
@@ -44,11 +45,6 @@ from training.parallel import (
 from training.presets import preset_global_batch
 from training.run_identity import RunIdentity
 from training.watchdog import Watchdog
-
-SIGTERM_TIMEOUT_EXIT_CODE = 4
-# The run ended (completed, or stopped by SIGTERM) but its final checkpoint did not commit:
-# the steps since the last committed checkpoint are not saved.
-UNSAVED_EXIT_CODE = 5
 
 
 class ModelOptimizerState(Stateful):
