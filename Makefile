@@ -8,7 +8,7 @@ export NPM_CONFIG_LOGLEVEL := error
 # One worker per core of the 2-core machines CI runs on; each loadgroup is built once.
 PYTEST := python -m pytest -n 2 --dist loadgroup
 
-.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench gpu-suite mutation mutation-report
+.PHONY: setup setup-synth synth synth-all synth-pipeline deploy-pipeline check format test test-fast snapshots bench gpu-suite mutation mutation-report docs
 
 setup:
 	@scripts/bootstrap.sh test
@@ -55,6 +55,10 @@ snapshots: setup
 	@UPDATE_SNAPSHOTS=1 $(PYTEST) tests/stability/test_snapshots.py -q
 	@git --no-pager diff --stat -- tests/stability/snapshots
 	@git --no-pager diff -- tests/stability/snapshots
+
+# Rewrite the lists in docs/ that the code owns (tools/docs_lists.py); tests fail when one is stale.
+docs: setup
+	@python -m tools.docs_lists
 
 bench: setup
 	@python benchmarks/synth_time.py

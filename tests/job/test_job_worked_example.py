@@ -35,7 +35,7 @@ REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 def readme_command() -> list[str]:
     """The argv of the README's worked example (the fenced block after the marker), the
     image's account and digest filled in."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "training-jobs.md").read_text(encoding="utf-8")
     block = text.split(MARKER, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     argv = shlex.split(block.replace("\\\n", " "))
     assert argv[:3] == ["hpctl", "job", "render"], argv
