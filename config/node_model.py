@@ -11,7 +11,7 @@ group must leave a job something (`job_fit_problem`); the platform plan (config/
 checks both, once the schema has passed the environment.
 
 Pure Python and no AWS: figures come from the instance table, the environment's config,
-the add-on table (`config.addons`) and the vendored manifests
+the add-on table's pods (`config.addons`) and the vendored manifests
 (platform_constructs/eks_manifests); each figure names its source.
 """
 
@@ -21,24 +21,13 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from config.addons import (
-    ADDONS,
-    CERT_MANAGER,
-    CLOUDWATCH_OBSERVABILITY,
-    COREDNS,
-    FSX_CSI_DRIVER,
-    KUBE_PROXY,
-    OBSERVABILITY,
-    POD_IDENTITY_AGENT,
-    TASK_GOVERNANCE,
-    TRAINING_OPERATOR,
-    VPC_CNI,
-)
+from config.addons import ADDON_DAEMONSETS, ADDONS, SYSTEM_PODS
 from config.instance_types import InstanceType, lookup
+from config.pods import Placement, PodRequests, pod_requests
 
 if TYPE_CHECKING:
     from config.schema import EnvironmentConfig
@@ -94,25 +83,6 @@ def kube_reserved_memory_mib(instance: InstanceType) -> int:
 
 
 # --------------------------------------------------------------------- pods on every node
-# Which nodes a DaemonSet lands on: all, or the groups with a kind of device.
-Placement = Literal["every", "nvidia", "neuron", "efa"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PodRequests:
-    """The requests of one pod (all its containers): a DaemonSet's on each node it lands on,
-    or one replica of a Deployment. `addon`: the EKS add-on that installs it (None: a
-    manifest the platform applies itself). `source`: where the figures come from."""
-
-    name: str
-    cpu_millicores: int
-    memory_mib: int
-    source: str
-    addon: str | None = None
-    placement: Placement = "every"
-    replicas: int = 1
-
-
 # Vendored DaemonSets: requests are read from the manifests; where each lands is the rule of
 # platform_constructs/hyperpod_dependencies.py `render_components` (device plugins and the
 # health agent pinned to the configured types with that device).
@@ -123,152 +93,6 @@ VENDORED_PLACEMENT: dict[str, Placement] = {
     "health-monitoring-agent": "nvidia",
     "health-monitoring-agent-non-nvidia": "neuron",
 }
-
-# DaemonSets of the managed add-ons, at their documented default requests.
-ADDON_DAEMONSETS: tuple[PodRequests, ...] = (
-    # aws-node: 25m CPU (aws/amazon-vpc-cni-k8s charts/aws-vpc-cni/values.yaml
-    # `resources.requests`); its network-policy agent container is counted at the same 25m.
-    PodRequests(
-        name="aws-node",
-        cpu_millicores=50,
-        memory_mib=0,
-        addon=VPC_CNI,
-        source="amazon-vpc-cni-k8s chart values: aws-node requests cpu 25m (+25m node agent)",
-    ),
-    PodRequests(
-        name="kube-proxy",
-        cpu_millicores=100,
-        memory_mib=0,
-        addon=KUBE_PROXY,
-        source="the EKS kube-proxy add-on DaemonSet: requests cpu 100m",
-    ),
-    PodRequests(
-        name="eks-pod-identity-agent",
-        cpu_millicores=0,
-        memory_mib=0,
-        addon=POD_IDENTITY_AGENT,
-        source="aws/eks-pod-identity-agent charts values.yaml: resources {}",
-    ),
-    # fsx-plugin 10m/40Mi, node-driver-registrar 10m/32Mi, liveness-probe 10m/32Mi.
-    PodRequests(
-        name="fsx-csi-node",
-        cpu_millicores=30,
-        memory_mib=104,
-        addon=FSX_CSI_DRIVER,
-        source="kubernetes-sigs/aws-fsx-csi-driver charts values.yaml: node + sidecars",
-    ),
-    # The add-on documents no requests for its exporters (node, DCGM, EFA); this allowance
-    # keeps room for them until they are read from a running cluster.
-    PodRequests(
-        name="hyperpod-observability-exporters",
-        cpu_millicores=300,
-        memory_mib=512,
-        addon=OBSERVABILITY,
-        source="allowance: the observability add-on documents no requests",
-    ),
-    # The CloudWatch Observability add-on's DaemonSets (its chart's values, v5.x; they tolerate
-    # every taint): the CloudWatch agent and Fluent Bit. The DCGM exporter and Neuron monitor
-    # are off (config/container_logs.py).
-    PodRequests(
-        name="cloudwatch-agent",
-        cpu_millicores=250,
-        memory_mib=128,
-        addon=CLOUDWATCH_OBSERVABILITY,
-        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
-        "agent.resources.requests 250m / 128Mi",
-    ),
-    PodRequests(
-        name="fluent-bit",
-        cpu_millicores=50,
-        memory_mib=25,
-        addon=CLOUDWATCH_OBSERVABILITY,
-        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
-        "containerLogs.fluentBit.resources.requests 50m / 25Mi",
-    ),
-)
-
-# The platform's Deployments (one entry per replica set), at their documented requests.
-SYSTEM_PODS: tuple[PodRequests, ...] = (
-    PodRequests(
-        name="coredns",
-        cpu_millicores=100,
-        memory_mib=70,
-        replicas=2,
-        addon=COREDNS,
-        source="Amazon EKS User Guide, Manage CoreDNS: 2 replicas, requests 100m / 70Mi",
-    ),
-    # fsx-plugin 10m/40Mi + provisioner, resizer, liveness-probe 10m/32Mi each.
-    PodRequests(
-        name="fsx-csi-controller",
-        cpu_millicores=40,
-        memory_mib=136,
-        replicas=2,
-        addon=FSX_CSI_DRIVER,
-        source="kubernetes-sigs/aws-fsx-csi-driver charts values.yaml: controller + sidecars",
-    ),
-    PodRequests(
-        name="cert-manager",
-        cpu_millicores=0,
-        memory_mib=0,
-        replicas=3,  # controller, cainjector, webhook
-        addon=CERT_MANAGER,
-        source="cert-manager chart values: resources {} for all three",
-    ),
-    PodRequests(
-        name="hp-training-operator-controller-manager",
-        cpu_millicores=10,
-        memory_mib=64,
-        addon=TRAINING_OPERATOR,
-        source="allowance: the kubebuilder manager default; the add-on documents none",
-    ),
-    PodRequests(
-        name="kueue-controller-manager",
-        cpu_millicores=500,
-        memory_mib=512,
-        addon=TASK_GOVERNANCE,
-        source="kubernetes-sigs/kueue config/components/manager: requests 500m / 512Mi",
-    ),
-    PodRequests(
-        name="hyperpod-observability-operator",
-        cpu_millicores=250,
-        memory_mib=512,
-        addon=OBSERVABILITY,
-        source="allowance: the observability add-on documents no requests",
-    ),
-    PodRequests(
-        name="amazon-cloudwatch-observability-controller-manager",
-        cpu_millicores=100,
-        memory_mib=64,
-        addon=CLOUDWATCH_OBSERVABILITY,
-        source="aws-observability/helm-charts amazon-cloudwatch-observability values.yaml: "
-        "manager.resources.requests 100m / 64Mi",
-    ),
-)
-
-
-def mebibytes(quantity: str) -> int:
-    """A Kubernetes memory quantity (Ki, Mi, Gi or bytes) in MiB."""
-    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
-    for suffix, factor in units.items():
-        if quantity.endswith(suffix):
-            return int(float(quantity.removesuffix(suffix)) * factor)
-    return int(quantity) // (1024 * 1024)
-
-
-def millicores(quantity: str | int) -> int:
-    """A Kubernetes CPU quantity (`250m`, `2`, `0.5`) in millicores."""
-    text = str(quantity)
-    return int(text.removesuffix("m")) if text.endswith("m") else int(float(text) * 1000)
-
-
-def pod_requests(pod_spec: dict[str, Any]) -> tuple[int, int]:
-    """(millicores, MiB) a pod spec requests, all its containers together."""
-    cpu = memory = 0
-    for container in pod_spec.get("containers", []):
-        requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += millicores(requests.get("cpu", 0))
-        memory += mebibytes(str(requests.get("memory", 0)))
-    return cpu, memory
 
 
 @functools.cache

@@ -25,12 +25,12 @@ from config.capacity import (
 from config.errors import ConfigError
 from config.node_model import (
     NodeModel,
-    PodRequests,
     job_fit_problem,
     node_models,
     system_fit_problem,
     system_pods,
 )
+from config.pods import PodRequests
 from config.schema import EnvironmentConfig
 
 

@@ -2,15 +2,14 @@
 add-ons that call AWS APIs (EKS Pod Identity: no OIDC provider to manage).
 
 `place_addons` is the one way a stack creates add-ons: the rows config/addons.py assigns to
-it, each with its pod identity from `ADDON_IDENTITIES` where its row names a service account.
+it, each with the pod identity its row declares.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import aws_cdk as cdk
@@ -19,10 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from config.addons import (
-    CLOUDWATCH_OBSERVABILITY,
-    FSX_CSI_DRIVER,
-    OBSERVABILITY,
-    TRAINING_OPERATOR,
+    AddonIdentity,
     AddonStack,
     AddonVersions,
     ServiceAccount,
@@ -201,96 +197,17 @@ class IdentityContext:
         return value
 
 
-@dataclass(frozen=True, kw_only=True)
-class AddonIdentity:
-    """What an add-on's controller may do. `construct_id`: the add-on's construct, part of
-    the logical ID of everything in it, so it never changes once deployed."""
-
-    construct_id: str
-    description: str
-    statements: tuple[iam.PolicyStatement, ...]
-    # Why a statement grants on "*" (an action with no resource type); acknowledges the
-    # cdk-nag wildcard finding on the identity's role.
-    unscoped_reason: str | None = None
-
-
-def _fsx_csi_driver(_context: IdentityContext) -> AddonIdentity:
-    # Volumes are provisioned statically (the platform owns the file system), so the
-    # controller never creates or deletes file systems: it may only describe them.
-    # DescribeFileSystems has no resource type (service authorization reference, Amazon FSx):
-    # a grant on one file system's ARN never matches, so it is granted on "*".
-    return AddonIdentity(
-        construct_id="FsxCsiDriver",
-        description="FSx CSI controller: describe the account's file systems",
-        statements=(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]),),
-        unscoped_reason="fsx:DescribeFileSystems supports no resource-level permissions; the "
-        "controller only reads file system descriptions.",
-    )
-
-
-def _training_operator(context: IdentityContext) -> AddonIdentity:
-    # The operator reads the HyperPod node records to map pods to nodes and their health. AWS
-    # documents one permission for it (the AmazonSageMakerHyperPodTrainingOperatorAccess
-    # managed policy grants sagemaker:DescribeClusterNode); granted on this platform's
-    # HyperPod cluster only.
-    return AddonIdentity(
-        construct_id="TrainingOperator",
-        description="HyperPod training operator: describe the HyperPod cluster's nodes",
-        statements=(
-            iam.PolicyStatement(
-                actions=["sagemaker:DescribeClusterNode"],
-                resources=[context.require("hyperpod_cluster_arn")],
-            ),
-        ),
-    )
-
-
-def _observability(context: IdentityContext) -> AddonIdentity:
-    # The collector remote-writes to the environment's workspace and nowhere else.
-    return AddonIdentity(
-        construct_id="ObservabilityAddon",
-        description="HyperPod observability collector: remote write to this workspace",
-        statements=(
-            iam.PolicyStatement(
-                actions=["aps:RemoteWrite"], resources=[context.require("workspace_arn")]
-            ),
-        ),
-    )
-
-
-def _cloudwatch_observability(context: IdentityContext) -> AddonIdentity:
-    # Fluent Bit writes the container log groups the platform created and nothing else: its
-    # cloudwatch_logs output with auto_create_group calls CreateLogGroup (it exists already:
-    # the call only confirms it), then CreateLogStream, DescribeLogStreams and PutLogEvents.
-    # The agent sends no metrics (config/container_logs.py), so none of the rest of AWS's
-    # CloudWatchAgentServerPolicy is granted. CloudWatch Logs encrypts with the groups' key:
-    # the writer needs no KMS permission.
-    return AddonIdentity(
-        construct_id="CloudWatchObservability",
-        description="CloudWatch Observability Fluent Bit: write the container log groups",
-        statements=(
-            iam.PolicyStatement(
-                actions=[
-                    "logs:CreateLogGroup",
-                    "logs:CreateLogStream",
-                    "logs:DescribeLogStreams",
-                    "logs:PutLogEvents",
-                ],
-                resources=list(context.require("container_log_group_arns")),
-            ),
-        ),
-    )
-
-
-# The one mapping of add-on -> pod identity: exactly the rows that name a service account.
-ADDON_IDENTITIES: Mapping[str, Callable[[IdentityContext], AddonIdentity]] = MappingProxyType(
-    {
-        FSX_CSI_DRIVER: _fsx_csi_driver,
-        TRAINING_OPERATOR: _training_operator,
-        OBSERVABILITY: _observability,
-        CLOUDWATCH_OBSERVABILITY: _cloudwatch_observability,
-    }
-)
+def identity_statements(
+    identity: AddonIdentity, context: IdentityContext
+) -> tuple[iam.PolicyStatement, ...]:
+    """The IAM statements of an add-on's identity (its table row), on the resources of
+    `context` it names."""
+    if identity.resources == "*":
+        resources = ["*"]
+    else:
+        named = context.require(identity.resources)
+        resources = [named] if isinstance(named, str) else list(named)
+    return (iam.PolicyStatement(actions=list(identity.actions), resources=resources),)
 
 
 @dataclass(frozen=True)
@@ -314,8 +231,7 @@ def place_addons(
 ) -> PlacedAddons:
     """Create in `scope` the add-ons config/addons.py assigns to `stack`, in table order.
 
-    An add-on whose row names a service account gets its identity from `ADDON_IDENTITIES`,
-    built from `context`. `configurations`: configuration values only known at synth time
+    An add-on whose row declares an identity gets its role, on the resources of `context`. `configurations`: configuration values only known at synth time
     (they name this stack's resources), in place of the row's. Each add-on follows the ones
     its row lists in `after`.
     """
@@ -328,7 +244,7 @@ def place_addons(
     placed = PlacedAddons()
     for addon in rows:
         configuration = configurations.get(addon.name, addon.configuration)
-        if addon.service_account is None:
+        if addon.identity is None:
             placed.addons[addon.name] = PinnedAddon(
                 scope,
                 f"Addon-{addon.name}",
@@ -339,22 +255,16 @@ def place_addons(
                 removal_policy=removal_policy,
             )
             continue
-        build = ADDON_IDENTITIES.get(addon.name)
-        if build is None:
-            raise ValueError(
-                f"{addon.name} calls AWS APIs (its table row names a service account) but "
-                "has no identity; add one to ADDON_IDENTITIES"
-            )
-        identity = build(context)
+        identity = addon.identity
         with_identity = AddonWithPodIdentity(
             scope,
             identity.construct_id,
             cluster_name=cluster_name,
             addon_name=addon.name,
             version=addon.version,
-            service_account=addon.service_account,
+            service_account=identity.service_account,
             description=identity.description,
-            statements=identity.statements,
+            statements=identity_statements(identity, context),
             configuration=configuration,
             removal_policy=removal_policy,
         )

@@ -10,12 +10,14 @@ import pytest
 
 from config import eks_versions
 from config.addons import (
+    ADDON_DAEMONSETS,
     ADDONS,
     CLOUDWATCH_OBSERVABILITY,
     COREDNS,
     FSX_CSI_DRIVER,
     KUBE_PROXY,
     OBSERVABILITY,
+    SYSTEM_PODS,
     TASK_GOVERNANCE,
     TRAINING_OPERATOR,
     VERSION_FORMAT,
@@ -82,6 +84,34 @@ def test_service_accounts_belong_to_the_add_ons_that_call_aws_apis():
     assert (
         ADDONS[TRAINING_OPERATOR].service_account.name == "hp-training-operator-controller-manager"
     )
+
+
+@pytest.mark.parametrize("name", sorted(ADDONS))
+def test_every_row_declares_the_pods_it_runs(name):
+    # The node model counts only what a row declares: a row without pods would let its
+    # controllers and agents take node capacity no job leaves room for.
+    addon = ADDONS[name]
+    assert addon.pods, f"{name} declares no DaemonSet and no Deployment"
+    for pod in addon.pods:
+        assert pod.addon == name, pod
+        assert pod.source and pod.cpu_millicores >= 0 and pod.memory_mib >= 0, pod
+    assert all(p.replicas == 1 for p in addon.daemonsets), addon.daemonsets
+
+
+def test_every_pod_of_the_table_has_a_name_of_its_own():
+    # hpctl nodes and the fit messages name pods: two of one name would read as one.
+    names = [p.name for p in (*ADDON_DAEMONSETS, *SYSTEM_PODS)]
+    assert len(names) == len(set(names)), names
+
+
+def test_an_identity_grants_on_a_resource_its_stack_gives():
+    for addon in ADDONS.values():
+        if addon.identity is None:
+            continue
+        identity = addon.identity
+        assert identity.actions and identity.construct_id and identity.description, addon.name
+        # Only a grant on "*" needs a reason for the wildcard.
+        assert (identity.resources == "*") is (identity.unscoped_reason is not None), addon.name
 
 
 def test_vpc_cni_keeps_one_address_per_pod_as_the_capacity_plan_assumes():

@@ -9,14 +9,11 @@ from typing import Any
 
 import pytest
 
-from config.addons import ADDONS
+from config.addons import ADDON_DAEMONSETS, ADDONS, SYSTEM_PODS
 from config.instance_types import INSTANCE_TYPES, lookup
 from config.kubernetes import Taint
 from config.node_model import (
-    ADDON_DAEMONSETS,
-    SYSTEM_PODS,
     NodeModel,
-    PodRequests,
     format_cpu,
     format_memory,
     group_model,
@@ -25,14 +22,12 @@ from config.node_model import (
     kube_reserved_cpu_millicores,
     kube_reserved_memory_mib,
     max_pods,
-    mebibytes,
-    millicores,
     node_models,
-    pod_requests,
     system_fit_problem,
     system_pods,
     vendored_daemonsets,
 )
+from config.pods import PodRequests, mebibytes, millicores, pod_requests
 from config.schema import EnvironmentConfig
 from tests.support import environment, variant_of
 

@@ -17,12 +17,11 @@ from config.addons import (
     TRAINING_OPERATOR,
     placed_in,
 )
-from platform_constructs import eks_addons
 from platform_constructs.eks_addons import (
-    ADDON_IDENTITIES,
     AddonWithPodIdentity,
     IdentityContext,
     PinnedAddon,
+    identity_statements,
     place_addons,
 )
 from tests.support import bare_stack, eks_config, resources_of, template_of
@@ -56,16 +55,17 @@ PERMISSIONS = {
 
 
 def _addon_with_identity(stack: cdk.Stack, name: str, **kwargs) -> AddonWithPodIdentity:
-    identity = ADDON_IDENTITIES[name](CONTEXT)
+    identity = ADDONS[name].identity
+    assert identity is not None
     return AddonWithPodIdentity(
         stack,
         identity.construct_id,
         cluster_name="c",
         addon_name=name,
         version=ADDONS[name].version,
-        service_account=ADDONS[name].service_account,
+        service_account=identity.service_account,
         description=identity.description,
-        statements=identity.statements,
+        statements=identity_statements(identity, CONTEXT),
         **kwargs,
     )
 
@@ -139,12 +139,14 @@ def test_a_retained_cluster_keeps_its_add_ons_and_their_identities(policy, prese
         assert identity.get("DeletionPolicy", "Delete") == expected, type_
 
 
-def test_identities_are_exactly_the_rows_with_a_service_account():
-    assert set(ADDON_IDENTITIES) == {n for n, a in ADDONS.items() if a.service_account}
-    assert set(PERMISSIONS) == set(ADDON_IDENTITIES)
+WITH_IDENTITY = sorted(n for n, a in ADDONS.items() if a.identity is not None)
 
 
-@pytest.mark.parametrize("name", sorted(ADDON_IDENTITIES))
+def test_every_row_with_an_identity_has_its_documented_permission_here():
+    assert set(PERMISSIONS) == set(WITH_IDENTITY)
+
+
+@pytest.mark.parametrize("name", WITH_IDENTITY)
 def test_identity_add_ons_grant_exactly_their_documented_permission(name):
     stack = bare_stack()
     construct = _addon_with_identity(stack, name)
@@ -169,10 +171,14 @@ def test_identity_add_ons_grant_exactly_their_documented_permission(name):
 
 
 def test_an_identity_fails_without_the_resource_it_names():
-    with pytest.raises(ValueError, match="hyperpod_cluster_arn"):
-        ADDON_IDENTITIES[TRAINING_OPERATOR](IdentityContext(workspace_arn=WORKSPACE_ARN))
-    with pytest.raises(ValueError, match="container_log_group_arns"):
-        ADDON_IDENTITIES[CLOUDWATCH_OBSERVABILITY](IdentityContext(workspace_arn=WORKSPACE_ARN))
+    for name, missing in (
+        (TRAINING_OPERATOR, "hyperpod_cluster_arn"),
+        (CLOUDWATCH_OBSERVABILITY, "container_log_group_arns"),
+    ):
+        identity = ADDONS[name].identity
+        assert identity is not None
+        with pytest.raises(ValueError, match=missing):
+            identity_statements(identity, IdentityContext(workspace_arn=WORKSPACE_ARN))
 
 
 # --------------------------------------------------------------------------- placement
@@ -203,16 +209,6 @@ def test_placing_creates_the_rows_of_the_stack_with_their_identities(unit):
             addon_id = stack.get_logical_id(placed.addons[addon.name].resource)
             earlier_id = stack.get_logical_id(placed.addons[earlier].resource)
             assert earlier_id in template["Resources"][addon_id]["DependsOn"]
-
-
-def test_a_row_with_a_service_account_and_no_identity_is_refused(monkeypatch):
-    monkeypatch.setattr(
-        eks_addons,
-        "ADDON_IDENTITIES",
-        {n: f for n, f in ADDON_IDENTITIES.items() if n != FSX_CSI_DRIVER},
-    )
-    with pytest.raises(ValueError, match=FSX_CSI_DRIVER):
-        _place(bare_stack(), "cluster-addons", context=CONTEXT)
 
 
 def test_synth_time_configuration_replaces_the_rows_and_only_for_placed_add_ons():

@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import pytest
 
-from config.addons import ADDONS, Addon, ServiceAccount
+from config.addons import ADDONS, Addon, AddonIdentity, ServiceAccount
 from config.names import STACK_UNITS
 from tests.support import ENVIRONMENTS, SYNTH_GROUP, SynthResult
 
@@ -87,7 +87,15 @@ def _row(name: str, stack: str, account: ServiceAccount | None = None) -> Addon:
         version="v1.0.0-eksbuild.1",
         minimum=(1, 0, 0),
         stack=stack,  # type: ignore[arg-type]
-        service_account=account,
+        identity=None
+        if account is None
+        else AddonIdentity(
+            service_account=account,
+            construct_id=name.title(),
+            description=f"{name}: its one permission",
+            actions=("example:Describe",),
+            resources="*",
+        ),
     )
 
 

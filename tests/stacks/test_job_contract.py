@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 import yaml
 
-from config.addons import TASK_GOVERNANCE, TRAINING_OPERATOR
+from config.addons import ADDON_DAEMONSETS, TASK_GOVERNANCE, TRAINING_OPERATOR
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import (
     INSTANCE_GROUP_LABEL,
@@ -57,16 +57,8 @@ from config.kubernetes import (
     priority_class,
     team_namespace,
 )
-from config.node_model import (
-    ADDON_DAEMONSETS,
-    HUGEPAGES_2MI_MIB,
-    NodeModel,
-    PodRequests,
-    group_model,
-    mebibytes,
-    millicores,
-    pod_requests,
-)
+from config.node_model import HUGEPAGES_2MI_MIB, NodeModel, group_model
+from config.pods import PodRequests, mebibytes, millicores, pod_requests
 from config.schema import EnvironmentConfig
 from config.teams import team_capacity, team_directory
 from hpctl.job.environment import spec_for_environment
