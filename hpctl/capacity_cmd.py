@@ -1,5 +1,6 @@
 """`hpctl capacity` and `hpctl instance-types`: offline IP planning for one instance group or a
-whole environment file, and the instance types the planner knows."""
+whole environment (`--env NAME` or `--config FILE`), and the instance types the planner
+knows. The figures are built in `hpctl.capacity`."""
 
 from __future__ import annotations
 
@@ -12,22 +13,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.capacity import (
-    AWS_RESERVED_PER_SUBNET,
-    MIN_SUBNET_PREFIX,
-    CapacityError,
-    plan_group,
-)
 from config.errors import ConfigError
-from config.instance_types import (
-    INSTANCE_TYPES,
-    InterfaceType,
-    known_instance_types,
-    lookup,
-)
+from config.instance_types import InterfaceType
 from config.loader import load_file
+from hpctl.capacity import environment_plan, group_plan, instance_type_rows
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.options import JsonListOption, JsonObjectOption
+from hpctl.options import EnvOption, JsonListOption, JsonObjectOption, environment_file, print_table
 
 app = typer.Typer()
 stdout = Console(soft_wrap=True)
@@ -47,54 +38,13 @@ def _interface_type(choice: InterfaceChoice | None) -> InterfaceType | None:
     return None if choice is None else choice.value
 
 
-def _single_group(
-    ctx: typer.Context,
-    instance_type: str,
-    count: int,
-    orchestrator: OrchestratorChoice,
-    interface: InterfaceChoice | None,
-    headroom: int,
-) -> dict[str, object]:
-    try:
-        figures = lookup(instance_type)
-    except KeyError as error:
-        fail(ctx, f"--instance-type: {error.args[0]}", code=ExitCode.USAGE)
-    chosen = _interface_type(interface)
-    if chosen and not figures.supports_interface(chosen):
-        supported = figures.supported_interfaces
-        fix = f"use --interface {' or '.join(supported)}" if supported else "omit --interface"
-        fail(
-            ctx,
-            f"--interface: {instance_type} does not support {chosen!r}; {fix}",
-            code=ExitCode.USAGE,
-        )
-    plan = plan_group(
-        name=instance_type,
-        instance_type=instance_type,
-        count=count,
-        orchestrator=orchestrator.value,
-        interface=chosen,
-        headroom_nodes=headroom,
-    )
-    result = plan.as_dict()
-    del result["name"], result["availability_zone"]
-    prefix = plan.subnet_prefix
-    result["subnet_prefix_fits_aws_limits"] = prefix >= MIN_SUBNET_PREFIX
-    size = 1 << (32 - max(prefix, 0))
-    result["subnet_size"] = size
-    result["growth_nodes_in_subnet"] = (
-        size - AWS_RESERVED_PER_SUBNET - plan.ips_total
-    ) // plan.ips_per_node
-    return result
-
-
 def _print_group(result: dict[str, object]) -> None:
     table = Table(title=f"IP plan: {result['count']} x {result['instance_type']}")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in result.items():
         table.add_row(key, str(value))
-    stdout.print(table)
+    print_table(stdout, table)
 
 
 def _print_plan(source: Path, layout_dict: dict[str, Any]) -> None:
@@ -114,7 +64,7 @@ def _print_plan(source: Path, layout_dict: dict[str, Any]) -> None:
             ", ".join(subnet["groups"]) or "-",
             growth or "-",
         )
-    stdout.print(groups)
+    print_table(stdout, groups)
     per_group = Table(title="Instance groups")
     for column in (
         "group",
@@ -138,7 +88,23 @@ def _print_plan(source: Path, layout_dict: dict[str, Any]) -> None:
             str(group["ips_total"]),
             f"/{group['subnet_prefix']}",
         )
-    stdout.print(per_group)
+    print_table(stdout, per_group)
+
+
+def _environment_source(
+    ctx: typer.Context, env: str | None, config: Path | None, single_group: bool
+) -> Path | None:
+    """The environment file to plan (--env or --config), or None to plan one group."""
+    if env is not None and config is not None:
+        fail(ctx, "--env: use either --env or --config, not both", code=ExitCode.USAGE)
+    if (env is not None or config is not None) and single_group:
+        given = "--env" if env is not None else "--config"
+        fail(
+            ctx,
+            f"{given}: use either {given} or --instance-type/--count, not both",
+            code=ExitCode.USAGE,
+        )
+    return environment_file(env) if env is not None else config
 
 
 @app.command("capacity", cls=OneLineUsageErrors)
@@ -159,42 +125,36 @@ def capacity(
         int,
         typer.Option("--headroom", min=0, help="Spare nodes for replacements and rolling updates"),
     ] = 0,
+    env: EnvOption = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="Plan a whole environment file instead")
+        Path | None,
+        typer.Option("--config", metavar="FILE", help="Plan an environment file, instead of --env"),
     ] = None,
     as_json: JsonObjectOption = False,
 ) -> None:
-    """Addresses per node, per group and per subnet, with the smallest subnet that holds them."""
-    if config is not None:
-        if instance_type or count:
-            fail(
-                ctx,
-                "--config: use either --config or --instance-type/--count, not both",
-                code=ExitCode.USAGE,
-            )
+    """Addresses per node, group and subnet, and the smallest subnet that holds them.
+
+    For one group (--instance-type, --count) or a whole environment (--env or --config)."""
+    source = _environment_source(ctx, env, config, bool(instance_type or count))
+    if source is not None:
         try:
-            loaded = load_file(config)
+            layout = environment_plan(load_file(source))
         except ConfigError as error:
             fail(ctx, *error.located_lines(), code=ExitCode.FAILED)
-        layout = loaded.layout.as_dict()
-        groups = {g.name: g for s in loaded.layout.cluster.values() for g in s.groups}
-        layout["groups"] = [groups[name].as_dict() for name in sorted(groups)]
-        layout["environment"] = loaded.config.environment
         if as_json:
             stdout.print_json(json.dumps(layout))
         else:
-            _print_plan(config, layout)
+            _print_plan(source, layout)
         return
     if instance_type is None or count is None:
         fail(
             ctx,
-            "--instance-type/--count: both are required (or pass --config FILE)",
+            "--instance-type/--count: both are required (or pass --env NAME or --config FILE)",
             code=ExitCode.USAGE,
         )
-    try:
-        result = _single_group(ctx, instance_type, count, orchestrator, interface, headroom)
-    except CapacityError as error:
-        fail(ctx, str(error), code=ExitCode.USAGE)
+    result = group_plan(
+        instance_type, count, orchestrator.value, _interface_type(interface), headroom
+    )
     if as_json:
         print(json.dumps(result))
     else:
@@ -202,22 +162,9 @@ def capacity(
 
 
 @app.command("instance-types", cls=OneLineUsageErrors)
-def instance_types(
-    as_json: JsonListOption = False,
-) -> None:
+def instance_types(as_json: JsonListOption = False) -> None:
     """The instance types the planner and validation know, with their network figures."""
-    rows = [
-        {
-            "name": t.name,
-            "accelerator": t.accelerator,
-            "accelerators": t.accelerator_count,
-            "network_cards": t.network_cards,
-            "efa_interfaces": t.efa_interfaces,
-            "ipv4_per_eni": t.ipv4_per_eni,
-            "efa_only": t.supports_efa_only,
-        }
-        for t in (INSTANCE_TYPES[n] for n in known_instance_types())
-    ]
+    rows = instance_type_rows()
     if as_json:
         print(json.dumps(rows))
         return
@@ -226,4 +173,4 @@ def instance_types(
         table.add_column(column)
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
-    stdout.print(table)
+    print_table(stdout, table)

@@ -1,17 +1,23 @@
-"""A HyperPod cluster as `hpctl cluster` reads it: its nodes (every page), instance groups,
-recent events and compute quotas turned into plain rows and reports, what makes it unhealthy,
-and what a batch reboot or replace answered. The commands are in `hpctl.cluster_cmd`."""
+"""A HyperPod cluster as `hpctl cluster` reads it: the cluster a command addresses and the
+checks of its input, its nodes (every page), instance groups, recent events and compute
+quotas turned into plain rows and reports, what makes it unhealthy, and what a batch reboot
+or replace answered. The commands are in `hpctl.cluster_cmd`."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import typer
+
+from config.kubernetes import INSTANCE_GROUP_NAME
 from config.schema import EnvironmentConfig
 from hpctl import aws
-from hpctl.options import utc_iso
+from hpctl.errors import InputError
+from hpctl.options import duration_text, utc_iso
 
 HEALTHY_NODE_STATUS = "Running"
 
@@ -30,6 +36,61 @@ CLUSTER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:clust
 
 
 NODE_ID = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """The cluster a command acts on: an environment's (--env: credentials of its account,
+    in its Region) or any cluster by name or ARN (--name, with --region or the profile's)."""
+
+    name: str
+    config: EnvironmentConfig | None = None
+    region: str | None = None
+
+    def connect(self, ctx: typer.Context) -> aws.Connection:
+        if self.config is not None:
+            return aws.connect_environment(ctx, self.config)
+        return aws.connect(ctx, self.region)
+
+    def option(self) -> str:
+        """How a command line names this cluster: `--env NAME` or `--name NAME`."""
+        return f"--env {self.config.environment}" if self.config else f"--name {self.name}"
+
+
+def checked_cluster(value: str) -> str:
+    if not (INSTANCE_GROUP_NAME.fullmatch(value) or CLUSTER_ARN.fullmatch(value)):
+        raise InputError(
+            f"--name: {value!r} is not a cluster name (letters, digits and '-', at most 63) "
+            "or cluster ARN"
+        )
+    return value
+
+
+def checked_group(value: str) -> str:
+    if not INSTANCE_GROUP_NAME.fullmatch(value):
+        raise InputError(
+            f"--instance-group: {value!r} is not an instance group name (letters, digits "
+            "and '-', at most 63)"
+        )
+    return value
+
+
+def checked_node_ids(values: list[str]) -> list[str]:
+    """Valid, de-duplicated (order kept) and few enough for one call. Larger batches are
+    refused rather than split: disrupting more than 25 nodes deserves a deliberate step."""
+    bad = [v for v in values if not NODE_ID.fullmatch(v)]
+    if bad:
+        raise InputError(
+            f"--node-id: {', '.join(map(repr, bad))} is not an instance id "
+            "(i- and 8 or 17 hex digits)"
+        )
+    unique = list(dict.fromkeys(values))
+    if len(unique) > MAX_NODES_PER_CALL:
+        raise InputError(
+            f"--node-id: {len(unique)} nodes given; at most {MAX_NODES_PER_CALL} per call, "
+            "run it in batches"
+        )
+    return unique
 
 
 def list_nodes(sagemaker: Any, cluster: str, group: str | None = None) -> list[dict[str, Any]]:
@@ -182,8 +243,17 @@ NODE_RESOURCE_TYPE = "Instance"
 # EventLevel (API model: Info, Warn, Error). HyperPod reports what goes wrong with a node (a
 # failed health check, the reboot or replacement it starts) at Warn or Error; Info is routine.
 HEALTH_EVENT_LEVELS = ("Warn", "Error")
-# How far back `hpctl cluster events --since` may look, in days.
-MAX_HISTORY_DAYS = 365
+# How far back `hpctl cluster events --since` may look, and the shortest window it reads.
+MAX_HISTORY = timedelta(days=365)
+MIN_HISTORY = timedelta(hours=1)
+
+
+def checked_history_window(window: timedelta) -> timedelta:
+    if not MIN_HISTORY <= window <= MAX_HISTORY:
+        raise InputError(
+            f"--since: {duration_text(window)} is out of range; use 1h to {MAX_HISTORY.days}d"
+        )
+    return window
 
 
 def list_node_events(sagemaker: Any, name: str, since: datetime) -> list[dict[str, Any]]:
@@ -208,7 +278,9 @@ def _incident(event: dict[str, Any]) -> str:
     return str(event.get("OperationId") or event["EventId"])
 
 
-def node_history(events: list[dict[str, Any]], since: datetime, days: int) -> dict[str, Any]:
+def node_history(
+    events: list[dict[str, Any]], since: datetime, window: timedelta
+) -> dict[str, Any]:
     """Per node: its health events (Warn/Error) and how many failures they are, every event
     in time order, and the repeat offenders (nodes that failed more than once). A replaced
     node comes back with a new instance id, so a repeat offender is a node that HyperPod
@@ -237,10 +309,16 @@ def node_history(events: list[dict[str, Any]], since: datetime, days: int) -> di
     nodes.sort(key=lambda n: (-n["failures"], n["instance_group"] or "", n["instance_id"]))
     return {
         "since": utc_iso(since),
-        "days": days,
+        # The window in days (a fraction for one given in hours), as before units existed.
+        "days": _days(window),
         "nodes": nodes,
         "repeat_offenders": [n["instance_id"] for n in nodes if n["failures"] > 1],
     }
+
+
+def _days(window: timedelta) -> int | float:
+    days = window / timedelta(days=1)
+    return int(days) if days.is_integer() else round(days, 4)
 
 
 def list_quotas(sagemaker: Any, cluster_arn: str) -> list[dict[str, Any]]:

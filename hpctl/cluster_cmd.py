@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -23,18 +22,18 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
 
-from config.kubernetes import INSTANCE_GROUP_NAME
-from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.cluster import (
-    CLUSTER_ARN,
     EVENTS_WINDOW,
     HEALTHY_NODE_STATUS,
     MAX_EVENTS,
-    MAX_HISTORY_DAYS,
-    MAX_NODES_PER_CALL,
-    NODE_ID,
+    MAX_HISTORY,
+    ClusterTarget,
     batch_outcome,
+    checked_cluster,
+    checked_group,
+    checked_history_window,
+    checked_node_ids,
     cluster_report,
     events_unavailable,
     health_report,
@@ -50,8 +49,11 @@ from hpctl.options import (
     EnvOption,
     JsonOption,
     RegionOption,
+    duration_option,
+    duration_text,
     minute_of,
     print_table,
+    renamed_option,
     required_environment,
     utc_now,
 )
@@ -78,40 +80,14 @@ NodeIdOption = Annotated[
 YesOption = Annotated[bool, typer.Option("--yes", help="Confirm the disruptive action")]
 
 
-# ------------------------------------------------------------------ input validation
-
-
-def check_cluster(ctx: typer.Context, value: str) -> str:
-    if not (INSTANCE_GROUP_NAME.fullmatch(value) or CLUSTER_ARN.fullmatch(value)):
-        fail(
-            ctx,
-            f"--name: {value!r} is not a cluster name (letters, digits and '-', at most 63) "
-            "or cluster ARN",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-@dataclass(frozen=True)
-class ClusterTarget:
-    """The cluster a command acts on: an environment's (--env: credentials of its account,
-    in its Region) or any cluster by name or ARN (--name, with --region or the profile's)."""
-
-    name: str
-    config: EnvironmentConfig | None = None
-    region: str | None = None
-
-    def connect(self, ctx: typer.Context) -> aws.Connection:
-        if self.config is not None:
-            return aws.connect_environment(ctx, self.config)
-        return aws.connect(ctx, self.region)
+# ------------------------------------------------------------------ input
 
 
 def cluster_target(
     ctx: typer.Context, name: str | None, env: str | None, region: str | None
 ) -> ClusterTarget:
     if name is not None and env is None:
-        return ClusterTarget(check_cluster(ctx, name), region=region)
+        return ClusterTarget(checked_cluster(name), region=region)
     if name is not None or env is None:
         fail(
             ctx,
@@ -122,39 +98,6 @@ def cluster_target(
         fail(ctx, "--region: --env decides the Region; drop --region", code=ExitCode.USAGE)
     config = required_environment(ctx, env)
     return ClusterTarget(config.names.hyperpod_cluster, config=config)
-
-
-def check_group(ctx: typer.Context, value: str) -> str:
-    if not INSTANCE_GROUP_NAME.fullmatch(value):
-        fail(
-            ctx,
-            f"--group: {value!r} is not an instance group name (letters, digits and '-', "
-            "at most 63)",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-def check_node_ids(ctx: typer.Context, values: list[str]) -> list[str]:
-    """Valid, de-duplicated (order kept) and few enough for one call. Larger batches are
-    refused rather than split: disrupting more than 25 nodes deserves a deliberate step."""
-    bad = [v for v in values if not NODE_ID.fullmatch(v)]
-    if bad:
-        fail(
-            ctx,
-            f"--node-id: {', '.join(map(repr, bad))} is not an instance id "
-            "(i- and 8 or 17 hex digits)",
-            code=ExitCode.USAGE,
-        )
-    unique = list(dict.fromkeys(values))
-    if len(unique) > MAX_NODES_PER_CALL:
-        fail(
-            ctx,
-            f"--node-id: {len(unique)} nodes given; at most {MAX_NODES_PER_CALL} per call, "
-            "run it in batches",
-            code=ExitCode.USAGE,
-        )
-    return unique
 
 
 # ------------------------------------------------------------------ reading
@@ -246,17 +189,20 @@ def status(
 def nodes(
     ctx: typer.Context,
     name: NameOption = None,
-    group: Annotated[
-        str | None, typer.Option("--group", help="Only this instance group (exact name)")
+    instance_group: Annotated[
+        str | None,
+        typer.Option("--instance-group", help="Only this instance group (exact name)"),
     ] = None,
     env: EnvOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
+    old_group: Annotated[str | None, typer.Option("--group", hidden=True)] = None,
 ) -> None:
     """Every node of the cluster with its status."""
+    group = renamed_option(ctx, "--group", old_group, instance_group)
     target = cluster_target(ctx, name, env, region)
     if group is not None:
-        check_group(ctx, group)
+        checked_group(group)
     sagemaker = target.connect(ctx).client("sagemaker")
     with aws.reported_errors(ctx):
         rows = [node_row(n) for n in list_nodes(sagemaker, target.name, group)]
@@ -265,9 +211,9 @@ def nodes(
         return
     where = f" in group {group}" if group else ""
     if not rows:
-        typer.echo(f"No nodes{where} in cluster {name}.")
+        typer.echo(f"No nodes{where} in cluster {target.name}.")
         return
-    print_nodes_table(rows, f"{len(rows)} nodes{where} in {name}")
+    print_nodes_table(rows, f"{len(rows)} nodes{where} in {target.name}")
 
 
 # ------------------------------------------------------------------ health
@@ -411,13 +357,12 @@ def health(ctx: typer.Context, env: EnvOption = None, as_json: JsonOption = Fals
 
 
 def _replace_hint(target: ClusterTarget, nodes: list[str]) -> str:
-    where = f"--env {target.config.environment}" if target.config else f"--name {target.name}"
     ids = " ".join(f"--node-id {n}" for n in nodes)
-    return f"hpctl cluster replace {where} {ids} --yes"
+    return f"hpctl cluster replace {target.option()} {ids} --yes"
 
 
 def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
-    window = f"the last {report['days']} day{'' if report['days'] == 1 else 's'}"
+    window = f"the last {duration_text(timedelta(days=report['days']))}"
     if not report["nodes"]:
         typer.echo(f"No node events in {target.name} in {window}.")
         return
@@ -450,32 +395,34 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
 def events(
     ctx: typer.Context,
     since: Annotated[
-        int, typer.Option("--since", help=f"How many days back to look (1-{MAX_HISTORY_DAYS})")
-    ] = 7,
+        str,
+        typer.Option(
+            "--since",
+            metavar="DURATION",
+            help=f"How far back to look: 1h to {MAX_HISTORY.days}d, e.g. 36h, 7d or 2w",
+        ),
+    ] = "7d",
     name: NameOption = None,
     env: EnvOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Node health history: every node's events of the last --since days, how often each
-    failed (Warn/Error events, one per operation), and the nodes that failed more than once
-    (repeat offenders, worth replacing). Read-only."""
-    if not 1 <= since <= MAX_HISTORY_DAYS:
-        fail(
-            ctx,
-            f"--since: {since} days is out of range; use 1 to {MAX_HISTORY_DAYS}",
-            code=ExitCode.USAGE,
-        )
+    """Node health history: failures per node and the repeat offenders. Read-only.
+
+    Every node's events of the last --since, how often each failed (Warn/Error events, one
+    per operation), and the nodes that failed more than once (worth replacing)."""
+    # A bare number was a count of days before durations carried their unit.
+    window = checked_history_window(duration_option(ctx, "--since", since, bare_unit="d"))
     target = cluster_target(ctx, name, env, region)
     sagemaker = target.connect(ctx).client("sagemaker")
-    start = clock() - timedelta(days=since)
+    start = clock() - window
     with aws.reported_errors(ctx):
         cluster = aws.call(sagemaker, "describe_cluster", ClusterName=target.name)
         note = events_unavailable(cluster)
         if note is not None:
             fail(ctx, f"{target.name}: {note}", code=ExitCode.FAILED)
         history = list_node_events(sagemaker, target.name, start)
-    report = {"cluster": target.name, **node_history(history, start, since)}
+    report = {"cluster": target.name, **node_history(history, start, window)}
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -497,7 +444,7 @@ def _run_batch(
     region: str | None,
 ) -> None:
     target = cluster_target(ctx, name, env, region)
-    node_ids = check_node_ids(ctx, node_ids)
+    node_ids = checked_node_ids(node_ids)
     if not yes:
         fail(
             ctx,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import IntEnum
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -72,12 +72,30 @@ def fail(ctx: Context | None, problem: str, *more: str, code: ExitCode) -> NoRet
     raise typer.Exit(code)
 
 
+def deprecated(ctx: Context | None, old: str, new: str) -> None:
+    """The one stderr line for a spelling kept for one release: `old` still works, `new` is
+    what to write instead."""
+    report(ctx, f"{old} is deprecated and goes in the next release; use {new}")
+
+
+class InputError(ValueError):
+    """Bad input found by the logic a command calls, before any work; the message is the one
+    line to print (naming the option and the fix). A command raising it exits 2."""
+
+
 class OneLineUsageErrors(TyperCommand):
-    """A command whose parse errors (unknown option, missing value) are one `fail` line with
-    exit 2 instead of a usage box, also when its app is mounted under another CLI."""
+    """A command whose parse errors (unknown option, missing value) and `InputError`s are one
+    `fail` line with exit 2 instead of a usage box or a traceback, also when its app is
+    mounted under another CLI."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except UsageError as error:
             fail(ctx, error.format_message(), code=ExitCode.USAGE)
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except InputError as error:
+            fail(ctx, str(error), code=ExitCode.USAGE)

@@ -15,6 +15,7 @@ from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.guard import (
     Assembly,
     GuardInputError,
+    GuardReport,
     compare,
     deployed_templates,
     read_assembly,
@@ -41,6 +42,41 @@ def _from_environment(ctx: typer.Context, name: str) -> tuple[Assembly, Assembly
         except GuardInputError as error:
             fail(ctx, str(error), code=ExitCode.FAILED)
     return old, new, missing
+
+
+def _assemblies(
+    ctx: typer.Context, old: Path | None, new: Path | None, env: str | None
+) -> tuple[Assembly, Assembly, list[str]]:
+    """(before, after, stacks not deployed) from OLD NEW or from --env."""
+    if env is not None:
+        if old is not None or new is not None:
+            fail(
+                ctx,
+                "--env: compares with the deployed templates; pass either --env NAME or "
+                "OLD NEW, not both",
+                code=ExitCode.USAGE,
+            )
+        return _from_environment(ctx, env)
+    if old is None or new is None:
+        fail(
+            ctx,
+            "OLD NEW: pass two cloud assembly directories (before and after), or "
+            "--env NAME to compare with what is deployed",
+            code=ExitCode.USAGE,
+        )
+    try:
+        return read_assembly("OLD", old), read_assembly("NEW", new), []
+    except GuardInputError as error:
+        fail(ctx, str(error), code=ExitCode.USAGE)
+
+
+def _print_report(report: GuardReport) -> None:
+    for finding in report.findings:
+        typer.echo(finding.line())
+    for unused in report.unused_allow:
+        typer.echo(f"--allow {unused}: matches no deleted or replaced resource")
+    if not report.blocking:
+        typer.echo(report.summary())
 
 
 @app.command("guard", cls=OneLineUsageErrors)
@@ -89,38 +125,12 @@ def guard(
     log group, quota or scheduler config the change deletes or replaces,
     naming the create-only property; exit 1 if any is not --allow'ed.
     """
-    missing: list[str] = []
-    if env is not None:
-        if old is not None or new is not None:
-            fail(
-                ctx,
-                "--env: compares with the deployed templates; pass either --env NAME or "
-                "OLD NEW, not both",
-                code=ExitCode.USAGE,
-            )
-        before, after, missing = _from_environment(ctx, env)
-    else:
-        if old is None or new is None:
-            fail(
-                ctx,
-                "OLD NEW: pass two cloud assembly directories (before and after), or "
-                "--env NAME to compare with what is deployed",
-                code=ExitCode.USAGE,
-            )
-        try:
-            before, after = read_assembly("OLD", old), read_assembly("NEW", new)
-        except GuardInputError as error:
-            fail(ctx, str(error), code=ExitCode.USAGE)
+    before, after, missing = _assemblies(ctx, old, new, env)
     report = compare(before, after, allow=allow or (), not_deployed=missing)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        for finding in report.findings:
-            typer.echo(finding.line())
-        for unused in report.unused_allow:
-            typer.echo(f"--allow {unused}: matches no deleted or replaced resource")
-        if not report.blocking:
-            typer.echo(report.summary())
+        _print_report(report)
     blocking = len(report.blocking)
     if blocking:
         fail(

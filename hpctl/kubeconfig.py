@@ -1,14 +1,20 @@
 """A kubeconfig for an environment's EKS cluster, as `aws eks update-kubeconfig` writes it
 (server and CA from DescribeCluster, `aws eks get-token` exec authentication), optionally
-for a Session Manager tunnel to the private endpoint, and the commands that reach the
-endpoint through the admin host. The command is in `hpctl.kubeconfig_cmd`."""
+for a Session Manager tunnel to the private endpoint, the commands that reach the
+endpoint through the admin host (its instance ID from the network stack's output), and the
+file it goes to. The command is in `hpctl.kubeconfig_cmd`."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from config.schema import EnvironmentConfig
+from config.schema.network import ADMIN_HOST_OUTPUT
+from hpctl import aws
 
 # What `aws eks update-kubeconfig` writes and `aws eks get-token` answers.
 EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
@@ -19,6 +25,41 @@ PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 
 
 SUGGESTED_LOCAL_PORT = 8443
+
+
+# Cluster states DescribeCluster reports in which the endpoint answers (as the AWS CLI).
+USABLE_STATUSES = ("ACTIVE", "UPDATING")
+
+
+def default_output(env: str) -> Path:
+    return Path("~/.kube") / f"hpctl-{env}.yaml"
+
+
+def admin_host_instance(
+    config: EnvironmentConfig, connection: aws.Connection
+) -> tuple[str | None, str]:
+    """(instance ID, "") from the network stack's output, or (None, why not)."""
+    stack = config.names.stack("network")
+    if not config.network.admin_host.enabled:
+        return None, "network.admin_host is disabled in this environment"
+    try:
+        instance = aws.stack_output(connection, stack, ADMIN_HOST_OUTPUT)
+    except aws.AwsCallError as failure:
+        return None, f"cannot read stack {stack} ({failure})"
+    if instance is None:
+        return None, f"stack {stack} has no {ADMIN_HOST_OUTPUT} output (deploy the network stack)"
+    return instance, ""
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` (mode 0600) through a temporary file in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8"
+    ) as partial:
+        partial.write(text)
+    os.chmod(partial.name, 0o600)
+    os.replace(partial.name, path)
 
 
 def endpoint_host(endpoint: str) -> str:

@@ -7,61 +7,32 @@ own (`~/.kube/hpctl-<env>.yaml` unless `--output` says otherwise), never merged 
 With `--local-port PORT` it points at `https://127.0.0.1:PORT` with the endpoint's name for
 TLS, for a Session Manager port forward through the admin host; the command prints that
 tunnel (and a shell on the host) with the host's instance ID, read from the network stack's
-output. Failures are one line on stderr (exit 1 for AWS, 2 for options).
+output. Failures are one line on stderr (exit 1 for AWS, 2 for options). The kubeconfig,
+the guidance and the file writing are in `hpctl.kubeconfig`.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
 
-from config.schema import EnvironmentConfig
-from config.schema.network import ADMIN_HOST_OUTPUT
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
-from hpctl.kubeconfig import guidance, kubeconfig_document
+from hpctl.kubeconfig import (
+    USABLE_STATUSES,
+    admin_host_instance,
+    default_output,
+    guidance,
+    kubeconfig_document,
+    write_private,
+)
 from hpctl.options import EnvOption, load_environment_option, required_env
 
-# Cluster states DescribeCluster reports in which the endpoint answers (as the AWS CLI).
-USABLE_STATUSES = ("ACTIVE", "UPDATING")
-
 app = typer.Typer()
-
-
-def default_output(env: str) -> Path:
-    return Path("~/.kube") / f"hpctl-{env}.yaml"
-
-
-def admin_host_instance(
-    config: EnvironmentConfig, connection: aws.Connection
-) -> tuple[str | None, str]:
-    """(instance ID, "") from the network stack's output, or (None, why not)."""
-    stack = config.names.stack("network")
-    if not config.network.admin_host.enabled:
-        return None, "network.admin_host is disabled in this environment"
-    try:
-        instance = aws.stack_output(connection, stack, ADMIN_HOST_OUTPUT)
-    except aws.AwsCallError as failure:
-        return None, f"cannot read stack {stack} ({failure})"
-    if instance is None:
-        return None, f"stack {stack} has no {ADMIN_HOST_OUTPUT} output (deploy the network stack)"
-    return instance, ""
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` (mode 0600) through a temporary file in the same directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8"
-    ) as partial:
-        partial.write(text)
-    os.chmod(partial.name, 0o600)
-    os.replace(partial.name, path)
 
 
 @app.command("kubeconfig", cls=OneLineUsageErrors)
@@ -82,8 +53,10 @@ def kubeconfig(
         ),
     ] = None,
 ) -> None:
-    """Write a kubeconfig for the environment's EKS cluster (aws eks get-token auth) and
-    print how to reach its private endpoint through the admin host."""
+    """Write a kubeconfig for the environment's EKS cluster and say how to reach it.
+
+    Authentication is aws eks get-token; the private endpoint is reached through the admin
+    host (the command prints the tunnel and a shell there)."""
     env = required_env(ctx, env)
     config = load_environment_option(ctx, env)
     connection = aws.connect_environment(ctx, config)

@@ -1,4 +1,4 @@
-"""An environment's nodes as `hpctl nodes` shows them: per instance group what a node has,
+"""An environment's node model as `hpctl node-model` shows it: per instance group what a node has,
 what the kubelet, tiered storage, the platform's DaemonSets and the system pods that may
 share the node take, and what is left for a job (`config.node_model`), then the platform's system pods and whether they fit on the
 groups without accelerators. Plain data and text tables; the command is in

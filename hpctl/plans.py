@@ -1,17 +1,20 @@
 """Training plans as `hpctl plans` handles them: what the API offers and accepts (counts,
-durations, instance types, id and name patterns), the search request, offerings flattened
-into rows, and the config block for a bought plan. The commands are in `hpctl.plans_cmd`."""
+durations, instance types, id and name patterns) and the checks of each option against it,
+the search request, offerings flattened into rows, and the config block for a bought plan.
+The commands are in `hpctl.plans_cmd`."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
+from config.instance_types import INSTANCE_TYPES, ULTRASERVER_TYPES, unknown_instance_type
 from hpctl import aws
-from hpctl.options import utc_iso
+from hpctl.errors import InputError
+from hpctl.options import duration_text, utc_iso
 
 # Offerings come in powers of two up to 64 instances and last 1 to 182 days.
 ALLOWED_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -35,6 +38,105 @@ def reservable_instance_types() -> frozenset[str]:
     """Instance types the training plan API accepts, from the API model botocore ships, so
     a type the service cannot reserve is refused before any call."""
     return aws.api_enum("sagemaker", "ReservedCapacityInstanceType")
+
+
+# ------------------------------------------------------------------ option checks
+
+
+def checked_instance_type(value: str) -> str:
+    if value not in INSTANCE_TYPES:
+        raise InputError(f"--instance-type: {unknown_instance_type(value)}")
+    reservable = reservable_instance_types()
+    if value not in reservable:
+        offered = sorted(set(INSTANCE_TYPES) & reservable)
+        raise InputError(
+            f"--instance-type: {value} cannot be reserved with a training plan; "
+            f"use one of {', '.join(offered)}"
+        )
+    return value
+
+
+def checked_ultraserver_type(value: str) -> str:
+    if value not in ULTRASERVER_TYPES:
+        raise InputError(
+            f"--ultraserver-type: unknown UltraServer type {value!r}; use one of "
+            f"{', '.join(sorted(ULTRASERVER_TYPES))}"
+        )
+    return value
+
+
+def checked_ultraserver_count(value: int) -> int:
+    if value < 1:
+        raise InputError(f"--count: {value} UltraServers; use 1 or more")
+    return value
+
+
+def checked_count(value: int) -> int:
+    if value not in ALLOWED_COUNTS:
+        raise InputError(
+            f"--count: {value} instances are not offered; use one of "
+            f"{', '.join(map(str, ALLOWED_COUNTS))}"
+        )
+    return value
+
+
+def checked_days(option: str, duration: timedelta) -> int:
+    """A plan's length in whole days, within what the API offers; `option` names it."""
+    days = duration / timedelta(days=1)
+    if not days.is_integer():
+        raise InputError(
+            f"{option}: {duration_text(duration)} is not whole days; plans last whole days, "
+            f"e.g. {max(MIN_DAYS, round(days))}d"
+        )
+    if not MIN_DAYS <= days <= MAX_DAYS:
+        raise InputError(
+            f"{option}: {duration_text(duration)} is out of range; plans last {MIN_DAYS} to "
+            f"{MAX_DAYS} days"
+        )
+    return int(days)
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def checked_start(text: str) -> datetime:
+    """The start date as midnight UTC; a plan cannot start in the past."""
+    try:
+        if not ISO_DATE.fullmatch(text):
+            raise ValueError
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise InputError(
+            f"--start: {text!r} is not a date; use YYYY-MM-DD, e.g. 2026-12-01"
+        ) from None
+    now = today()
+    if day < now:
+        raise InputError(
+            f"--start: {day.isoformat()} is in the past; use {now.isoformat()} or later"
+        )
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def checked_offering_id(value: str) -> str:
+    if not OFFERING_ID.fullmatch(value):
+        raise InputError(
+            f"--offering-id: {value!r} is not an offering id (lowercase letters, digits and "
+            "'-'; copy it from `hpctl plans search`)"
+        )
+    return value
+
+
+def checked_plan_name(value: str) -> str:
+    if len(value) > PLAN_NAME_MAX or not PLAN_NAME.fullmatch(value):
+        raise InputError(
+            f"--name: {value!r} is not a valid plan name (1-{PLAN_NAME_MAX} letters, "
+            "digits and single or repeated '-' between them)"
+        )
+    return value
+
+
+# ------------------------------------------------------------------ requests and rows
 
 
 def search_request(

@@ -9,36 +9,39 @@ What the API accepts and how offerings become rows is in `hpctl.plans`.
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.instance_types import INSTANCE_TYPES, ULTRASERVER_TYPES, unknown_instance_type
+from config.instance_types import ULTRASERVER_TYPES
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail, report
 from hpctl.options import (
     EnvOption,
     JsonListOption,
+    duration_option,
     minute_of,
     print_table,
+    renamed_option,
     required_environment,
 )
 from hpctl.plans import (
-    ALLOWED_COUNTS,
-    ISO_DATE,
     MAX_DAYS,
     MIN_DAYS,
-    OFFERING_ID,
-    PLAN_NAME,
-    PLAN_NAME_MAX,
     Target,
+    checked_count,
+    checked_days,
+    checked_instance_type,
+    checked_offering_id,
+    checked_plan_name,
+    checked_start,
+    checked_ultraserver_count,
+    checked_ultraserver_type,
     config_snippet,
     offering_row,
     plan_availability_zones,
-    reservable_instance_types,
     search_request,
 )
 
@@ -48,110 +51,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 stdout = Console(soft_wrap=True, highlight=False)
-
-
-# ------------------------------------------------------------------ input validation
-
-
-def check_instance_type(ctx: typer.Context, value: str) -> str:
-    if value not in INSTANCE_TYPES:
-        fail(ctx, f"--instance-type: {unknown_instance_type(value)}", code=ExitCode.USAGE)
-    reservable = reservable_instance_types()
-    if value not in reservable:
-        offered = sorted(set(INSTANCE_TYPES) & reservable)
-        fail(
-            ctx,
-            f"--instance-type: {value} cannot be reserved with a training plan; "
-            f"use one of {', '.join(offered)}",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-def check_ultraserver_type(ctx: typer.Context, value: str) -> str:
-    if value not in ULTRASERVER_TYPES:
-        fail(
-            ctx,
-            f"--ultraserver-type: unknown UltraServer type {value!r}; use one of "
-            f"{', '.join(sorted(ULTRASERVER_TYPES))}",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-def check_ultraserver_count(ctx: typer.Context, value: int) -> int:
-    if value < 1:
-        fail(ctx, f"--count: {value} UltraServers; use 1 or more", code=ExitCode.USAGE)
-    return value
-
-
-def check_count(ctx: typer.Context, value: int) -> int:
-    if value not in ALLOWED_COUNTS:
-        fail(
-            ctx,
-            f"--count: {value} instances are not offered; use one of "
-            f"{', '.join(map(str, ALLOWED_COUNTS))}",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-def check_duration(ctx: typer.Context, days: int) -> int:
-    if not MIN_DAYS <= days <= MAX_DAYS:
-        fail(
-            ctx,
-            f"--duration-days: {days} is out of range; plans last {MIN_DAYS} to {MAX_DAYS} days",
-            code=ExitCode.USAGE,
-        )
-    return days
-
-
-def today() -> date:
-    return datetime.now(UTC).date()
-
-
-def parse_start(ctx: typer.Context, text: str) -> datetime:
-    """The start date as midnight UTC; a plan cannot start in the past."""
-    try:
-        if not ISO_DATE.fullmatch(text):
-            raise ValueError
-        day = date.fromisoformat(text)
-    except ValueError:
-        fail(
-            ctx,
-            f"--start: {text!r} is not a date; use YYYY-MM-DD, e.g. 2026-12-01",
-            code=ExitCode.USAGE,
-        )
-    now = today()
-    if day < now:
-        fail(
-            ctx,
-            f"--start: {day.isoformat()} is in the past; use {now.isoformat()} or later",
-            code=ExitCode.USAGE,
-        )
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
-def check_offering_id(ctx: typer.Context, value: str) -> str:
-    if not OFFERING_ID.fullmatch(value):
-        fail(
-            ctx,
-            f"--offering-id: {value!r} is not an offering id (lowercase letters, digits and '-'; "
-            "copy it from `hpctl plans search`)",
-            code=ExitCode.USAGE,
-        )
-    return value
-
-
-def check_plan_name(ctx: typer.Context, value: str) -> str:
-    if len(value) > PLAN_NAME_MAX or not PLAN_NAME.fullmatch(value):
-        fail(
-            ctx,
-            f"--name: {value!r} is not a valid plan name (1-{PLAN_NAME_MAX} letters, "
-            "digits and single or repeated '-' between them)",
-            code=ExitCode.USAGE,
-        )
-    return value
 
 
 # ------------------------------------------------------------------ search
@@ -196,6 +95,32 @@ def print_offerings(rows: list[dict[str, Any]], title: str) -> None:
     print_table(stdout, table)
 
 
+def _plan_days(ctx: typer.Context, duration: str | None, old_days: int | None) -> int:
+    """The whole days of --duration, or of the old spelling --duration-days (a number)."""
+    old = None if old_days is None else f"{old_days}d"
+    given = renamed_option(ctx, "--duration-days", old, duration)
+    if given is None:
+        fail(ctx, "--duration: missing; pass e.g. --duration 14d", code=ExitCode.USAGE)
+    option = "--duration" if old is None else "--duration-days"
+    return checked_days(option, duration_option(ctx, option, given))
+
+
+def _what_to_reserve(
+    ctx: typer.Context, instance_type: str | None, ultraserver_type: str | None, count: int
+) -> tuple[str, int]:
+    """(instance or UltraServer type, count), checked against what the API offers."""
+    if (instance_type is None) == (ultraserver_type is None):
+        fail(
+            ctx,
+            "--instance-type: give exactly one of --instance-type (instances) and "
+            "--ultraserver-type (whole UltraServers)",
+            code=ExitCode.USAGE,
+        )
+    if ultraserver_type is not None:
+        return checked_ultraserver_type(ultraserver_type), checked_ultraserver_count(count)
+    return checked_instance_type(str(instance_type)), checked_count(count)
+
+
 @app.command(cls=OneLineUsageErrors)
 def search(
     ctx: typer.Context,
@@ -204,7 +129,16 @@ def search(
         typer.Option("--count", help="Instances (1, 2, 4, ... 64), or UltraServers (1 or more)"),
     ],
     start: Annotated[str, typer.Option("--start", help="Earliest start, YYYY-MM-DD (UTC)")],
-    duration_days: Annotated[int, typer.Option("--duration-days", help="1 to 182")],
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--duration",
+            metavar="DURATION",
+            help=f"How long the plan lasts, in whole days: {MIN_DAYS}d to {MAX_DAYS}d, e.g. "
+            "14d or 2w",
+            show_default=False,
+        ),
+    ] = None,
     target: Annotated[
         Target, typer.Option("--target", help="What the plan will feed")
     ] = Target.hyperpod_cluster,
@@ -220,30 +154,16 @@ def search(
             help=f"Whole UltraServers instead of instances: {', '.join(sorted(ULTRASERVER_TYPES))}",
         ),
     ] = None,
+    duration_days: Annotated[int | None, typer.Option("--duration-days", hidden=True)] = None,
 ) -> None:
     """List training plan offerings that match in the environment's Region (read-only,
     free): `--count` instances of `--instance-type`, or `--count` UltraServers of
     `--ultraserver-type`."""
-    if (instance_type is None) == (ultraserver_type is None):
-        fail(
-            ctx,
-            "--instance-type: give exactly one of --instance-type (instances) and "
-            "--ultraserver-type (whole UltraServers)",
-            code=ExitCode.USAGE,
-        )
-    if ultraserver_type is not None:
-        what = check_ultraserver_type(ctx, ultraserver_type)
-        count = check_ultraserver_count(ctx, count)
-    else:
-        what = check_instance_type(ctx, str(instance_type))
-        count = check_count(ctx, count)
+    what, count = _what_to_reserve(ctx, instance_type, ultraserver_type, count)
+    begin = checked_start(start)
+    days = _plan_days(ctx, duration, duration_days)
     request = search_request(
-        what,
-        count,
-        parse_start(ctx, start),
-        check_duration(ctx, duration_days),
-        target,
-        ultraserver=ultraserver_type is not None,
+        what, count, begin, days, target, ultraserver=ultraserver_type is not None
     )
     config = required_environment(ctx, env)
     sagemaker = aws.connect_environment(ctx, config).client("sagemaker")
@@ -257,12 +177,11 @@ def search(
     if not rows:
         typer.echo(
             f"No offerings for {asked} from {start} for "
-            f"{duration_days} days; try another start date, duration or count."
+            f"{days} days; try another start date, duration or count."
         )
         return
     print_offerings(
-        rows,
-        f"Training plan offerings: {asked}, {duration_days} days from {start} ({target.value})",
+        rows, f"Training plan offerings: {asked}, {days} days from {start} ({target.value})"
     )
     typer.echo(
         f"Buy one with: hpctl plans buy --offering-id ID --name NAME --env {config.environment} --yes"
@@ -286,8 +205,8 @@ def buy(
 
     In the environment's Region and only with credentials of its account: the plan is bought
     where `plans search --env` found the offering, never in another account."""
-    check_offering_id(ctx, offering_id)
-    check_plan_name(ctx, name)
+    checked_offering_id(offering_id)
+    checked_plan_name(name)
     config = required_environment(ctx, env)
     if not yes:
         fail(

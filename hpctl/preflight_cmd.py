@@ -71,10 +71,11 @@ def preflight(
     env: EnvOption = None,
     as_json: JsonObjectOption = False,
 ) -> None:
-    """Check the AWS account before deploying an environment: training plans, service
-    quotas, Availability Zones, EKS admin roles, image overrides in ECR, the Kubernetes
-    version and the data bucket's key users. Read-only; exit 1 when any check finds a problem
-    (warnings do not fail)."""
+    """Check the AWS account before deploying an environment; exit 1 on any problem.
+
+    Training plans, service quotas, Availability Zones, EKS admin roles, image overrides in
+    ECR, the Kubernetes version and the data bucket's key users. Read-only; warnings do not
+    fail."""
     config = required_environment(ctx, env)
     rows = run_checks(CheckContext(config, aws.connect_environment(ctx, config)))
     if as_json:

@@ -10,6 +10,7 @@ from config.kubernetes import local_queue, priority_class, team_namespace
 from config.schema import EnvironmentConfig
 from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
 from hpctl.job.environment import nodes_figure
+from hpctl.options import text_table
 
 
 def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
@@ -59,15 +60,6 @@ def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
         ],
         "teams": teams,
     }
-
-
-def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Left-aligned columns two spaces apart, no trailing blanks."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
 
 
 def _on_off(value: bool) -> str:

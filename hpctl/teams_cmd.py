@@ -25,8 +25,7 @@ def teams(
     env: EnvOption = None,
     as_json: JsonObjectOption = False,
 ) -> None:
-    """Teams, quotas (guaranteed, borrowable, largest job) and priority classes of an
-    environment."""
+    """Teams, quotas (guaranteed, borrowable, largest job) and priority classes."""
     config = required_environment(ctx, env)
     if config.governance is None:
         fail(

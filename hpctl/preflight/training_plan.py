@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from config.schema.hyperpod import InstanceGroupConfig
+from config.schema.hyperpod import InstanceGroupConfig, TrainingPlanConfig
 from hpctl.aws import AwsCallError, call
 from hpctl.errors import one_line
 from hpctl.preflight.context import (
@@ -59,6 +59,118 @@ def reserved_at_once(capacities: list[dict[str, Any]]) -> int:
     return max(held_at(moment) for moment in starts)
 
 
+# (problem, fix) pairs, in the order a reader should fix them.
+Findings = list[tuple[str, str]]
+
+
+def _identity_findings(wanted_arn: str, plan: dict[str, Any]) -> Findings:
+    """Whether the plan is the configured one, usable, and for HyperPod."""
+    findings: Findings = []
+    if plan["TrainingPlanArn"] != wanted_arn:
+        problem = f"the plan named {plan['TrainingPlanName']} is {plan['TrainingPlanArn']}"
+        findings.append(
+            (problem, "set training_plan.arn to the plan's ARN (or deploy with this account)")
+        )
+    status = plan["Status"]
+    if status not in USABLE_PLAN_STATUSES:
+        message = plan.get("StatusMessage")
+        fix = (
+            "wait until the plan is Active or Scheduled"
+            if status == "Pending"
+            else "buy a new plan (hpctl plans search / buy) and set training_plan.arn"
+        )
+        findings.append((f"status {status}" + (f" ({one_line(message)})" if message else ""), fix))
+    targets = plan.get("TargetResources")
+    if targets is not None and HYPERPOD_TARGET not in targets:
+        findings.append(
+            (
+                f"plan targets {joined(targets)}, not {HYPERPOD_TARGET}",
+                f"buy a plan for {HYPERPOD_TARGET}",
+            )
+        )
+    return findings
+
+
+def _end_findings(plan: dict[str, Any], now: datetime) -> Findings:
+    """Whether the plan outlives the deploy by `PLAN_MIN_REMAINING`."""
+    end = plan.get("EndTime")
+    if end is None or plan["Status"] in DEAD_CAPACITY_STATUSES:
+        return []
+    if end <= now:
+        return [(f"ended {minute(end)}", "buy a new plan and set training_plan.arn")]
+    if end - now < PLAN_MIN_REMAINING:
+        return [
+            (
+                f"ends {minute(end)}, less than {PLAN_MIN_REMAINING.days} days from now",
+                "extend the plan or buy the next one before deploying",
+            )
+        ]
+    return []
+
+
+def _capacity_findings(
+    group: InstanceGroupConfig,
+    wanted: TrainingPlanConfig,
+    plan: dict[str, Any],
+    sharing: tuple[InstanceGroupConfig, ...],
+) -> tuple[Findings, int]:
+    """(findings, instances reserved at once) for the group's type in the zone of its plan
+    (`wanted`), against the counts of the group and of the `sharing` groups."""
+    needed = group.count + sum(g.count for g in sharing)
+    live = [
+        c
+        for c in plan.get("ReservedCapacitySummaries", [])
+        if c.get("Status") not in DEAD_CAPACITY_STATUSES
+    ]
+    of_type = [c for c in live if c["InstanceType"] == group.instance_type]
+    in_zone = [c for c in of_type if c.get("AvailabilityZone") == wanted.availability_zone]
+    reserved = reserved_at_once(in_zone)
+    if live and not of_type:
+        return [
+            (
+                f"plan reserves {joined(c['InstanceType'] for c in live)}, "
+                f"the group runs {group.instance_type}",
+                f"use a plan for {group.instance_type} or change the group's instance_type",
+            )
+        ], reserved
+    if of_type and not in_zone:
+        zones = joined(str(c.get("AvailabilityZone")) for c in of_type)
+        return [
+            (
+                f"plan capacity is in {zones}, training_plan.availability_zone is "
+                f"{wanted.availability_zone}",
+                f"buy a plan in {wanted.availability_zone} (where FSx is) or correct "
+                "training_plan.availability_zone",
+            )
+        ], reserved
+    if in_zone and reserved < needed:
+        needed_by = (
+            "the group needs"
+            if not sharing
+            else f"groups {', '.join(sorted({group.name, *(g.name for g in sharing)}))} need"
+        )
+        lower = (
+            f"lower count to {reserved}"
+            if not sharing
+            else f"lower their counts by {needed - reserved} in total"
+        )
+        return [
+            (
+                f"plan reserves {reserved} x {group.instance_type} in "
+                f"{wanted.availability_zone}, {needed_by} {needed}",
+                f"{lower} or buy a plan for {needed - reserved} more instances",
+            )
+        ], reserved
+    if not live and plan["Status"] in USABLE_PLAN_STATUSES:
+        return [
+            (
+                "plan has no Active or Scheduled reserved capacity",
+                "buy a new plan and set training_plan.arn",
+            )
+        ], reserved
+    return [], reserved
+
+
 def assess_plan(
     group: InstanceGroupConfig,
     plan: dict[str, Any],
@@ -70,85 +182,15 @@ def assess_plan(
     wanted = group.training_plan
     if wanted is None:
         raise ValueError(f"group {group.name} has no training plan")
-    needed = group.count + sum(g.count for g in sharing)
-    needed_by = (
-        "the group"
-        if not sharing
-        else f"groups {', '.join(sorted({group.name, *(g.name for g in sharing)}))}"
-    )
-    problems: list[str] = []
-    fixes: list[str] = []
-    if plan["TrainingPlanArn"] != wanted.arn:
-        problems.append(f"the plan named {plan['TrainingPlanName']} is {plan['TrainingPlanArn']}")
-        fixes.append("set training_plan.arn to the plan's ARN (or deploy with this account)")
-    status = plan["Status"]
-    if status not in USABLE_PLAN_STATUSES:
-        message = plan.get("StatusMessage")
-        problems.append(f"status {status}" + (f" ({one_line(message)})" if message else ""))
-        fixes.append(
-            "wait until the plan is Active or Scheduled"
-            if status == "Pending"
-            else "buy a new plan (hpctl plans search / buy) and set training_plan.arn"
-        )
-    targets = plan.get("TargetResources")
-    if targets is not None and HYPERPOD_TARGET not in targets:
-        problems.append(f"plan targets {joined(targets)}, not {HYPERPOD_TARGET}")
-        fixes.append(f"buy a plan for {HYPERPOD_TARGET}")
-    end = plan.get("EndTime")
-    if end is not None and status not in DEAD_CAPACITY_STATUSES:
-        if end <= now:
-            problems.append(f"ended {minute(end)}")
-            fixes.append("buy a new plan and set training_plan.arn")
-        elif end - now < PLAN_MIN_REMAINING:
-            problems.append(
-                f"ends {minute(end)}, less than {PLAN_MIN_REMAINING.days} days from now"
-            )
-            fixes.append("extend the plan or buy the next one before deploying")
-    live = [
-        c
-        for c in plan.get("ReservedCapacitySummaries", [])
-        if c.get("Status") not in DEAD_CAPACITY_STATUSES
-    ]
-    of_type = [c for c in live if c["InstanceType"] == group.instance_type]
-    in_zone = [c for c in of_type if c.get("AvailabilityZone") == wanted.availability_zone]
-    reserved = reserved_at_once(in_zone)
-    if live and not of_type:
-        problems.append(
-            f"plan reserves {joined(c['InstanceType'] for c in live)}, "
-            f"the group runs {group.instance_type}"
-        )
-        fixes.append(f"use a plan for {group.instance_type} or change the group's instance_type")
-    elif of_type and not in_zone:
-        zones = joined(str(c.get("AvailabilityZone")) for c in of_type)
-        problems.append(
-            f"plan capacity is in {zones}, training_plan.availability_zone is "
-            f"{wanted.availability_zone}"
-        )
-        fixes.append(
-            f"buy a plan in {wanted.availability_zone} (where FSx is) or correct "
-            "training_plan.availability_zone"
-        )
-    elif in_zone and reserved < needed:
-        problems.append(
-            f"plan reserves {reserved} x {group.instance_type} in {wanted.availability_zone}, "
-            f"{needed_by} {'needs' if not sharing else 'need'} {needed}"
-        )
-        lower = (
-            f"lower count to {reserved}"
-            if not sharing
-            else f"lower their counts by {needed - reserved} in total"
-        )
-        fixes.append(f"{lower} or buy a plan for {needed - reserved} more instances")
-    elif not live and status in USABLE_PLAN_STATUSES:
-        problems.append("plan has no Active or Scheduled reserved capacity")
-        fixes.append("buy a new plan and set training_plan.arn")
-    start = plan.get("StartTime")
+    capacity, reserved = _capacity_findings(group, wanted, plan, sharing)
+    findings = _identity_findings(wanted.arn, plan) + _end_findings(plan, now) + capacity
+    start, end = plan.get("StartTime"), plan.get("EndTime")
     starts = f", starts {day(start)}" if start is not None and start > now else ""
     summary = (
-        f"{status}, {reserved} x {group.instance_type} in {wanted.availability_zone}"
+        f"{plan['Status']}, {reserved} x {group.instance_type} in {wanted.availability_zone}"
         f"{starts}, ends {day(end)}"
     )
-    return problems, fixes, summary
+    return [p for p, _ in findings], [f for _, f in findings], summary
 
 
 def _describe_plan(context: CheckContext, name: str) -> dict[str, Any] | AwsCallError:

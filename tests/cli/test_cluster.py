@@ -113,11 +113,21 @@ def test_status_table_shows_the_unhealthy_node(moto_cluster: Any):
 
 
 def test_nodes_group_filter_is_exact_although_the_api_matches_substrings(moto_cluster: Any):
-    result = hpctl("cluster", "nodes", "--name", NAME, "--group", "gpu", "--json")
+    result = hpctl("cluster", "nodes", "--name", NAME, "--instance-group", "gpu", "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["instance_id"] for r in rows] == ["gpu-0", "gpu-1", "gpu-2"]
     assert {r["instance_group"] for r in rows} == {"gpu"}
+
+
+def test_nodes_old_group_option_still_filters_with_one_deprecation_line(moto_cluster: Any):
+    result = hpctl("cluster", "nodes", "--name", NAME, "--group", "gpu", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["instance_id"] for r in json.loads(result.stdout)] == ["gpu-0", "gpu-1", "gpu-2"]
+    assert result.stderr == (
+        "hpctl cluster nodes: --group is deprecated and goes in the next release; "
+        "use --instance-group\n"
+    )
 
 
 def test_nodes_table_lists_every_node(moto_cluster: Any):
@@ -253,9 +263,22 @@ def test_nodes_passes_the_group_filter_to_the_api(sagemaker: Stubbed):
         },
         {"ClusterName": NAME, "InstanceGroupNameContains": "gpu", "MaxResults": 100},
     )
-    result = hpctl("cluster", "nodes", "--name", NAME, "--group", "gpu", "--json")
+    result = hpctl("cluster", "nodes", "--name", NAME, "--instance-group", "gpu", "--json")
     assert result.exit_code == 0, result.output
     assert [r["instance_id"] for r in json.loads(result.stdout)] == [NODE_A, NODE_B]
+
+
+def test_nodes_of_an_environment_name_its_cluster(sagemaker: Stubbed):
+    # The titles once printed the --name option, None when the cluster came from --env.
+    for nodes, said in (([node(NODE_A, "gpu")], f"1 nodes in {NAME}"), ([], "No nodes in")):
+        sagemaker.stubber.add_response(
+            "list_cluster_nodes",
+            {"ClusterNodeSummaries": nodes},
+            {"ClusterName": NAME, "MaxResults": 100},
+        )
+        result = hpctl("cluster", "nodes", "--env", "prod")
+        assert result.exit_code == 0, result.output
+        assert said in result.stdout and NAME in result.stdout and "None" not in result.stdout
 
 
 def test_a_repeated_page_token_is_one_line(sagemaker: Stubbed):
@@ -426,8 +449,12 @@ def test_reboot_reports_a_refused_call_in_one_line(sagemaker: Stubbed):
         (["status", "--name", "bad_name"], "--name: 'bad_name' is not a cluster name"),
         (["status", "--name", "x" * 64], f"--name: '{'x' * 64}' is not a cluster name"),
         (
-            ["nodes", "--name", NAME, "--group", "gpu group"],
-            "--group: 'gpu group' is not an instance group name",
+            ["nodes", "--name", NAME, "--instance-group", "gpu group"],
+            "--instance-group: 'gpu group' is not an instance group name",
+        ),
+        (
+            ["nodes", "--name", NAME, "--instance-group", "gpu", "--group", "gpu"],
+            "--group: the old spelling of --instance-group; give --instance-group only",
         ),
         (
             ["reboot", "--name", NAME, "--node-id", "i-XYZ", "--yes"],
@@ -452,6 +479,7 @@ def test_reboot_reports_a_refused_call_in_one_line(sagemaker: Stubbed):
         "name-pattern",
         "name-too-long",
         "group-pattern",
+        "group-under-both-spellings",
         "node-id-pattern",
         "node-id-length",
         "too-many-nodes",

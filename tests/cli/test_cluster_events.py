@@ -1,4 +1,4 @@
-"""`hpctl cluster events --since DAYS` against botocore's Stubber on one real SageMaker client
+"""`hpctl cluster events --since DURATION` against botocore's Stubber on one real SageMaker client
 (the API model checks each request and each canned response): per-node history over every
 page of ListClusterEvents, failures counted once per operation, repeat offenders and how to
 replace them, `--json`, and the failures (input, provisioning mode, AWS errors)."""
@@ -73,11 +73,14 @@ PAGE_2 = [
 ]
 
 
-def events_params(token: str | None = None, days: int = 7) -> dict[str, Any]:
+WEEK = timedelta(days=7)
+
+
+def events_params(token: str | None = None, window: timedelta = WEEK) -> dict[str, Any]:
     params: dict[str, Any] = {
         "ClusterName": NAME,
         "ResourceType": "Instance",
-        "EventTimeAfter": NOW - timedelta(days=days),
+        "EventTimeAfter": NOW - window,
         "SortBy": "EventTime",
         "SortOrder": "Ascending",
         "MaxResults": 100,
@@ -88,7 +91,9 @@ def events_params(token: str | None = None, days: int = 7) -> dict[str, Any]:
 
 
 def queue(
-    stubbed: Stubbed, pages: tuple[list[dict[str, Any]], ...] = (PAGE_1, PAGE_2), days: int = 7
+    stubbed: Stubbed,
+    pages: tuple[list[dict[str, Any]], ...] = (PAGE_1, PAGE_2),
+    window: timedelta = WEEK,
 ) -> None:
     stub = stubbed.stubber
     stub.add_response("describe_cluster", describe(), DESCRIBE_PARAMS)
@@ -99,13 +104,13 @@ def queue(
         stub.add_response(
             "list_cluster_events",
             response,
-            events_params(f"page-{index + 1}" if index else None, days),
+            events_params(f"page-{index + 1}" if index else None, window),
         )
 
 
 def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemaker: Stubbed):
     queue(sagemaker)
-    result = hpctl("cluster", "events", "--env", "prod", "--since", "7")
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "7d")
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     assert table_rows(result.stdout) == [
@@ -139,7 +144,7 @@ def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemake
 
 def test_json_has_every_event_per_node(sagemaker: Stubbed):
     queue(sagemaker)
-    result = hpctl("cluster", "events", "--env", "prod", "--since", "7", "--json")
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "1w", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["cluster"] == NAME
@@ -163,32 +168,81 @@ def test_json_has_every_event_per_node(sagemaker: Stubbed):
 
 
 def test_no_events_says_so(sagemaker: Stubbed):
-    queue(sagemaker, pages=([],), days=1)
-    result = hpctl("cluster", "events", "--env", "prod", "--since", "1")
+    queue(sagemaker, pages=([],), window=timedelta(days=1))
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "1d")
     assert result.exit_code == 0, result.output
     assert result.stdout == f"No node events in {NAME} in the last 1 day.\n"
 
 
+def test_since_in_hours_reads_that_window(sagemaker: Stubbed):
+    queue(sagemaker, pages=([],), window=timedelta(hours=36))
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "36h")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No node events in {NAME} in the last 36 hours.\n"
+    queue(sagemaker, pages=([],), window=timedelta(hours=36))
+    report = json.loads(
+        hpctl("cluster", "events", "--env", "prod", "--since", "36h", "--json").stdout
+    )
+    assert (report["since"], report["days"]) == ("2026-11-19T00:00:00+00:00", 1.5)
+
+
+def test_the_default_window_is_a_week(sagemaker: Stubbed):
+    queue(sagemaker, pages=([],))
+    result = hpctl("cluster", "events", "--env", "prod")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No node events in {NAME} in the last 7 days.\n"
+
+
+def test_a_bare_number_is_still_days_with_one_deprecation_line(sagemaker: Stubbed):
+    queue(sagemaker, pages=([],), window=timedelta(days=14))
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "14")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No node events in {NAME} in the last 14 days.\n"
+    assert result.stderr == (
+        f"{PREFIX}--since 14: a number without a unit is deprecated and read as days; write 14d\n"
+    )
+
+
 def test_single_failures_are_not_repeat_offenders(sagemaker: Stubbed):
     queue(sagemaker, pages=([PAGE_1[0], PAGE_1[1], PAGE_2[1]],))
-    result = hpctl("cluster", "events", "--env", "prod", "--since", "7", "--json")
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "7d", "--json")
     report = json.loads(result.stdout)
     assert [n["failures"] for n in report["nodes"]] == [1, 1]
     assert report["repeat_offenders"] == []
 
 
-@pytest.mark.parametrize("days", ["0", "366", "-1"])
-def test_since_out_of_range_is_a_usage_error(days: str):
+@pytest.mark.parametrize(
+    ("since", "expected"),
+    [
+        ("0d", "--since: 0 days is out of range; use 1h to 365d"),
+        ("366d", "--since: 366 days is out of range; use 1h to 365d"),
+        ("53w", "--since: 371 days is out of range; use 1h to 365d"),
+        ("30m", "--since: 30 minutes is out of range; use 1h to 365d"),
+        ("-1", "--since: '-1' is not a duration; write a number and a unit, e.g. 30m, 6h"),
+        ("7 days", "--since: '7 days' is not a duration"),
+        ("1.5d", "--since: '1.5d' is not a duration"),
+    ],
+)
+def test_since_out_of_range_or_unreadable_is_a_usage_error(since: str, expected: str):
     expect_failure(
         "cluster",
         "events",
         "--env",
         "prod",
         "--since",
-        days,
+        since,
         code=ExitCode.USAGE,
-        starts_with=f"{PREFIX}--since: {days} days is out of range; use 1 to 365",
+        starts_with=PREFIX + expected,
     )
+
+
+def test_a_bare_number_out_of_range_is_refused_after_its_deprecation_line():
+    result = hpctl("cluster", "events", "--env", "prod", "--since", "366")
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr.splitlines() == [
+        f"{PREFIX}--since 366: a number without a unit is deprecated and read as days; write 366d",
+        f"{PREFIX}--since: 366 days is out of range; use 1h to 365d",
+    ]
 
 
 def test_cluster_without_continuous_provisioning_has_no_events(sagemaker: Stubbed):

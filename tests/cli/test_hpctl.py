@@ -106,6 +106,13 @@ def test_capacity_plan_of_a_config_as_json():
     assert subnet["growth_nodes"]["gpu-p5"] > 0
 
 
+def test_capacity_plan_of_an_environment_is_the_plan_of_its_file():
+    by_env = run("capacity", "--env", "prod", "--json")
+    by_file = run("capacity", "--config", "config/prod.yaml", "--json")
+    assert by_env.returncode == 0, by_env.stderr
+    assert json.loads(by_env.stdout) == json.loads(by_file.stdout)
+
+
 def test_capacity_plan_table_says_how_far_subnets_grow():
     result = run("capacity", "--config", "config/prod.yaml")
     assert result.returncode == 0, result.stderr
@@ -114,9 +121,29 @@ def test_capacity_plan_table_says_how_far_subnets_grow():
 
 
 def test_validate_accepts_shipped_configs():
-    result = run("validate", "config/dev.yaml", "config/staging.yaml", "config/prod.yaml")
+    result = run("validate", "--env", "dev", "--env", "staging", "--env", "prod")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count(": valid (") == 3
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        f"config/{env}.yaml: valid" for env in ("dev", "staging", "prod")
+    ]
+
+
+def test_validate_env_from_another_directory_names_the_file_it_read(tmp_path):
+    result = run("validate", "--env", "prod", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{REPO / 'config/prod.yaml'}: valid (prod, ")
+
+
+def test_validate_file_arguments_still_work_with_one_deprecation_line():
+    result = run("validate", "config/dev.yaml", "config/prod.yaml")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(": valid (") == 2
+    assert result.stderr == (
+        "hpctl validate: FILE without --config is deprecated and goes in the next release; "
+        "use --config FILE (or --env NAME)\n"
+    )
 
 
 def _broken(tmp_path: Path, mutate) -> Path:
@@ -140,7 +167,7 @@ def _broken(tmp_path: Path, mutate) -> Path:
 )
 def test_validate_rejects_with_one_line_and_no_traceback(tmp_path, mutate, field):
     path = _broken(tmp_path, mutate)
-    result = run("validate", str(path))
+    result = run("validate", "--config", str(path))
     assert error_line(result, ExitCode.FAILED).startswith(f"hpctl validate: {path}: {field}: ")
 
 
@@ -148,7 +175,7 @@ def test_validate_reports_every_problem_of_every_file_one_line_each(tmp_path):
     first = _broken(tmp_path, lambda d: d.update(account="abc"))
     second = tmp_path / "second.yaml"
     second.write_text(first.read_text().replace("account: abc", "account: xyz"))
-    result = run("validate", str(first), "config/dev.yaml", str(second))
+    result = run("validate", "--env", "dev", "--config", str(first), "--config", str(second))
     assert result.returncode == ExitCode.FAILED
     assert result.stdout.startswith("config/dev.yaml: valid (")
     assert [line.split(": ")[:3] for line in result.stderr.splitlines()] == [
@@ -192,6 +219,19 @@ def test_validate_reports_every_problem_of_every_file_one_line_each(tmp_path):
             ["capacity", "--config", "config/prod.yaml", "--count", "2"],
             "hpctl capacity: --config: use either --config or --instance-type/--count",
         ),
+        (["validate"], "hpctl validate: --env: missing; pass --env NAME (or --config FILE)"),
+        (
+            ["validate", "--env", "nope"],
+            "hpctl validate: --env: unknown environment 'nope'; use one of dev, prod, staging",
+        ),
+        (
+            ["capacity", "--env", "prod", "--config", "config/prod.yaml"],
+            "hpctl capacity: --env: use either --env or --config, not both",
+        ),
+        (
+            ["capacity", "--env", "prod", "--instance-type", "ml.p5.48xlarge"],
+            "hpctl capacity: --env: use either --env or --instance-type/--count",
+        ),
         (["job", "render", "--nodes", "0"], "hpctl job render: --env: missing; pass --env"),
         (["job", "render", "--bogus"], "hpctl job render: No such option: --bogus"),
         (["plans", "search"], "hpctl plans search: Missing option '--count'"),
@@ -234,7 +274,7 @@ def test_hpctl_does_not_need_aws_credentials(tmp_path):
     env_home = tmp_path / "home"
     env_home.mkdir()
     result = subprocess.run(
-        [str(HPCTL), "validate", "config/prod.yaml"],
+        [str(HPCTL), "validate", "--env", "prod"],
         cwd=REPO,
         capture_output=True,
         text=True,

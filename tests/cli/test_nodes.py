@@ -1,5 +1,6 @@
-"""`hpctl nodes --env ENV`: per instance group what a node has, what the kubelet, tiered
-storage and the DaemonSets take and what a job may request, as text or one JSON object."""
+"""`hpctl node-model --env ENV` (once `hpctl nodes`): per instance group what a node has, what
+the kubelet, tiered storage and the DaemonSets take and what a job may request, as text or one
+JSON object."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from tests.cli.conftest import expect_failure, hpctl
 from tests.job.conftest import env_spec
 from tests.support import variant_of
 
-PREFIX = "hpctl nodes: "
+PREFIX = "hpctl node-model: "
 
 
 def _ok(*args: str) -> str:
-    result = hpctl("nodes", *args)
+    result = hpctl("node-model", *args)
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     return result.stdout
@@ -77,4 +78,13 @@ def _accelerated_only(data: dict) -> None:
 
 
 def test_unknown_environment_is_one_usage_line() -> None:
-    expect_failure("nodes", "--env", "nope", code=ExitCode.USAGE, starts_with=PREFIX)
+    expect_failure("node-model", "--env", "nope", code=ExitCode.USAGE, starts_with=PREFIX)
+
+
+def test_the_old_name_still_prints_the_report_with_one_deprecation_line() -> None:
+    old = hpctl("nodes", "--env", "prod", "--json")
+    assert old.exit_code == 0, old.stderr
+    assert json.loads(old.stdout) == json.loads(_ok("--env", "prod", "--json"))
+    assert old.stderr == (
+        "hpctl nodes: this name is deprecated and goes in the next release; use hpctl node-model\n"
+    )

@@ -35,7 +35,7 @@ def search_args(**overrides: str) -> list[str]:
         "--instance-type": "ml.p5.48xlarge",
         "--count": "16",
         "--start": in_days(10),
-        "--duration-days": "14",
+        "--duration": "14d",
         "--env": "prod",
         **overrides,
     }
@@ -285,8 +285,46 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
             "TargetResources": ["hyperpod-cluster"],
         },
     )
-    result = hpctl(*search_args(**{"--count": count, "--duration-days": days, "--start": start}))
+    result = hpctl(*search_args(**{"--count": count, "--duration": f"{days}d", "--start": start}))
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("duration", ["2w", "336h", "20160m"])
+def test_search_reads_any_unit_of_whole_days(sagemaker: Stubbed, duration: str):
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": []},
+        expected_params={
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 16,
+            "StartTimeAfter": midnight(in_days(10)),
+            "DurationHours": 14 * 24,
+            "TargetResources": ["hyperpod-cluster"],
+        },
+    )
+    result = hpctl(*search_args(**{"--duration": duration}))
+    assert result.exit_code == 0, result.output
+    assert "for 14 days" in result.stdout
+
+
+def test_search_still_reads_duration_days_with_one_deprecation_line(sagemaker: Stubbed):
+    sagemaker.stubber.add_response(
+        "search_training_plan_offerings",
+        {"TrainingPlanOfferings": []},
+        expected_params={
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 16,
+            "StartTimeAfter": midnight(in_days(10)),
+            "DurationHours": 30 * 24,
+            "TargetResources": ["hyperpod-cluster"],
+        },
+    )
+    result = hpctl(*search_args(**{"--duration": "", "--duration-days": "30"}))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "hpctl plans search: --duration-days is deprecated and goes in the next release; "
+        "use --duration\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -306,8 +344,15 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
         ),
         ({"--count": "128"}, "--count: 128 instances are not offered"),
         ({"--count": "0"}, "--count: 0 instances are not offered"),
-        ({"--duration-days": "0"}, "--duration-days: 0 is out of range; plans last 1 to 182 days"),
-        ({"--duration-days": "183"}, "--duration-days: 183 is out of range"),
+        ({"--duration": "0d"}, "--duration: 0 days is out of range; plans last 1 to 182 days"),
+        ({"--duration": "183d"}, "--duration: 183 days is out of range"),
+        ({"--duration": "36h"}, "--duration: 36 hours is not whole days; plans last whole days"),
+        ({"--duration": "14"}, "--duration: '14' is not a duration; write a number and a unit"),
+        ({"--duration": ""}, "--duration: missing; pass e.g. --duration 14d"),
+        (
+            {"--duration-days": "14"},
+            "--duration-days: the old spelling of --duration; give --duration only",
+        ),
         ({"--start": "2026/12/01"}, "--start: '2026/12/01' is not a date; use YYYY-MM-DD"),
         ({"--start": "2027-02-30"}, "--start: '2027-02-30' is not a date"),
         (
@@ -326,6 +371,10 @@ def test_search_accepts_the_limits(sagemaker: Stubbed, count: str, days: str, st
         "count-zero",
         "duration-zero",
         "duration-too-long",
+        "duration-not-whole-days",
+        "duration-without-unit",
+        "duration-missing",
+        "duration-under-both-spellings",
         "start-format",
         "start-no-such-day",
         "start-in-past",

@@ -193,7 +193,7 @@ def test_hostile_files_fail_fast_with_one_line_each(tmp_path):
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     result = subprocess.run(
-        [str(HPCTL), "validate", *paths],
+        [str(HPCTL), "validate", *(arg for path in paths for arg in ("--config", path))],
         capture_output=True,
         text=True,
         timeout=60,  # generous: each file takes well under a second
