@@ -163,40 +163,11 @@ class Trainer:
         self.mesh = build_mesh(cfg, info.world_size, info.device)
         self.dp_rank = data_parallel_rank(self.mesh)
         self.dp_size = cfg.data_parallel_size(info.world_size)
-        with torch.device("meta"):
-            model = Transformer(cfg.model, max_seq_len=t.seq_len)
-        self.model = apply_parallelism(model, cfg, self.mesh, info.device)
-        if info.is_main and cfg.chunked_loss_tokens() != t.loss_chunk_tokens:
-            sys.stderr.write(
-                f"hptrain: parallel.tp={cfg.parallel.tp}: the loss is vocabulary-parallel; "
-                f"training.loss_chunk_tokens={t.loss_chunk_tokens} applies without tensor "
-                "parallelism only\n"
-            )
-        self.model.to_empty(device=info.device)
-        self.model.init_weights(t.seed)
+        self.model = self._build_model()
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, t.steps)
         # Full-size state from the start: DCP plans loads and sizes staging buffers from it.
         materialize_state(self.optimizer)
-
-        source = build_source(
-            cfg.data.source,
-            path=cfg.data.path,
-            dtype=cfg.data.dtype,
-            seq_len=t.seq_len,
-            vocab_size=cfg.model.vocab_size,
-            seed=cfg.data.seed,
-            synthetic_samples=cfg.data.synthetic_samples,
-        )
-        # Per data-parallel rank: the ranks of a tensor-parallel group read the same samples.
-        self.loader = ResumableLoader(
-            source,
-            t.global_batch_size,
-            self.dp_rank,
-            self.dp_size,
-            cfg.data.seed,
-            info.device,
-            prefetch_batches=cfg.data.prefetch_batches,
-        )
+        self.loader = self._build_loader()
         self.evaluator = (
             Evaluator(cfg, self.model, info, self.mesh, self.micro_passes)
             if cfg.eval.batches
@@ -204,13 +175,7 @@ class Trainer:
         )
         self.loader.trace = SampleTrace.from_env(info.world_size, info.rank)
         self.state = TrainState(self.scheduler, self.loader, info.world_size)
-
-        attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
-        self.ledger = (
-            metrics.RunLedger(out, int(attempt_env) if attempt_env else None)
-            if info.is_main
-            else None
-        )
+        self.ledger = self._open_ledger()
         attempt: list[Any] = [self.ledger.record.attempt if self.ledger else None]
         dist.broadcast_object_list(attempt, src=0)
         self.attempt: int = attempt[0]
@@ -241,6 +206,52 @@ class Trainer:
         self._saved_after_sigterm = False
         # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
         self._job_start = time.time()
+
+    def _build_model(self) -> Transformer:
+        """The model on this rank's device, parallelised over the mesh, with initial weights."""
+        cfg, t, info = self.cfg, self.cfg.training, self.info
+        with torch.device("meta"):
+            model = Transformer(cfg.model, max_seq_len=t.seq_len)
+        model = apply_parallelism(model, cfg, self.mesh, info.device)
+        if info.is_main and cfg.chunked_loss_tokens() != t.loss_chunk_tokens:
+            sys.stderr.write(
+                f"hptrain: parallel.tp={cfg.parallel.tp}: the loss is vocabulary-parallel; "
+                f"training.loss_chunk_tokens={t.loss_chunk_tokens} applies without tensor "
+                "parallelism only\n"
+            )
+        model.to_empty(device=info.device)
+        model.init_weights(t.seed)
+        return model
+
+    def _build_loader(self) -> ResumableLoader:
+        """This data-parallel rank's loader: the ranks of a tensor-parallel group read the
+        same samples."""
+        cfg, t = self.cfg, self.cfg.training
+        source = build_source(
+            cfg.data.source,
+            path=cfg.data.path,
+            dtype=cfg.data.dtype,
+            seq_len=t.seq_len,
+            vocab_size=cfg.model.vocab_size,
+            seed=cfg.data.seed,
+            synthetic_samples=cfg.data.synthetic_samples,
+        )
+        return ResumableLoader(
+            source,
+            t.global_batch_size,
+            self.dp_rank,
+            self.dp_size,
+            cfg.data.seed,
+            self.info.device,
+            prefetch_batches=cfg.data.prefetch_batches,
+        )
+
+    def _open_ledger(self) -> metrics.RunLedger | None:
+        """Rank 0's run ledger, its attempt numbered as the launcher says (HPTRAIN_ATTEMPT)."""
+        if not self.info.is_main:
+            return None
+        attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
+        return metrics.RunLedger(self.out, int(attempt_env) if attempt_env else None)
 
     # ---- bookkeeping callbacks ----------------------------------------------------------------
 
