@@ -7,7 +7,7 @@
         --set training.loss_chunk_tokens=0                       # any trainer override
 
 The preset's own settings are measured unless ``--set section.field=value`` (repeatable, the
-trainer's own parser: training.config.build_config) or a flag changes them; ``--micro-batch``
+trainer's own parser: training.presets.build_config) or a flag changes them; ``--micro-batch``
 defaults to the preset's ``training.micro_batch_size``. The JSON line it prints names the
 overrides, the command that reproduces it, the torch version and the device.
 
