@@ -19,7 +19,7 @@ import typer
 
 from hpctl.errors import OneLineUsageErrors, deprecated
 from hpctl.nodes import format_report, nodes_report
-from hpctl.options import EnvOption, JsonObjectOption, required_environment
+from hpctl.options import DEPRECATED_COMMANDS, EnvOption, JsonObjectOption, required_environment
 
 app = typer.Typer()
 
@@ -47,5 +47,5 @@ def nodes(
     as_json: JsonObjectOption = False,
 ) -> None:
     """The previous name of node-model."""
-    deprecated(ctx, "this name", "hpctl node-model")
+    deprecated(ctx, "this name", f"hpctl {DEPRECATED_COMMANDS['nodes']}")
     node_model(ctx, env=env, as_json=as_json)

@@ -134,8 +134,15 @@ SHORT_FLAGS: dict[str, str] = {"-o": "--output", "-f": "--follow"}
 
 # Old spellings kept (hidden) for one release, with the spelling that replaces them.
 DEPRECATED_OPTIONS: dict[str, str] = {
-    "--duration-days": "--duration",
-    "--group": "--instance-group",
+    "--duration-days": "--duration",  # plans search: a number of days
+    "--group": "--instance-group",  # cluster nodes
+    "-f": "--file",  # job submit: -f is --follow everywhere now
+}
+
+# Old command names kept (hidden) for one release, with the name that replaces them.
+DEPRECATED_COMMANDS: dict[str, str] = {
+    # `hpctl nodes` read as the cluster's live nodes, which are `hpctl cluster nodes`.
+    "nodes": "node-model",
 }
 
 
