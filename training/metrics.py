@@ -30,6 +30,9 @@ START_FMT = (
 )
 STEP_FMT = "HPTRAIN step={step} loss={loss:.4f} tokens_per_s={tps:.1f} samples_per_s={sps:.2f} step_time_s={dt:.3f}"
 CKPT_FMT = "HPTRAIN checkpoint step={step} tier={tier} blocking_s={blocking:.3f} status={status}"
+# A committed checkpoint's line adds the seconds from its start to its commit and the bytes
+# rank 0 wrote, so every run shows its tier's speed.
+CKPT_COMMITTED_FMT = CKPT_FMT + " commit_s={commit:.3f} bytes={bytes}"
 WATCHDOG_FMT = "HPTRAIN watchdog no progress for {seconds}s at step={step}; exiting"
 # A job resumed at another world size (an elastic scale-down or -up, or a relaunch at a new
 # size): once per resize, on rank 0. The global batch is the same; each data-parallel rank
@@ -79,8 +82,15 @@ def log_step(
     emit(STEP_FMT.format(step=step, loss=loss, tps=tokens_per_s, sps=samples_per_s, dt=step_time_s))
 
 
-def log_checkpoint(step: int, tier: str, blocking_s: float, status: str) -> None:
-    emit(CKPT_FMT.format(step=step, tier=tier, blocking=blocking_s, status=status))
+def log_checkpoint(
+    step: int, tier: str, blocking_s: float, status: str, commit: tuple[float, int] | None = None
+) -> None:
+    """`commit`: (seconds from start to commit, bytes written) of a committed checkpoint."""
+    fields = {"step": step, "tier": tier, "blocking": blocking_s, "status": status}
+    if commit is None:
+        emit(CKPT_FMT.format(**fields))
+    else:
+        emit(CKPT_COMMITTED_FMT.format(**fields, commit=commit[0], bytes=commit[1]))
 
 
 def log_resize(

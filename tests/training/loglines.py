@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 
-from training.metrics import CKPT_FMT, START_FMT, STEP_FMT, WATCHDOG_FMT
+from training.metrics import CKPT_COMMITTED_FMT, CKPT_FMT, START_FMT, STEP_FMT, WATCHDOG_FMT
 
 
 def _field_regex(spec: str) -> str:
@@ -43,7 +43,11 @@ def line_pattern(fmt: str, **fields: str) -> re.Pattern[str]:
 
 START = line_pattern(START_FMT)
 STEP = line_pattern(STEP_FMT)
-CHECKPOINT = line_pattern(CKPT_FMT)
+# Every checkpoint line; a committed one's commit_s= and bytes= are read by COMMITTED.
+CHECKPOINT = re.compile(
+    line_pattern(CKPT_FMT).pattern.removesuffix("$") + r"(?: commit_s=\S+ bytes=\d+)?$", re.M
+)
+COMMITTED = line_pattern(CKPT_COMMITTED_FMT, bytes=r"\d+")
 WATCHDOG = line_pattern(WATCHDOG_FMT)
 
 

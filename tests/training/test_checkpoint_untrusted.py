@@ -25,8 +25,8 @@ from tests.training.conftest import local_checkpoints
 from training.checkpoint.format import (
     DCP_METADATA,
     MANIFEST,
+    files_written_by,
     read_manifest,
-    sha256_file,
     step_dir_name,
 )
 from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError
@@ -74,10 +74,10 @@ def _checkpoint(tmp_path: Path) -> tuple[appstate.AppState, Path]:
 
 
 def _resign(path: Path) -> None:
-    """Sizes and checksums of every file, as a writer who can change the files would."""
+    """Sizes and checksums of every file there now (one rank's), as a writer who can change
+    the files would."""
     manifest = read_manifest(path)
-    for name, entry in manifest["files"].items():
-        entry.update(size=(path / name).stat().st_size, sha256=sha256_file(path / name))
+    manifest["files"] = files_written_by(path, 0)
     (path / MANIFEST).write_text(json.dumps(manifest))
 
 

@@ -28,7 +28,8 @@ class TierConfig:
     name: str
     # Root directory; "" = <out>/ckpt/<name>.
     dir: str = ""
-    # Steps between checkpoints of this tier; 0 disables it.
+    # Steps between checkpoints of this tier; 0 disables it. ``--set
+    # checkpoint.<tier>_interval=auto`` sets auto_interval and keeps this as the first one.
     interval: int = 0
     # Committed checkpoints kept (keep-last-k).
     keep: int = 1
@@ -39,13 +40,22 @@ class TierConfig:
     # --nodes emulation gives each emulated node its own directory. Whether a tier is
     # node-local at run time is detected, not read from here.
     per_node: bool = False
+    # Re-planned from each commit (checkpoint/interval.py): the interval that wastes least
+    # for checkpoint.mtbf_hours, never shorter than a commit.
+    auto_interval: bool = False
 
     def due(self, step: int) -> bool:
         return self.interval > 0 and step % self.interval == 0
 
 
-# The tier fields an override may set (every field but the name).
-TIER_FIELDS = tuple(f.name for f in dataclasses.fields(TierConfig) if f.name != "name")
+# The tier fields an override may set (every field but the name; auto_interval is set as
+# checkpoint.<tier>_interval=auto).
+TIER_FIELDS = tuple(
+    f.name for f in dataclasses.fields(TierConfig) if f.name not in ("name", "auto_interval")
+)
+AUTO_INTERVAL = "auto"
+# The first interval of an auto tier whose configured one is 0: its first checkpoint measures.
+AUTO_FIRST_INTERVAL = 10
 # Override keys that name a tier field by its earlier name: jobs rendered by an older hpctl
 # pass checkpoint.fast_backend to a newer image.
 TIER_KEY_ALIASES = {"fast_backend": "fast_storage"}
@@ -82,6 +92,9 @@ class CheckpointConfig:
     # Tier written synchronously on SIGTERM. Durable by default: a drained node takes its
     # local memory/NVMe with it, so a fast-tier save would not survive the reschedule.
     sigterm_tier: str = DURABLE
+    # Threads (and files) each rank writes a directory tier's checkpoint with, hashing as
+    # they write; 0 = the node's CPUs shared by its ranks, at most 8 (checkpoint/hashing.py).
+    write_threads: int = 0
     # Verify sha256 of every file this rank reads before trusting a checkpoint on resume
     # (off: sizes and DCP metadata only, and the resume says the shards went unverified).
     verify_checksums: bool = True
@@ -94,6 +107,10 @@ class CheckpointConfig:
     managed_namespace: str = ""
     managed_s3_path: str = ""
     managed_s3_interval: int = 0
+    # The job's mean time between failures, for tiers with interval=auto (checkpoint/
+    # interval.py); 0 = from its nodes: AWS cites jobs of 1,024 nodes failing about every
+    # 8 hours, so a job of N nodes every 8 x 1,024 / N hours.
+    mtbf_hours: float = 0.0
 
     def tier(self, name: str) -> TierConfig:
         for t in self.tiers:
@@ -126,15 +143,19 @@ class CheckpointConfig:
     def set_tier_field(self, name_field: str, raw: str) -> bool:
         """Applies ``checkpoint.<tier>_<field>=raw``; False when no tier field has that key."""
         name_field = TIER_KEY_ALIASES.get(name_field, name_field)
-        hints = typing.get_type_hints(TierConfig)
         for i, t in enumerate(self.tiers):
             field_name = name_field.removeprefix(f"{t.name}_")
             if field_name != name_field and field_name in TIER_FIELDS:
-                value = parse_value(raw, hints[field_name], tier_key(t.name, field_name))
-                replaced = dataclasses.replace(t, **{field_name: value})
+                replaced = _with_field(t, field_name, raw)
                 self.tiers = (*self.tiers[:i], replaced, *self.tiers[i + 1 :])
                 return True
         return False
+
+    def set_interval(self, name: str, interval: int) -> None:
+        """Re-plans tier `name` while training (an auto tier: checkpoint/interval.py)."""
+        self.tiers = tuple(
+            dataclasses.replace(t, interval=interval) if t.name == name else t for t in self.tiers
+        )
 
     def validate(self) -> None:
         if not self.tiers:
@@ -173,9 +194,35 @@ class CheckpointConfig:
             raise ConfigError(
                 "checkpoint.managed_s3_interval must be >= 0 (0 = the last tier's interval)"
             )
+        if self.write_threads < 0:
+            raise ConfigError(
+                f"checkpoint.write_threads must be >= 0 (0 = from the CPUs), got "
+                f"{self.write_threads}"
+            )
+        if not self.mtbf_hours >= 0:  # NaN too
+            raise ConfigError(
+                f"checkpoint.mtbf_hours must be >= 0 (0 = from the job's nodes), got "
+                f"{self.mtbf_hours}"
+            )
 
 
 _TIER_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _with_field(t: TierConfig, field_name: str, raw: str) -> TierConfig:
+    """`t` with one field set from its ``--set`` text; interval=auto sets auto_interval and
+    keeps the interval (or AUTO_FIRST_INTERVAL) as the first one."""
+    if field_name == "interval" and raw.strip().lower() == AUTO_INTERVAL:
+        first = t.interval or AUTO_FIRST_INTERVAL
+        return dataclasses.replace(t, interval=first, auto_interval=True)
+    key = tier_key(t.name, field_name)
+    if field_name == "interval":  # a number replaces auto
+        try:
+            return dataclasses.replace(t, interval=int(raw), auto_interval=False)
+        except ValueError:
+            raise ConfigError(f"{key} must be a number of steps or auto, got {raw!r}") from None
+    value = parse_value(raw, typing.get_type_hints(TierConfig)[field_name], key)
+    return dataclasses.replace(t, **{field_name: value})
 
 
 def checkpoint_roots(c: CheckpointConfig, out: Path) -> dict[str, Path]:

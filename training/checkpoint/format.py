@@ -22,11 +22,13 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from training import fileio
+from training.checkpoint.hashing import FileDigest
 from training.checkpoint.safe_load import SafeFileSystemReader
 
 MANIFEST = "manifest.json"
@@ -66,6 +68,11 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def file_entry(rank: int, data: bytes) -> dict[str, Any]:
+    """The manifest entry of a file holding `data`, written by `rank`."""
+    return {"rank": rank, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     """Committed checkpoints of a tier, newest first (by name and marker only, no validation)."""
     if not root.is_dir():
@@ -78,14 +85,22 @@ def list_committed(root: Path, tier: str) -> list[CheckpointRef]:
     return sorted(refs, key=lambda r: r.step, reverse=True)
 
 
-def files_written_by(ckpt_dir: Path, rank: int) -> dict[str, dict[str, Any]]:
-    """Manifest entries for the files `rank` wrote: its DCP shards, plus .metadata for rank 0."""
+def files_written_by(
+    ckpt_dir: Path, rank: int, digests: Mapping[str, FileDigest] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Manifest entries for the files `rank` wrote: its DCP shards, plus .metadata for rank 0.
+
+    `digests`: what the writer hashed while writing (hashing.py); a file it lacks, or whose
+    size on disk differs, is read back and hashed here."""
     entries: dict[str, dict[str, Any]] = {}
     for p in sorted(ckpt_dir.iterdir()):
         m = SHARD_RE.match(p.name)
         owner = int(m.group(1)) if m else (0 if p.name == DCP_METADATA else None)
         if owner == rank:
-            entries[p.name] = {"rank": rank, "size": p.stat().st_size, "sha256": sha256_file(p)}
+            size = p.stat().st_size
+            known = (digests or {}).get(p.name)
+            sha = known.sha256 if known is not None and known.size == size else sha256_file(p)
+            entries[p.name] = {"rank": rank, "size": size, "sha256": sha}
     return entries
 
 

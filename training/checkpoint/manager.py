@@ -28,10 +28,8 @@ start_fresh discards them deliberately.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,26 +52,29 @@ from training.checkpoint.format import (
     build_manifest,
     clean_stale,
     commit_dir,
+    file_entry,
     files_written_by,
     list_committed,
     prune,
-    read_manifest,
     remove_checkpoint,
     step_dir_name,
     tmp_dir_name,
-    validate_checkpoint,
 )
-from training.checkpoint.planning import files_read_by, node_metadata
+from training.checkpoint.interval import IntervalPlanner
+from training.checkpoint.planning import node_metadata
 from training.checkpoint.safe_load import SafeFileSystemReader, SafeLoadPlanner
+from training.checkpoint.selection import (
+    IncompatibleCheckpointError,
+    candidate_order,
+    check_candidate,
+    first_line,
+    warn,
+)
 from training.checkpoint.staging import StateStager
 from training.checkpoint.tiers import Tier, open_tiers
 from training.fileio import write_bytes_durably
 from training.metrics import log_checkpoint
-from training.run_identity import Change, RunIdentity, compare, describe
-
-
-class IncompatibleCheckpointError(RuntimeError):
-    """Checkpoints this job must not continue from, or must not train over: bad input."""
+from training.run_identity import Change, RunIdentity, describe
 
 
 class CheckpointFailedError(RuntimeError):
@@ -85,34 +86,12 @@ def _use_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def warn(msg: str) -> None:
-    sys.stderr.write(f"hptrain: {msg}\n")
-    sys.stderr.flush()
-
-
-def _first_line(e: BaseException) -> str:
-    """DCP errors embed every rank's traceback; the log needs the cause only."""
-    text = str(e).strip().splitlines()
-    cause = next((ln for ln in reversed(text) if ln and not ln.startswith(" ")), type(e).__name__)
-    return f"{type(e).__name__}: {cause}"
-
-
-def candidate_order(
-    per_rank_listed: list[list[tuple[int, str]]], cfg: CheckpointConfig
-) -> list[tuple[int, str]]:
-    """Resume candidates: every (step, tier) any rank lists, newest step first and, for the
-    same step, in the order of the tiers (the fastest to read first). Each is then used only
-    if every rank validates it."""
-    union = {(int(step), str(tier)) for listed in per_rank_listed for step, tier in listed}
-    return sorted(union, key=lambda c: cfg.resume_key(*c))
-
-
 @dataclass
 class _InFlight:
     step: int
     tier: str
     staging: Future[Any] | None
-    done: Future[None]
+    done: Future[tuple[float, int]]  # (seconds from start to commit, bytes this rank wrote)
     blocking_s: float
     staged: bool = False
     started_at: float = 0.0
@@ -157,6 +136,7 @@ class CheckpointManager:
         self.failed = 0
         self.last_error: str | None = None
         self.last_committed_step: dict[str, int] = {}
+        self.last_commit: tuple[float, int] | None = None  # (commit_s, bytes) of the last one
         # Config differences the resumed checkpoint was accepted with (run_identity).
         self.resumed_changes: list[Change] = []
         # Duration of the last background staging copy (benchmarks report it).
@@ -168,6 +148,9 @@ class CheckpointManager:
         dist.broadcast_object_list(nonce, src=0)
         self.nonce: str = nonce[0]
         self._inflight: _InFlight | None = None
+        # Auto intervals, decided on rank 0 after a commit and applied by every rank at its
+        # next save (checkpoint/interval.py); the planner's record is rank 0's.
+        self._next_intervals: dict[str, int] = {}
         # A new thread's current CUDA device is 0: any CUDA call a storage writer makes from
         # it must reach this rank's GPU, not open a context on another rank's.
         self._executor = ThreadPoolExecutor(
@@ -193,6 +176,7 @@ class CheckpointManager:
         node_of_rank: list[Any] = [None] * world_size
         dist.all_gather_object(node_of_rank, self.node)
         self.node_of_rank: list[int] = node_of_rank
+        self.intervals = IntervalPlanner(cfg, len(set(node_of_rank)))
         for name, local in self._detect_node_local().items():
             self.tiers[name].node_local = local
 
@@ -242,22 +226,27 @@ class CheckpointManager:
         Blocking time is measured once per call: a wait for the previous checkpoint counts
         for that one (wait()), the rest of this call for the new one."""
         self.wait()  # one checkpoint in flight at a time: the staging buffers are reused
+        for name, interval in self._next_intervals.items():  # the same step on every rank
+            self.cfg.set_interval(name, interval)
+        self._next_intervals = {}
         t0 = time.perf_counter()
+        self.intervals.started(step, t0)
         if sync or self._stager is None:
             error: str | None = None
+            commit: tuple[float, int] | None = None
             try:
-                self._write_and_commit(step, tier, self.app_state, None)
+                commit = self._write_and_commit(step, tier, self.app_state, None, t0)
             except CheckpointFailedError as e:
                 error = str(e)
             blocking = time.perf_counter() - t0
             self.blocking_total_s += blocking
             if self.rank == 0:
                 log_checkpoint(step, tier, blocking, "started")
-            self._note_result(step, tier, blocking, error)
+            self._note_result(step, tier, blocking, error, commit)
             return
         # `copied`: the optimizer may update the state; `staged`: the host copy to write.
         copied, staged = self._stager.stage(self._state_dict())
-        done = self._executor.submit(self._finish_async, step, tier, staged)
+        done = self._executor.submit(self._finish_async, step, tier, staged, t0)
         blocking = time.perf_counter() - t0
         inf = _InFlight(step, tier, copied, done, blocking, started_at=t0)
         # Remembered for reporting how long the background copy took.
@@ -313,33 +302,44 @@ class CheckpointManager:
         self._inflight = None
         if inf.staged_at is not None:
             self.last_staging_s = inf.staged_at - inf.started_at
+        commit, error = None, None
         try:
-            inf.done.result()
-            error = None
+            commit = inf.done.result()
         except Exception as e:  # noqa: BLE001 - reported; training goes on
-            error = str(e) if isinstance(e, CheckpointFailedError) else _first_line(e)
-        self._note_result(inf.step, inf.tier, inf.blocking_s, error)
+            error = str(e) if isinstance(e, CheckpointFailedError) else first_line(e)
+        self._note_result(inf.step, inf.tier, inf.blocking_s, error, commit)
 
-    def _note_result(self, step: int, tier: str, blocking: float, error: str | None) -> None:
+    def _note_result(
+        self,
+        step: int,
+        tier: str,
+        blocking: float,
+        error: str | None,
+        commit: tuple[float, int] | None,
+    ) -> None:
         if error is not None:
             self.failed += 1
             self.last_error = error
             warn(f"checkpoint step {step} tier {tier} failed: {error}")
         if self.rank == 0:
-            log_checkpoint(step, tier, blocking, "failed" if error else "committed")
+            log_checkpoint(step, tier, blocking, "failed" if error else "committed", commit)
+            self.intervals.reported(tier, blocking)
             self.on_reported(step, tier, blocking, error is None)
         if error is None:
+            self.last_commit = commit
             self.committed += 1
             self.last_committed_step[tier] = step
             self.on_committed(step, tier, blocking)
 
-    def _finish_async(self, step: int, tier: str, staging: Future[dict[str, Any]]) -> None:
+    def _finish_async(
+        self, step: int, tier: str, staging: Future[dict[str, Any]], started: float
+    ) -> tuple[float, int]:
         try:
             staged: dict[str, Any] | None = staging.result()
             error = None
         except Exception as e:  # noqa: BLE001 - every rank learns of it in the commit
-            staged, error = None, f"rank {self.rank}: staging: {_first_line(e)}"
-        self._write_and_commit(step, tier, staged, error)
+            staged, error = None, f"rank {self.rank}: staging: {first_line(e)}"
+        return self._write_and_commit(step, tier, staged, error, started)
 
     def _agree(self, error: str | None) -> str | None:
         """Every rank's error, joined; the same on every rank (a collective on the group)."""
@@ -349,15 +349,22 @@ class CheckpointManager:
         return "; ".join(errors) if errors else None
 
     def _write_and_commit(
-        self, step: int, tier_name: str, state: dict[str, Any] | None, error: str | None
-    ) -> None:
+        self,
+        step: int,
+        tier_name: str,
+        state: dict[str, Any] | None,
+        error: str | None,
+        started: float,
+    ) -> tuple[float, int]:
         """Writes and commits checkpoint `step` on every rank (in the background thread for
-        async saves; collectives use the checkpoint group only). Raises CheckpointFailedError
+        async saves; collectives use the checkpoint group only). Returns the seconds from
+        `started` to the commit and the bytes this rank wrote. Raises CheckpointFailedError
         on every rank when any rank failed, after removing the tmp directory."""
         tier = self.tiers[tier_name]
         tmp = tier.root / tmp_dir_name(step, self.nonce)
         final = tier.root / step_dir_name(step)
         error = self._agree(error)  # nobody starts a write that a peer cannot join
+        writer: Any = None
         if error is None:
             assert state is not None  # noqa: S101 - no error means this rank staged its state
             writer = tier.writer(step, tmp, lambda path: self.before_write(step, path))
@@ -369,13 +376,32 @@ class CheckpointManager:
                     process_group=self.pg,
                 )
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported below
-                error = f"write: {_first_line(e)}"
+                error = f"write: {first_line(e)}"
             if error is None:
                 self.on_checkpoint_written(step)
             error = self._commit(step, tier, tmp, final, writer, error)
         if error is not None:
             self._discard(tmp)
             raise CheckpointFailedError(error)
+        commit_s = time.perf_counter() - started
+        self._plan_interval(tier_name, commit_s)
+        digests = getattr(writer, "digests", None)
+        written = sum(d.size for d in digests.values()) if digests is not None else 0
+        return commit_s, written
+
+    def _plan_interval(self, tier: str, commit_s: float) -> None:
+        """Rank 0 judges the tier's interval from this commit (interval.py); an auto tier's
+        new one goes to every rank, applied at its next save."""
+        interval, line = (
+            self.intervals.committed(tier, commit_s) if self.rank == 0 else (None, None)
+        )
+        if line is not None:
+            warn(line)
+        if self.cfg.tier(tier).auto_interval:  # the same on every rank
+            box: list[Any] = [interval]
+            dist.broadcast_object_list(box, src=0, group=self.pg)
+            if box[0] is not None:
+                self._next_intervals[tier] = box[0]
 
     def _discard(self, tmp: Path) -> None:
         """Removes a failed checkpoint's tmp directory (its space too: a full disk must not
@@ -394,7 +420,7 @@ class CheckpointManager:
         entries: dict[str, Any] = {}
         if error is None and tier.backend is None:
             try:
-                entries = files_written_by(tmp, self.rank)
+                entries = files_written_by(tmp, self.rank, getattr(writer, "digests", None))
                 if node_local and results is None:
                     raise RuntimeError("write results were not recorded")
             except (OSError, RuntimeError) as e:
@@ -448,7 +474,7 @@ class CheckpointManager:
                         ranks = [r for r, n in enumerate(self.node_of_rank) if n == node]
                         meta = node_metadata(metadata, [gathered[r][2] for r in ranks])
                         m = dict(manifest, files=dict(manifest["files"]))
-                        m["files"][DCP_METADATA] = _file_entry(node, meta)
+                        m["files"][DCP_METADATA] = file_entry(node, meta)
                         per_node[node] = (m, meta)
                     node_meta = per_node[self.node][1]
                     assert node_meta is not None  # noqa: S101 - built just above
@@ -457,7 +483,7 @@ class CheckpointManager:
             commit_dir(tmp, final, manifest)
             prune(tier.root, tier.name, tier.keep)
         except Exception as e:  # noqa: BLE001 - sent to every rank
-            return [None, f"commit on rank 0: {_first_line(e)}"]
+            return [None, f"commit on rank 0: {first_line(e)}"]
         return [per_node, None]
 
     # ---- resume -----------------------------------------------------------------------------
@@ -494,7 +520,14 @@ class CheckpointManager:
         rejected: list[str] = []
         for step, name in candidates:
             ref = CheckpointRef(name, step, self.tiers[name].root / step_dir_name(step))
-            ok, why, changes = self._check(ref, wanted)
+            ok, why, changes = check_candidate(
+                ref,
+                wanted,
+                rank=self.rank,
+                identity=self.identity,
+                backend=self.tiers[name].backend,
+                verify_checksums=self.cfg.verify_checksums,
+            )
             verdicts: list[Any] = [None] * self.world_size
             dist.all_gather_object(verdicts, (ok, why))
             failing = [(r, w) for r, (o, w) in enumerate(verdicts) if not o]
@@ -515,8 +548,8 @@ class CheckpointManager:
             except IncompatibleCheckpointError:
                 raise
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - same on every rank
-                warn(f"rank {self.rank}: loading {ref.name} failed, falling back: {_first_line(e)}")
-                rejected.append(f"{ref.name}: load failed: {_first_line(e)}")
+                warn(f"rank {self.rank}: loading {ref.name} failed, falling back: {first_line(e)}")
+                rejected.append(f"{ref.name}: load failed: {first_line(e)}")
                 continue
             self.last_committed_step[name] = step
             self.resumed_changes = changes
@@ -538,39 +571,6 @@ class CheckpointManager:
         if self.identity is None:
             return None
         return int(self.identity.config["training"]["steps"])
-
-    def _check(self, ref: CheckpointRef, wanted: dict[str, Any]) -> tuple[bool, str, list[Change]]:
-        """This rank's verdict on one candidate: identity first (cheap), then integrity of
-        the files its load plan reads."""
-        try:
-            manifest = read_manifest(ref.path)
-        except (OSError, ValueError) as e:
-            return False, f"manifest unreadable: {e}", []
-        changes: list[Change] = []
-        if self.identity is not None and "run" in manifest:
-            try:
-                saved = RunIdentity.from_json(manifest["run"])
-            except (KeyError, TypeError, ValueError) as e:
-                return False, f"run identity unreadable: {e!r}", []
-            changes = compare(saved, self.identity)
-            refused = [c for c in changes if not c.allowed]
-            if refused:
-                return False, describe(refused), changes
-        backend = manifest.get("backend")
-        if backend is not None:
-            if self.tiers[ref.tier].backend != backend:
-                return False, f"written through the {backend} backend, which is not enabled", []
-            ok, why = validate_checkpoint(ref.path, self.rank, self.cfg.verify_checksums)
-            return ok, why, changes
-        try:
-            reads = files_read_by(ref.path, wanted)
-            plan_error = None
-        except Exception as e:  # noqa: BLE001 - the integrity check or the reason below
-            reads, plan_error = set(), _first_line(e)
-        ok, why = validate_checkpoint(ref.path, self.rank, self.cfg.verify_checksums, reads)
-        if ok and plan_error is not None:
-            return False, f"does not fit this job: {plan_error}", changes
-        return ok, why, changes
 
     def _discard_all(self) -> None:
         """start_fresh: removes every committed checkpoint (each node its own copies), so no
@@ -596,7 +596,3 @@ class CheckpointManager:
         if self.pg is not None:
             dist.destroy_process_group(self.pg)
             self.pg = None
-
-
-def _file_entry(rank: int, data: bytes) -> dict[str, Any]:
-    return {"rank": rank, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 
+from training.checkpoint.hashing import FileDigest, HashingFileSystem, without_zip_crc32
 from training.checkpoint.safe_load import SafeFileSystemReader
 
 
@@ -80,33 +82,66 @@ class NodeLocalSavePlanner(DefaultSavePlanner):
 
 
 class RecordingWriter(FileSystemWriter):
-    """Keeps this rank's write results (file and offset of each item it wrote).
+    """Keeps this rank's write results (file and offset of each item it wrote) and the
+    digest of every file it wrote (`digests`, by name), hashed while writing (hashing.py),
+    with `thread_count` files written in parallel.
 
     `before_write` runs inside DCP's write step, where an exception is reported to every
     rank the way a real storage error is (fault injection uses it for a full disk)."""
 
     def __init__(
-        self, path: Path, before_write: Callable[[Path], None] = lambda path: None
+        self,
+        path: Path,
+        before_write: Callable[[Path], None] = lambda path: None,
+        thread_count: int = 1,
     ) -> None:
         # per_thread_copy_ahead=0: the serial loader. The state is already in host memory
         # (staged), and on a CUDA host DCP's default overlapping loader would synchronize the
         # commit thread's current stream, device 0's default stream, every 10 MB: waiting
         # on rank 0's training kernels and opening a context on GPU 0 from every other rank.
-        super().__init__(str(path), sync_files=True, per_thread_copy_ahead=0)
+        # (With more than one thread DCP uses the serial loader anyway.)
+        super().__init__(
+            str(path),
+            sync_files=True,
+            per_thread_copy_ahead=0,
+            thread_count=thread_count,
+        )
+        self.fs: HashingFileSystem = HashingFileSystem()
         self.dir = path
         self.before_write = before_write
         self.results: list[WriteResult] | None = None
+
+    @property
+    def digests(self) -> dict[str, FileDigest]:
+        return self.fs.digests
 
     def write_data(
         self, plan: SavePlan, planner: SavePlanner
     ) -> torch.futures.Future[list[WriteResult]]:
         self.before_write(self.dir)
-        fut = super().write_data(plan, planner)
+        # One hashing thread beside each write thread, for this checkpoint only.
+        with (
+            ThreadPoolExecutor(self.thread_count, thread_name_prefix="hptrain-ckpt-hash") as pool,
+            without_zip_crc32(),
+        ):
+            self.fs.pool = pool
+            try:
+                fut = super().write_data(plan, planner)
+            finally:
+                self.fs.pool = None
         try:
             # The file system writer returns a completed future.
             self.results = fut.wait()
         except Exception:  # noqa: BLE001 - DCP reports the failure from the same future
             self.results = None
+            return fut
+        # A write thread other than DCP's own that fails only prints its traceback and
+        # leaves its items out of the results: a checkpoint without them must not commit.
+        written = {r.index for r in self.results}
+        lost = [item.index.fqn for item in plan.items if item.index not in written]
+        if lost:
+            self.results = None
+            raise OSError(f"{len(lost)} items not written ({lost[0]}, ...): {self.fs.failed}")
         return fut
 
 

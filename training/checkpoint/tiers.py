@@ -30,6 +30,7 @@ from training.checkpoint.config import (
     tier_key,
 )
 from training.checkpoint.format import CheckpointRef
+from training.checkpoint.hashing import write_threads
 from training.checkpoint.planning import NodeLocalSavePlanner, RecordingWriter
 from training.checkpoint.safe_load import SafeFileSystemReader
 from training.config_parsing import ConfigError
@@ -82,8 +83,18 @@ def storage(kind: str) -> Callable[[T], T]:
 class DirectoryTier(Tier):
     """DCP shards in the tier's directory; a node-local one keeps a full copy per node."""
 
+    def __init__(self, spec: TierConfig, root: Path, write_threads: int = 1) -> None:
+        super().__init__(spec, root)
+        self.write_threads = write_threads
+
+    @classmethod
+    def open(
+        cls, spec: TierConfig, root: Path, cfg: CheckpointConfig, out: Path, world_size: int
+    ) -> Tier:
+        return cls(spec, root, cfg.write_threads or write_threads())
+
     def writer(self, step: int, tmp: Path, before_write: Callable[[Path], None]) -> Any:
-        return RecordingWriter(tmp, before_write)
+        return RecordingWriter(tmp, before_write, self.write_threads)
 
     def reader(self, ref: CheckpointRef) -> Any:
         return SafeFileSystemReader(str(ref.path))
