@@ -451,13 +451,20 @@ class AddonVersions(Protocol):
     def addon_version(self, name: str) -> str: ...
 
 
+def at_versions(
+    versions: AddonVersions, *, table: Mapping[str, Addon] = ADDONS
+) -> tuple[Addon, ...]:
+    """Every row of `table`, in table order, at the version the environment installs (its
+    `eks.addons` override, else the pin)."""
+    return tuple(
+        dataclasses.replace(addon, version=versions.addon_version(addon.name))
+        for addon in table.values()
+    )
+
+
 def placed_in(
     stack: AddonStack, versions: AddonVersions, *, table: Mapping[str, Addon] = ADDONS
 ) -> tuple[Addon, ...]:
     """The rows of `table` that `stack` creates, in table order, each at the version the
-    environment installs (its `eks.addons` override, else the pin)."""
-    return tuple(
-        dataclasses.replace(addon, version=versions.addon_version(addon.name))
-        for addon in table.values()
-        if addon.stack == stack
-    )
+    environment installs."""
+    return tuple(a for a in at_versions(versions, table=table) if a.stack == stack)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from config.addons import Addon, AddonStack, at_versions
 from config.capacity import (
     CapacityError,
     GroupPlan,
@@ -23,8 +24,10 @@ from config.capacity import (
     plan_network,
 )
 from config.errors import ConfigError
+from config.gpu_accounting import team_gpu_quotas
 from config.node_model import (
     NodeModel,
+    installed_addons,
     job_fit_problem,
     node_models,
     system_fit_problem,
@@ -32,22 +35,37 @@ from config.node_model import (
 )
 from config.pods import PodRequests
 from config.schema import EnvironmentConfig
+from config.team_admission import TeamAdmission, team_admissions
+from config.teams import GroupCapacity, team_capacity
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlatformPlan:
     """`layout`: every subnet of the VPC; `group_plans`: each instance group's address needs,
     by group name; `node_models`: group name -> what one of its nodes offers pods, in config
-    order; `system_pods`: the platform's Deployments the environment installs."""
+    order; `system_pods`: the platform's Deployments the environment installs; `addons`: the
+    add-on rows it installs (with their pods and identities), in table order, each at the
+    version it runs (its `eks.addons` override, else the pin). Per task-governance team, by
+    name (empty without governance): `team_capacity`, what it may use of each group;
+    `team_admissions`, what its namespace admits; `team_gpu_quotas`, its guaranteed NVIDIA
+    GPUs by team namespace."""
 
     layout: NetworkLayout
     group_plans: tuple[GroupPlan, ...]
     node_models: Mapping[str, NodeModel]
     system_pods: tuple[PodRequests, ...]
+    addons: tuple[Addon, ...]
+    team_capacity: Mapping[str, tuple[GroupCapacity, ...]]
+    team_admissions: Mapping[str, TeamAdmission]
+    team_gpu_quotas: Mapping[str, float]
 
     def node_model(self, group: str) -> NodeModel:
         """The model of one node of instance group `group`."""
         return self.node_models[group]
+
+    def addons_in(self, stack: AddonStack) -> tuple[Addon, ...]:
+        """The installed add-ons that `stack` creates, in table order."""
+        return tuple(a for a in self.addons if a.stack == stack)
 
 
 def plan(config: EnvironmentConfig, source: str = "config") -> PlatformPlan:
@@ -62,11 +80,24 @@ def plan(config: EnvironmentConfig, source: str = "config") -> PlatformPlan:
             field, message = problem
             raise ConfigError(source, [f"{field}: {message}"])
     group_plans = _group_plans(config)
+    governance, groups = config.governance, config.hyperpod.instance_groups
+    teams = governance.teams_by_name() if governance is not None else []
+    installed = installed_addons(config)
     return PlatformPlan(
         layout=_layout(config, group_plans, source),
         group_plans=group_plans,
         node_models=MappingProxyType({m.group: m for m in models}),
         system_pods=pods,
+        addons=tuple(a for a in at_versions(config.eks) if a.name in installed),
+        team_capacity=MappingProxyType(
+            {t.name: tuple(team_capacity(governance, t, groups)) for t in teams}
+            if governance is not None
+            else {}
+        ),
+        team_admissions=MappingProxyType(
+            team_admissions(governance, groups) if governance is not None else {}
+        ),
+        team_gpu_quotas=MappingProxyType(team_gpu_quotas(governance, groups)),
     )
 
 

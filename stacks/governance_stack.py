@@ -9,7 +9,7 @@ its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -22,7 +22,7 @@ from config.kubernetes import team_access_group, team_namespace
 from config.names import PlatformNames
 from config.schema import EksConfig, InstanceGroupConfig
 from config.schema.governance import GovernanceConfig, TeamConfig
-from config.team_admission import team_admissions
+from config.team_admission import TeamAdmission
 from config.team_groups import team_gids, team_uid
 from config.teams import (
     MANAGED_TIER_PATH_KEY,
@@ -125,6 +125,7 @@ class GovernanceStack(cdk.Stack):
         governance: GovernanceConfig,
         eks: EksConfig,
         instance_groups: Sequence[InstanceGroupConfig],
+        admissions: Mapping[str, TeamAdmission],
         names: PlatformNames,
         eks_cluster_name: str,
         kubernetes: eks_v2.ICluster,
@@ -137,8 +138,9 @@ class GovernanceStack(cdk.Stack):
         mlflow_server_arn: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """`mlflow_server_arn`: the environment's MLflow tracking server, which the teams'
-        job identities (and no other) may log runs to; None where there is none."""
+        """`admissions`: what each team's namespace admits, by team (the platform plan's);
+        `mlflow_server_arn`: the environment's MLflow tracking server, which the teams' job
+        identities (and no other) may log runs to; None where there is none."""
         super().__init__(scope, construct_id, **kwargs)
         placed = place_addons(
             self,
@@ -174,7 +176,7 @@ class GovernanceStack(cdk.Stack):
             team: TeamAdmissionPolicy(
                 self, f"Admission-{team}", admission=admission, cluster=kubernetes
             )
-            for team, admission in team_admissions(governance, instance_groups).items()
+            for team, admission in admissions.items()
         }
         self.quotas: dict[str, ComputeQuota] = {}
         for team in governance.teams_by_name():

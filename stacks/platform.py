@@ -16,7 +16,6 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from config.gpu_accounting import team_gpu_quotas
 from config.loader import LoadedEnvironment
 from config.names import STACK_UNITS, StackUnit
 from platform_constructs.log_groups import FunctionLogGroups
@@ -71,7 +70,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     """The stacks of one environment in `scope` (an App or a pipeline Stage), with cdk-nag
     registered on `scope`: validation plugins do not cross a Stage boundary."""
     cdk.Validations.of(scope).add_plugins(AwsSolutionsChecks(scope))
-    config = loaded.config
+    config, plan = loaded.config, loaded.plan
     names = config.names
     env = cdk.Environment(account=config.account, region=config.region)
     # The one mapping of `retain_stateful`: every stateful resource takes this policy.
@@ -96,7 +95,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         scope,
         **stack_props("network"),
         network=config.network,
-        layout=loaded.layout,
+        layout=plan.layout,
         cluster_name=names.eks_cluster,
         removal_policy=removal_policy,
     )
@@ -160,6 +159,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             governance=config.governance,
             eks=config.eks,
             instance_groups=config.hyperpod.instance_groups,
+            admissions=plan.team_admissions,
             names=names,
             eks_cluster_name=eks.cluster_name,
             kubernetes=eks.kubernetes,
@@ -169,8 +169,8 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             data_bucket=storage.data_bucket,
             pod_network=PodNetwork(
                 # The managed collector's ENIs: the control-plane (infrastructure) subnets.
-                scraper_cidrs=[str(c) for _, c in sorted(loaded.layout.infra.items())],
-                node_cidrs=[str(p.cidr) for _, p in sorted(loaded.layout.cluster.items())],
+                scraper_cidrs=[str(c) for _, c in sorted(plan.layout.infra.items())],
+                node_cidrs=[str(subnet.cidr) for _, subnet in sorted(plan.layout.cluster.items())],
             ),
             mlflow_server_arn=storage.mlflow_server_arn,
             removal_policy=removal_policy,
@@ -197,7 +197,7 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
             file_system=storage.file_system,
             nat_gateway_ids=network.nat_gateway_ids,
             removal_policy=removal_policy,
-            team_gpu_quotas=team_gpu_quotas(config.governance, config.hyperpod.instance_groups),
+            team_gpu_quotas=plan.team_gpu_quotas,
         )
         # The collector runs on the nodes, next to the cluster add-ons it scrapes.
         observability.add_stack_dependency(cluster_addons, "the collector needs running nodes")
