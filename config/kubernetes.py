@@ -269,3 +269,13 @@ def service_account_user(namespace: str, name: str) -> str:
 # account (Kubernetes RBAC "Controller roles": system:controller:job-controller, bound to
 # kube-system/job-controller when the controller manager uses service account credentials).
 JOB_CONTROLLER_USER: Final = service_account_user("kube-system", "job-controller")
+
+
+# What the admin host's role may do in Kubernetes: the EKS access policy bound to it at cluster
+# scope, or no access entry at all (the host then only relays operators' own connections).
+ADMIN_HOST_ACCESS_POLICIES: dict[str, str | None] = {
+    "none": None,
+    "view": "AmazonEKSViewPolicy",
+    "admin-view": "AmazonEKSAdminViewPolicy",
+    "cluster-admin": "AmazonEKSClusterAdminPolicy",
+}

@@ -1,11 +1,17 @@
 """What AWS offers where, as far as config validation needs it: the Availability Zone letters
-of each Region and the interface endpoint services. Pure data (no AWS calls, no CDK import):
+of each Region, the interface endpoint services and CloudWatch Logs' retention periods. Pure data (no AWS calls, no CDK import):
 the schema checks environment files against it before synth.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS: tuple[int, ...] = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+)  # fmt: skip
 
 # AZ letters that exist in each Region (existence only: some AZs cannot host every instance
 # type, e.g. us-east-1e, and capacity is the training plans' business). AZ names map to

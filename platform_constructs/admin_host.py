@@ -45,7 +45,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from config.schema.network import ADMIN_HOST_ACCESS_POLICIES
+from config.kubernetes import ADMIN_HOST_ACCESS_POLICIES
 from platform_constructs.eks_cluster import EksCluster, cluster_access_policy_arn
 from platform_constructs.eks_kubectl import KUBECTL_MINOR
 from platform_constructs.l1 import default_resource

@@ -45,7 +45,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from config.schema.base import LOG_RETENTION_DAYS
+from config.regions import LOG_RETENTION_DAYS
 from platform_constructs.l1 import default_resource
 
 FUNCTION_TYPE = "AWS::Lambda::Function"

@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 
 # logs.RetentionDays by days (its members carry names, not numbers): every period CloudWatch
-# Logs accepts (config.schema.base.LOG_RETENTION_DAYS; a test keeps the two equal).
+# Logs accepts (config.regions.LOG_RETENTION_DAYS; a test keeps the two equal).
 RETENTION_DAYS: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY,
     3: logs.RetentionDays.THREE_DAYS,

@@ -15,14 +15,8 @@ from pydantic import (
     ValidationInfo,
 )
 
-from config.regions import zone_ids
+from config.regions import LOG_RETENTION_DAYS, zone_ids
 from config.zones import is_zone_id
-
-# CloudWatch Logs accepts only these retention periods (days).
-LOG_RETENTION_DAYS: tuple[int, ...] = (
-    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
-    2922, 3288, 3653,
-)  # fmt: skip
 
 PARTITION = r"aws(-cn|-us-gov|-iso|-iso-b)?"
 REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"

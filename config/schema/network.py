@@ -37,14 +37,6 @@ ADMIN_HOST_OUTPUT = "AdminHostInstanceId"
 # What Session Manager needs on the VPC side: the agent registers through `ssm` and carries
 # sessions (shells and port forwarding) over `ssmmessages`.
 ADMIN_HOST_ENDPOINTS: tuple[str, ...] = ("ssm", "ssmmessages")
-# What the admin host's role may do in Kubernetes: the EKS access policy bound to it at cluster
-# scope, or no access entry at all (the host then only relays operators' own connections).
-ADMIN_HOST_ACCESS_POLICIES: dict[str, str | None] = {
-    "none": None,
-    "view": "AmazonEKSViewPolicy",
-    "admin-view": "AmazonEKSAdminViewPolicy",
-    "cluster-admin": "AmazonEKSClusterAdminPolicy",
-}
 # EC2 instance type names (t3.small, m7i.large); SageMaker's ml.* types are not EC2 types.
 _EC2_INSTANCE_TYPE = re.compile(r"^(?P<family>[a-z]+\d+(?P<options>[a-z-]*))\.[a-z0-9]+$")
 

@@ -7,8 +7,9 @@ import typing
 
 import pytest
 
+from config.kubernetes import ADMIN_HOST_ACCESS_POLICIES
 from config.schema import REQUIRED_ENDPOINTS, NetworkConfig
-from config.schema.network import ADMIN_HOST_ACCESS_POLICIES, AdminHostConfig
+from config.schema.network import AdminHostConfig
 from tests.support import environment_data, loaded_from, one_error_on
 
 

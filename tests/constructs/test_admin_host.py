@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3_assets as s3_assets
 
-from config.schema.network import ADMIN_HOST_ACCESS_POLICIES
+from config.kubernetes import ADMIN_HOST_ACCESS_POLICIES
 from platform_constructs.admin_host import (
     SESSION_MANAGER_ACTIONS,
     AdminHost,

@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
 from config.kubernetes import Taint
-from config.schema.base import LOG_RETENTION_DAYS
+from config.regions import LOG_RETENTION_DAYS
 from platform_constructs.hyperpod_cluster import (
     CLUSTER_LOGICAL_ID,
     BatchSize,

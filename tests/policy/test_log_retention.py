@@ -14,7 +14,7 @@ import pytest
 from aws_cdk import aws_logs as logs
 
 from config.delivery import load_pipeline
-from config.schema.base import LOG_RETENTION_DAYS
+from config.regions import LOG_RETENTION_DAYS
 from platform_constructs.log_groups import FunctionLogGroups
 from stacks.pipeline_stack import build_pipeline_app
 from tests.support import (

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from config.schema.network import ADMIN_HOST_ACCESS_POLICIES
+from config.kubernetes import ADMIN_HOST_ACCESS_POLICIES
 from tests.support import SYNTH_GROUP, SynthResult, resources_of
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
