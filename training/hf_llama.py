@@ -13,6 +13,7 @@ Standard library and torch only: the loader (training/init_from.py) and the expo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -104,10 +105,70 @@ def hf_config(cfg: ModelConfig, *, torch_dtype: str = "float32") -> dict[str, ob
     }
 
 
-def config_mismatches(hf: dict[str, object], cfg: ModelConfig) -> list[str]:
-    """Settings of a checkpoint's config.json the trainer's model would not reproduce (shapes
-    are checked tensor by tensor as they are read)."""
+# Architecture in config.json -> the trainer's setting and its value. A Llama config without
+# `num_key_value_heads` has as many as query heads (transformers' LlamaConfig default).
+_ARCHITECTURE: tuple[tuple[str, str, Callable[[ModelConfig], int]], ...] = (
+    ("hidden_size", "model.dim", lambda c: c.dim),
+    ("num_hidden_layers", "model.n_layers", lambda c: c.n_layers),
+    ("num_attention_heads", "model.n_heads", lambda c: c.n_heads),
+    ("num_key_value_heads", "model.n_kv_heads", lambda c: c.n_kv_heads or c.n_heads),
+    ("intermediate_size", "model.ffn_hidden", ffn_hidden_dim),
+    ("vocab_size", "model.vocab_size", lambda c: c.vocab_size),
+)
+# How to turn a tied checkpoint into one this model reproduces (it has its own output layer).
+UNTIE_HINT = (
+    "untie it first (transformers: load it, set config.tie_word_embeddings=False and lm_head."
+    "weight to a copy of the input embeddings, save_pretrained to a new directory) and point "
+    "training.init_from there"
+)
+
+
+def _whole(hf: dict[str, object], key: str) -> int | str:
+    """config.json's `key` as an int, or why it is not one."""
+    value = hf.get(key)
+    if value is None:
+        return f"config.json has no {key}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"config.json's {key} {value!r} is not a positive whole number"
+    return value
+
+
+def architecture_mismatches(hf: dict[str, object], cfg: ModelConfig) -> list[str]:
+    """Each way the checkpoint's architecture (config.json) differs from the model's, with the
+    setting that fixes it. Checked before any tensor: heads cannot be told from shapes (8 heads
+    of 8 and 4 heads of 16 have the same projections), and neither can a tied output layer."""
     out: list[str] = []
+    found: dict[str, int] = {}
+    for key, setting, value_of in _ARCHITECTURE:
+        kv_default = key == "num_key_value_heads" and key not in hf
+        have = _whole(hf, "num_attention_heads" if kv_default else key)
+        if isinstance(have, str):
+            out.append(have)
+            continue
+        found[key] = have
+        if have != value_of(cfg):
+            out.append(
+                f"{key} {have}, the model's {setting} {value_of(cfg)} (set {setting}={have})"
+            )
+    hidden, heads = found.get("hidden_size"), found.get("num_attention_heads")
+    head_dim = hf.get("head_dim")
+    if hidden and heads and head_dim is not None and head_dim != hidden / heads:
+        out.append(
+            f"head_dim {head_dim} is not hidden_size / num_attention_heads = {hidden / heads:g} "
+            "(the trainer's head dim is model.dim / model.n_heads: such a checkpoint cannot load)"
+        )
+    if hf.get("tie_word_embeddings"):
+        out.append(
+            "tie_word_embeddings true: the output layer shares the input embeddings, the "
+            f"model's has its own; {UNTIE_HINT}"
+        )
+    return list(dict.fromkeys(out))  # a missing head count is reported once
+
+
+def config_mismatches(hf: dict[str, object], cfg: ModelConfig) -> list[str]:
+    """Everything in a checkpoint's config.json the trainer's model would not reproduce: the
+    architecture, then the settings of RoPE, the norms, the activation and the biases."""
+    out = architecture_mismatches(hf, cfg)
     rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
     theta = hf.get("rope_theta", rope.get("rope_theta") if isinstance(rope, dict) else None)
     if theta is not None and float(theta) != cfg.rope_theta:  # type: ignore[arg-type]
@@ -120,9 +181,6 @@ def config_mismatches(hf: dict[str, object], cfg: ModelConfig) -> list[str]:
     eps = hf.get("rms_norm_eps")
     if eps is not None and float(eps) != cfg.norm_eps:  # type: ignore[arg-type]
         out.append(f"rms_norm_eps {eps} (set model.norm_eps={eps})")
-    head_dim = hf.get("head_dim")
-    if head_dim is not None and int(head_dim) != cfg.dim // cfg.n_heads:  # type: ignore[call-overload]
-        out.append(f"head_dim {head_dim} (the trainer uses model.dim / model.n_heads)")
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         out.append(f"hidden_act {act!r} (the trainer's MLP is SwiGLU)")

@@ -43,12 +43,32 @@ def client() -> Any:
 
 
 def read_range(bucket: str, key: str, start: int, stop: int) -> bytes:
-    """Bytes [start, stop) of an object."""
+    """Bytes [start, stop) of an object; exactly that many, or ValueError (an offset computed
+    from a file's own header must not reach outside the object, or count from its end)."""
+    if start < 0 or stop < 0:
+        raise ValueError(f"s3://{bucket}/{key}: negative byte range [{start}, {stop})")
     if stop <= start:
         return b""
     resp = client().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}")
     data: bytes = resp["Body"].read()
+    if len(data) != stop - start:
+        raise ValueError(
+            f"s3://{bucket}/{key}: bytes [{start}, {stop}) ran past the end of the object "
+            f"({len(data)} of {stop - start} read)"
+        )
     return data
+
+
+def object_size(bucket: str, key: str) -> int:
+    return int(client().head_object(Bucket=bucket, Key=key)["ContentLength"])
+
+
+def is_missing(error: Exception) -> bool:
+    """True for S3's answer that an object does not exist (or may not be read): asking again
+    gets the same answer."""
+    response = getattr(error, "response", None)
+    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+    return code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied")
 
 
 def read_object(bucket: str, key: str) -> bytes:

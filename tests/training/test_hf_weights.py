@@ -16,7 +16,7 @@ import torch
 from tests.training.conftest import REPO, S3Server, launch
 from training.config import ModelConfig
 from training.export_hf import save_hf
-from training.hf_llama import INDEX_FILE, from_hf_rows, hf_config, to_hf_rows
+from training.hf_llama import INDEX_FILE, UNTIE_HINT, from_hf_rows, hf_config, to_hf_rows
 from training.init_from import InitFromError, load_pretrained
 from training.model import Transformer
 from training.presets import build_config
@@ -112,29 +112,48 @@ def test_the_row_reordering_is_hugging_faces_permute_and_its_inverse() -> None:
     assert torch.equal(from_hf_rows(hf, 2), w)
 
 
-def test_tied_embeddings_fill_the_output_projection(tmp_path: Path) -> None:
+def test_tied_embeddings_are_refused_and_the_untying_it_names_loads(tmp_path: Path) -> None:
+    """The model has its own output layer: loading a tied checkpoint would train the two
+    apart and export them untied, so it is refused with the way to untie it, which then
+    loads with the tied model's logits."""
+    from transformers import LlamaForCausalLM
+
     hf = hf_model(CFG, tie_word_embeddings=True)
-    save_sharded(hf, tmp_path)
-    assert "lm_head.weight" not in json.loads((tmp_path / INDEX_FILE).read_text())["weight_map"]
+    save_sharded(hf, tmp_path / "tied")
+    assert (
+        "lm_head.weight"
+        not in json.loads((tmp_path / "tied" / INDEX_FILE).read_text())["weight_map"]
+    )
+    with pytest.raises(
+        InitFromError, match=f"tie_word_embeddings true: .*; {re.escape(UNTIE_HINT)}$"
+    ):
+        loaded(tmp_path / "tied")
+    # UNTIE_HINT, step by step.
+    untied = LlamaForCausalLM.from_pretrained(tmp_path / "tied")
+    untied.config.tie_word_embeddings = False
+    untied.lm_head.weight = torch.nn.Parameter(untied.get_input_embeddings().weight.clone())
+    save_sharded(untied, tmp_path / "untied")
     x = tokens(CFG.vocab_size)
     torch.testing.assert_close(
-        trainer_logits(loaded(tmp_path), x), hf_logits(hf, x), atol=LOGITS_ATOL, rtol=0
+        trainer_logits(loaded(tmp_path / "untied"), x), hf_logits(hf, x), atol=LOGITS_ATOL, rtol=0
     )
 
 
-def test_a_vocabulary_mismatch_names_the_tensor_both_shapes_and_the_fix(hf_dir: Path) -> None:
+def test_a_vocabulary_mismatch_names_the_field_and_the_fix(hf_dir: Path) -> None:
     with pytest.raises(InitFromError) as e:
         loaded(hf_dir, replace(CFG, vocab_size=256))
     msg = str(e.value)
     assert "\n" not in msg
-    assert "model.embed_tokens.weight has shape [320, 64]" in msg
-    assert "tok_embeddings.weight has [256, 64]" in msg
-    assert "set model.vocab_size=320" in msg
+    assert msg.endswith(
+        "config.json differs from the model: vocab_size 320, the model's model.vocab_size 256 "
+        "(set model.vocab_size=320)"
+    )
 
 
-def test_a_shape_mismatch_names_the_tensor_and_both_shapes(hf_dir: Path) -> None:
+def test_a_width_mismatch_names_the_field_and_the_fix(hf_dir: Path) -> None:
     with pytest.raises(
-        InitFromError, match=r"mlp.gate_proj.weight has shape \[96, 64\] .* \[128, 64\]$"
+        InitFromError,
+        match=r"intermediate_size 96, the model's model.ffn_hidden 128 \(set model.ffn_hidden=96\)$",
     ):
         loaded(hf_dir, replace(CFG, ffn_hidden=128))
 
