@@ -5,7 +5,6 @@ What the checks do is described in `hpctl.preflight`."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -16,24 +15,11 @@ from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, OneLineUsageErrors, fail
 from hpctl.options import EnvOption, JsonObjectOption, print_table, required_environment
-from hpctl.preflight.context import OK, PROBLEM, SKIPPED, STATUSES, WARNING, CheckContext, Row
-from hpctl.preflight.registry import run_checks
+from hpctl.preflight.context import OK, PROBLEM, SKIPPED, WARNING, CheckContext, Row
+from hpctl.preflight.registry import preflight_report, run_checks
 
 app = typer.Typer()
 stdout = Console(soft_wrap=True, highlight=False)
-
-
-def report(config: EnvironmentConfig, rows: list[Row]) -> dict[str, Any]:
-    """The `--json` object."""
-    counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
-    return {
-        "environment": config.environment,
-        "account": config.account,
-        "region": config.region,
-        "ok": counts[PROBLEM] == 0,
-        "counts": counts,
-        "checks": [r.as_dict() for r in rows],
-    }
 
 
 _STATUS_STYLE = {OK: "green", PROBLEM: "bold red", WARNING: "bold yellow", SKIPPED: "yellow"}
@@ -56,7 +42,7 @@ def print_rows(config: EnvironmentConfig, rows: list[Row]) -> None:
             Text(row.fix or "-"),
         )
     print_table(stdout, table)
-    counts = report(config, rows)["counts"]
+    counts = preflight_report(config, rows)["counts"]
     stdout.print(
         f"{counts[OK]} ok, {counts[PROBLEM]} problem{'s' if counts[PROBLEM] != 1 else ''}, "
         f"{counts[WARNING]} warning{'s' if counts[WARNING] != 1 else ''}, "
@@ -73,13 +59,13 @@ def preflight(
 ) -> None:
     """Check the AWS account before deploying an environment; exit 1 on any problem.
 
-    Training plans, service quotas, Availability Zones, EKS admin roles, image overrides in
-    ECR, the Kubernetes version and the data bucket's key users. Read-only; warnings do not
-    fail."""
+    It checks training plans, service quotas, Availability Zones, EKS admin roles, image
+    overrides in ECR, the Kubernetes version and the data bucket's key users. Read-only;
+    warnings do not fail."""
     config = required_environment(ctx, env)
     rows = run_checks(CheckContext(config, aws.connect_environment(ctx, config)))
     if as_json:
-        typer.echo(json.dumps(report(config, rows), indent=2))
+        typer.echo(json.dumps(preflight_report(config, rows), indent=2))
     else:
         print_rows(config, rows)
     problems = sum(r.status == PROBLEM for r in rows)

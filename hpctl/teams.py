@@ -9,6 +9,7 @@ from typing import Any
 from config.kubernetes import local_queue, priority_class, team_namespace
 from config.schema import EnvironmentConfig
 from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
+from hpctl.errors import InputError
 from hpctl.job.environment import nodes_figure
 from hpctl.options import text_table
 
@@ -18,7 +19,11 @@ def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
     order. The environment must have a governance section."""
     governance = config.governance
     if governance is None:
-        raise ValueError(f"{config.environment} has no governance section")
+        name = config.environment
+        raise InputError(
+            f"--env: {name} has no governance section, so it has no teams or priority "
+            f"classes; add one to config/{name}.yaml or use an environment with task governance"
+        )
     teams = []
     for team in governance.teams_by_name():
         capacity = team_capacity(governance, team, config.hyperpod.instance_groups)

@@ -12,7 +12,7 @@ import json
 
 import typer
 
-from hpctl.errors import ExitCode, OneLineUsageErrors, fail
+from hpctl.errors import OneLineUsageErrors
 from hpctl.options import EnvOption, JsonObjectOption, required_environment
 from hpctl.teams import format_report, teams_report
 
@@ -26,15 +26,7 @@ def teams(
     as_json: JsonObjectOption = False,
 ) -> None:
     """Teams, quotas (guaranteed, borrowable, largest job) and priority classes."""
-    config = required_environment(ctx, env)
-    if config.governance is None:
-        fail(
-            ctx,
-            f"--env: {env} has no governance section, so it has no teams or priority classes; "
-            f"add one to config/{env}.yaml or use an environment with task governance",
-            code=ExitCode.USAGE,
-        )
-    report = teams_report(config)
+    report = teams_report(required_environment(ctx, env))
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:

@@ -1,15 +1,18 @@
 """The preflight checks, in table order: each a name and a function of the shared
-`CheckContext` that returns its rows. A new check is a module beside these and one entry here."""
+`CheckContext` that returns its rows, the runner, and the report of their rows (the `--json`
+object). A new check is a module beside these and one entry here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from config.schema import EnvironmentConfig
 from hpctl.aws import AwsCallError
 from hpctl.preflight.admin_roles import ADMIN_ROLE, admin_role_rows
 from hpctl.preflight.bucket_keys import BUCKET_KEY, bucket_key_rows
-from hpctl.preflight.context import CheckContext, Row, failure_row
+from hpctl.preflight.context import PROBLEM, STATUSES, CheckContext, Row, failure_row
 from hpctl.preflight.digests import DIGEST, digest_rows
 from hpctl.preflight.images import IMAGE, image_rows
 from hpctl.preflight.kubernetes_version import KUBERNETES_VERSION, kubernetes_version_rows
@@ -46,3 +49,16 @@ def run_checks(context: CheckContext) -> list[Row]:
         except AwsCallError as failure:
             rows.append(failure_row(failure, check.name, "-"))
     return rows
+
+
+def preflight_report(config: EnvironmentConfig, rows: list[Row]) -> dict[str, Any]:
+    """The environment, how many rows have each status, and every row."""
+    counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
+    return {
+        "environment": config.environment,
+        "account": config.account,
+        "region": config.region,
+        "ok": counts[PROBLEM] == 0,
+        "counts": counts,
+        "checks": [r.as_dict() for r in rows],
+    }
