@@ -17,14 +17,6 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from config.addons import (
-    ELASTIC_TRAINING_MINIMUM,
-    TASK_GOVERNANCE,
-    TOPOLOGY_SCHEDULING_MINIMUM,
-    TRAINING_OPERATOR,
-    Version,
-    parse_version,
-)
 from config.errors import Location, problem_lines
 from config.instance_types import lookup
 from config.kubernetes import (
@@ -32,50 +24,22 @@ from config.kubernetes import (
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
 )
-from config.node_model import node_model
+from config.plan import PlatformPlan
 from config.schema import EnvironmentConfig
-from config.teams import (
-    DATA_CLAIM_NAME,
-    TEAM_CLAIM_NAME,
-    TRAINING_SERVICE_ACCOUNT,
-    GroupCapacity,
-    team_capacity,
-)
-from hpctl.job.spec import (
-    CommandEntryPoint,
-    EntryPoint,
-    JobSpec,
-    ModuleEntryPoint,
-    NonNegativeInt,
-    PositiveInt,
-)
+from config.schema.governance import TeamConfig
+from config.schema.hyperpod import InstanceGroupConfig
+from config.teams import GroupCapacity, team_capacity
+from hpctl.job.entry_points import CommandEntryPoint, EntryPoint, ModuleEntryPoint
+from hpctl.job.platform import PLATFORM_FIELDS, platform_for
+from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
 from hpctl.options import utc_now
 
-# JobSpec fields the environment decides; `spec_for_environment` refuses them as choices.
-DERIVED_FIELDS: Final = frozenset(
-    {
-        "instance_type",
-        "taints",
-        "fsx_claim",
-        "service_account",
-        "tiered_storage",
-        "allocation",
-        "topology_scheduling",
-        "elastic_training",
-    }
-)
-# JobSpec fields whose problems a user fixes through another option (or not at all: the
-# environment's config); the rest map to --field-name.
-_OPTION_FOR_FIELD: Final = {
-    "instance_type": "--instance-group",
-    "taints": "--instance-group",
-    "fsx_claim": "--env",
-    "service_account": "--env",
-    "tiered_storage": "--env",
-    "allocation": "--instance-group",
-    "topology_scheduling": "--env",
-    "elastic_training": "--env",
-}
+# What the environment decides (the JobPlatform's fields, and the platform itself);
+# `spec_for_environment` refuses them as choices.
+DERIVED_FIELDS: Final = PLATFORM_FIELDS | {"platform"}
+# The facts of the instance group are fixed through --instance-group, the rest only through
+# the environment's config; any other JobSpec field maps to --field-name.
+_GROUP_FACTS: Final = frozenset({"instance_type", "taints", "allocation"})
 
 
 class JobRequestError(ValueError):
@@ -93,7 +57,9 @@ def option_for(loc: Location) -> str:
         return ""
     if loc[0] == "entry_point":
         return "--module"
-    return _OPTION_FOR_FIELD.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
+    if loc[0] == "platform":
+        return "--instance-group" if loc[1:2] and loc[1] in _GROUP_FACTS else "--env"
+    return "--" + str(loc[0]).replace("_", "-")
 
 
 def entry_point_for(module: str | None, command: list[str]) -> EntryPoint | None:
@@ -215,12 +181,6 @@ def _elastic_top(elastic: object) -> int | None:
     return int(match[1]) if match else None
 
 
-def addon_offers(config: EnvironmentConfig, addon: str, minimum: Version) -> bool:
-    """The environment installs `addon` at `minimum` or later."""
-    version = parse_version(config.eks.addon_version(addon))
-    return version is not None and version >= minimum
-
-
 def _lines(error: ValidationError) -> list[str]:
     return problem_lines(error, where=option_for, missing="missing; pass {where}")
 
@@ -235,15 +195,17 @@ def spec_for_environment(
     priority: str | None = None,
     name: str | None = None,
     clock: Callable[[], datetime] = utc_now,
+    plan: PlatformPlan | None = None,
     **choices: Any,
 ) -> JobSpec:
     """The JobSpec for a job of `team` on `instance_group` of the environment `config`.
 
-    From the config: the group's instance type and taints (tolerations), the team's queue and
-    priority classes, the training service account, the FSx claim, and whether the cluster has
-    tiered storage (managed tiered checkpointing for the tiers whose storage is "auto").
-    `priority` defaults to the lowest-weight class, `name` to `<team>-<preset>-<UTC time from
-    clock>` (the entry point's `name_tag` for a team's own code). `choices` are the other JobSpec fields a user picks (preset, steps, spares,
+    From the config, once (`platform_for`, from the environment's `plan` where given): the
+    group's instance type, taints (tolerations) and what its nodes leave a job, whether the cluster has tiered storage (managed tiered
+    checkpointing for the tiers whose storage is "auto") and what its add-ons offer; the
+    team's queue and priority classes. `priority` defaults to the lowest-weight class, `name`
+    to `<team>-<preset>-<UTC time from clock>` (the entry point's `name_tag` for a team's own
+    code). `choices` are the other JobSpec fields a user picks (preset, steps, spares,
     min_tokens_per_s, ...), as values or text.
 
     Raises JobRequestError (one `--option: problem; fix` line per problem) for an environment
@@ -254,6 +216,44 @@ def spec_for_environment(
     derived = sorted(DERIVED_FIELDS & choices.keys())
     if derived:
         raise TypeError(f"{', '.join(derived)}: decided by the environment's config, not a choice")
+    chosen_team, group, priority = _placement(config, team, instance_group, priority)
+    preset = choices.get("preset", JobSpec.model_fields["preset"].default)
+    entry_point = choices.get("entry_point")
+    tag = entry_point.name_tag if entry_point is not None else str(preset)
+    fields: dict[str, Any] = {
+        **choices,
+        "platform": platform_for(config, group, plan),
+        "name": name if name is not None else default_job_name(team, tag, clock()),
+        "team": team,
+        "priority": priority,
+        "image": image,
+        "instance_group": group.name,
+        "nodes": nodes,
+    }
+    # The quota first: a job the team may not run at all needs another size before anything
+    # else about it matters (a size the preset cannot split is a --nodes problem as well).
+    quota = _quota_problems(config, chosen_team, group, nodes, choices)
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as error:
+        if quota:  # the quota's line stands for every other problem of the job's size
+            error_lines = [
+                line
+                for item, line in zip(error.errors(), _lines(error), strict=True)
+                if item["loc"][:1] not in (("nodes",), ("spares",), ("elastic",))
+            ]
+            raise JobRequestError(quota + error_lines) from None
+        raise JobRequestError(_lines(error)) from None
+    if quota:
+        raise JobRequestError(quota)
+    return spec
+
+
+def _placement(
+    config: EnvironmentConfig, team: str, instance_group: str, priority: str | None
+) -> tuple[TeamConfig, InstanceGroupConfig, str]:
+    """The team, the accelerated instance group and the priority class (default: the
+    lowest-weight one) a job asks for, or JobRequestError naming each that is not there."""
     governance, env = config.governance, config.environment
     if governance is None:
         raise JobRequestError([_no_governance(config)])
@@ -290,57 +290,29 @@ def spec_for_environment(
             problems.append(_unknown("--priority", "priority class", priority, known, env, hint))
     if problems or chosen_team is None or group is None:
         raise JobRequestError(problems)
-    preset = choices.get("preset", JobSpec.model_fields["preset"].default)
-    entry_point = choices.get("entry_point")
-    tag = entry_point.name_tag if entry_point is not None else str(preset)
-    fields: dict[str, Any] = {
-        **choices,
-        "name": name if name is not None else default_job_name(team, tag, clock()),
-        "team": team,
-        "priority": priority,
-        "require_image_digest": config.require_image_digest,
-        "image": image,
-        "instance_type": group.instance_type,
-        "instance_group": group.name,
-        "nodes": nodes,
-        "taints": tuple(group.taints),
-        "fsx_claim": TEAM_CLAIM_NAME,
-        "data_claim": DATA_CLAIM_NAME,
-        "service_account": TRAINING_SERVICE_ACCOUNT,
-        "tiered_storage": config.hyperpod.tiered_storage.enabled,
-        "allocation": node_model(config, group).job,
-        "topology_scheduling": addon_offers(config, TASK_GOVERNANCE, TOPOLOGY_SCHEDULING_MINIMUM),
-        "elastic_training": addon_offers(config, TRAINING_OPERATOR, ELASTIC_TRAINING_MINIMUM),
-    }
-    # The quota first: a job the team may not run at all needs another size before anything
-    # else about it matters (a size the preset cannot split is a --nodes problem as well).
-    quota: list[str] = []
+    return chosen_team, group, priority
+
+
+def _quota_problems(
+    config: EnvironmentConfig,
+    team: TeamConfig,
+    group: InstanceGroupConfig,
+    nodes: object,
+    choices: dict[str, Any],
+) -> list[str]:
+    """The line saying the job's size (its elastic top included) does not fit the team's
+    capacity on `group`, if it does not; none where JobSpec will reject the counts."""
     counts = _counts(nodes, choices.get("spares", JobSpec.model_fields["spares"].default))
-    if counts is not None:
-        capacity = team_capacity(governance, chosen_team, config.hyperpod.instance_groups)
-        usable = [
-            c.instance_group
-            for c in capacity
-            if c.max_job_nodes > 0 and _accelerated(c.instance_type)
-        ]
-        (on_group,) = (c for c in capacity if c.instance_group == group.name)
-        problem = _quota_problem(team, on_group, usable, *counts)
-        top = _elastic_top(choices.get("elastic"))
-        if problem is None and top is not None and top > counts[0]:
-            # An elastic job grows to its top: a size the team may never use is no size.
-            problem = _quota_problem(team, on_group, usable, top, counts[1], "--elastic")
-        quota = [] if problem is None else [problem]
-    try:
-        spec = JobSpec.model_validate(fields)
-    except ValidationError as error:
-        if quota:  # the quota's line stands for every other problem of the job's size
-            error_lines = [
-                line
-                for item, line in zip(error.errors(), _lines(error), strict=True)
-                if item["loc"][:1] not in (("nodes",), ("spares",), ("elastic",))
-            ]
-            raise JobRequestError(quota + error_lines) from None
-        raise JobRequestError(_lines(error)) from None
-    if quota:
-        raise JobRequestError(quota)
-    return spec
+    if counts is None or config.governance is None:
+        return []
+    capacity = team_capacity(config.governance, team, config.hyperpod.instance_groups)
+    usable = [
+        c.instance_group for c in capacity if c.max_job_nodes > 0 and _accelerated(c.instance_type)
+    ]
+    (on_group,) = (c for c in capacity if c.instance_group == group.name)
+    problem = _quota_problem(team.name, on_group, usable, *counts)
+    top = _elastic_top(choices.get("elastic"))
+    if problem is None and top is not None and top > counts[0]:
+        # An elastic job grows to its top: a size the team may never use is no size.
+        problem = _quota_problem(team.name, on_group, usable, top, counts[1], "--elastic")
+    return [] if problem is None else [problem]

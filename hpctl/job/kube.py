@@ -41,6 +41,7 @@ from config.kubernetes import (
     PENDING_WORKLOADS_SUBRESOURCE,
 )
 from config.schema import EnvironmentConfig
+from hpctl.job.failures import JobOperationError
 from hpctl.job.render import KIND
 from hpctl.kubeconfig import kubeconfig_cluster_problem
 
@@ -50,7 +51,7 @@ VISIBILITY_API = f"/apis/{KUEUE_VISIBILITY_GROUP}/{KUEUE_VISIBILITY_VERSION}"
 REQUEST_TIMEOUT = (10, 60)
 
 
-class KubeError(Exception):
+class KubeError(JobOperationError):
     """One line for the user: what failed, on which object, and the fix."""
 
 

@@ -43,8 +43,10 @@ from config.teams import (
     TEAM_CONFIG_MAP,
     team_directory,
 )
+from hpctl.job.entry_points import CommandEntryPoint
 from hpctl.job.log_rules import log_rules
-from hpctl.job.spec import SHM_MOUNT, CommandEntryPoint, JobSpec
+from hpctl.job.plan import JobPlan
+from hpctl.job.spec import SHM_MOUNT, JobSpec
 from training.checkpoint.config import AUTO_STORAGE, tier_key
 from training.environment import (
     CHECKPOINT_DIR_ENV,
@@ -96,8 +98,8 @@ ELASTIC_SCALING_TIMEOUT_S = 60
 ELASTIC_FAULTY_SCALE_DOWN_TIMEOUT_S = 30
 
 
-def _env(spec: JobSpec) -> list[dict[str, Any]]:
-    instance = spec.instance
+def _env(plan: JobPlan) -> list[dict[str, Any]]:
+    instance = plan.instance
     env = {
         # Workers write to files the agent tails; unbuffered output keeps the hang clock honest.
         "PYTHONUNBUFFERED": "1",
@@ -115,11 +117,11 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
     # Where the platform's paths and ports reach the job's code, whatever it is.
     env.update(
         {
-            RUN_DIR_ENV: spec.out_dir,
-            CHECKPOINT_DIR_ENV: spec.checkpoint_dir,
-            NODE_CHECKPOINT_DIR_ENV: spec.node_checkpoint_dir,
+            RUN_DIR_ENV: plan.out_dir,
+            CHECKPOINT_DIR_ENV: plan.checkpoint_dir,
+            NODE_CHECKPOINT_DIR_ENV: plan.node_checkpoint_dir,
             METRICS_PORT_ENV: str(METRICS_PORT),
-            JOB_NAME_ENV: spec.name,
+            JOB_NAME_ENV: plan.spec.name,
         }
     )
     items: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
@@ -137,7 +139,7 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
             },
         }
     )
-    if spec.managed_storage:
+    if plan.managed_storage:
         # The team's S3 tier: the platform writes it into a ConfigMap in every team namespace.
         # Not optional: a pod without the path fails to start rather than checkpoint elsewhere.
         items.append(
@@ -151,10 +153,10 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
     return items
 
 
-def _resources(spec: JobSpec) -> dict[str, dict[str, int | str]]:
+def _resources(plan: JobPlan) -> dict[str, dict[str, int | str]]:
     """Every device of the node, and the CPU and memory its node model leaves a job once the
-    kubelet, tiered storage and the platform's DaemonSets have theirs (`spec.allocation`)."""
-    instance, allocation = spec.instance, spec.allocation
+    kubelet, tiered storage and the platform's DaemonSets have theirs (its `allocation`)."""
+    instance, allocation = plan.instance, plan.spec.platform.allocation
     accelerator = GPU_RESOURCE if instance.accelerator == "nvidia" else NEURON_RESOURCE
     devices: dict[str, int | str] = {accelerator: instance.accelerator_count}
     if instance.supports_efa:
@@ -171,35 +173,36 @@ def _resources(spec: JobSpec) -> dict[str, dict[str, int | str]]:
     }
 
 
-def _command(spec: JobSpec) -> list[str]:
+def _command(plan: JobPlan) -> list[str]:
     """hyperpodrun, which starts one process per accelerator, with what each runs: the
     project's trainer module, a team's module (`-m`) or a team's program (`--no-python`,
     torchrun's flag for a program that is not a Python script)."""
-    entry = spec.entry_point
+    entry = plan.spec.entry_point
     if entry is None:
         program = ["-m", TRAINER_MODULE]
     elif isinstance(entry, CommandEntryPoint):
         program = ["--no-python", entry.command[0]]
     else:
         program = ["-m", entry.module]
-    return [*_launcher(spec), *program]
+    return [*_launcher(plan), *program]
 
 
-def _args(spec: JobSpec) -> list[str]:
+def _args(plan: JobPlan) -> list[str]:
     """The arguments of each rank's process."""
-    entry = spec.entry_point
+    entry = plan.spec.entry_point
     if entry is None:
-        return trainer_args(spec)
+        return trainer_args(plan)
     if isinstance(entry, CommandEntryPoint):
         return list(entry.command[1:])
     return list(entry.args)
 
 
-def _launcher(spec: JobSpec) -> list[str]:
+def _launcher(plan: JobPlan) -> list[str]:
+    spec = plan.spec
     return [
         "hyperpodrun",
         f"--nnodes={spec.nodes}",
-        f"--nproc-per-node={spec.instance.accelerator_count}",
+        f"--nproc-per-node={plan.instance.accelerator_count}",
         "--tee=3",
         f"--log-dir={AGENT_LOG_DIR}",
         f"--server-port={AGENT_PORT}",
@@ -210,53 +213,55 @@ def _launcher(spec: JobSpec) -> list[str]:
     ]
 
 
-def trainer_args(spec: JobSpec) -> list[str]:
+def trainer_args(plan: JobPlan) -> list[str]:
     """Arguments for `python -m training.train`, every value resolved so the job is explicit."""
+    spec = plan.spec
     overrides: dict[str, object] = {
-        "training.steps": spec.total_steps,
+        "training.steps": plan.total_steps,
         # Always explicit: the preset's batch where the world splits it, else the nearest
         # batch that it does (JobConfig.batch_for_world); the trainer's start line prints it
         # beside the preset's.
-        "training.global_batch_size": spec.global_batch_size,
+        "training.global_batch_size": plan.global_batch_size,
         # HSDP across nodes, tensor parallelism within one (hpctl.job.scaling).
-        **spec.parallel_overrides,
+        **plan.parallel_overrides,
     }
-    for tier in spec.trainer_config.checkpoint.tiers:
-        overrides[tier_key(tier.name, "dir")] = spec.tier_dir(tier.name)
-        overrides[tier_key(tier.name, "interval")] = spec.tier_interval(tier.name)
+    for tier in plan.trainer_config.checkpoint.tiers:
+        overrides[tier_key(tier.name, "dir")] = plan.tier_dir(tier.name)
+        overrides[tier_key(tier.name, "interval")] = plan.tier_interval(tier.name)
         if tier.storage == AUTO_STORAGE:
             # Explicit: the image always has the managed library, but only clusters with
             # tiered storage can serve it ("auto" would pick it everywhere).
-            overrides[tier_key(tier.name, "storage")] = spec.tier_storage(tier.name)
+            overrides[tier_key(tier.name, "storage")] = plan.tier_storage(tier.name)
     # The endpoint the platform's Prometheus collector scrapes (the named port below).
     overrides["metrics.port"] = METRICS_PORT
-    if spec.managed_storage:
+    if plan.managed_storage:
         # The library's namespace: the same on every restart, unique per job.
         overrides["checkpoint.managed_namespace"] = spec.name
         # Kubernetes expands $(VAR) in args from the container's env (the ConfigMap value).
         overrides["checkpoint.managed_s3_path"] = f"$({MANAGED_S3_PATH_ENV})"
-    args = ["--preset", spec.preset, "--out", spec.out_dir]
+    args = ["--preset", spec.preset, "--out", plan.out_dir]
     for key, value in overrides.items():
         args += ["--set", f"{key}={value}"]
     return args
 
 
-def _pod_template(spec: JobSpec) -> dict[str, Any]:
+def _pod_template(plan: JobPlan) -> dict[str, Any]:
+    spec, platform = plan.spec, plan.spec.platform
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
         # A digest names one image, so a cached copy is it (no re-pull of many GiB); a tag
         # can be pushed again, so nodes ask the registry each time.
         "imagePullPolicy": "IfNotPresent" if "@sha256:" in spec.image else "Always",
-        "command": _command(spec),
-        "args": _args(spec),
+        "command": _command(plan),
+        "args": _args(plan),
         "ports": [
             {"containerPort": AGENT_PORT, "protocol": "TCP"},
             # Scraped by name: the collector keeps only this port of the labelled pods.
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "env": [{"name": "HOME", "value": HOME_MOUNT}, *_env(spec)],
-        "resources": _resources(spec),
+        "env": [{"name": "HOME", "value": HOME_MOUNT}, *_env(plan)],
+        "resources": _resources(plan),
         # The team's own tree where it lies under /fsx, the datasets read-only: nothing else
         # of the file system (platform_constructs/eks_fsx_volume.py).
         "volumeMounts": [
@@ -274,14 +279,14 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         },
     }
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": spec.service_account,
+        "serviceAccountName": platform.service_account,
         # Pod Identity credentials come from the EKS Pod Identity agent, not the projected
         # service-account token mount, and neither the elastic agent nor the checkpointing
         # library calls the Kubernetes API: no API token in the pod.
         "automountServiceAccountToken": False,
         "nodeSelector": {
             INSTANCE_GROUP_LABEL: spec.instance_group,
-            INSTANCE_TYPE_LABEL: spec.instance_type,
+            INSTANCE_TYPE_LABEL: platform.instance_type,
         },
         # Only nodes that passed HyperPod's health checks; others are being checked or replaced.
         "affinity": {
@@ -306,10 +311,10 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
         "terminationGracePeriodSeconds": spec.shutdown_timeout_s + 30,
         "containers": [container],
         "volumes": [
-            {"name": "fsx", "persistentVolumeClaim": {"claimName": spec.fsx_claim}},
+            {"name": "fsx", "persistentVolumeClaim": {"claimName": platform.fsx_claim}},
             {
                 "name": "data",
-                "persistentVolumeClaim": {"claimName": spec.data_claim, "readOnly": True},
+                "persistentVolumeClaim": {"claimName": platform.data_claim, "readOnly": True},
             },
             # NCCL and data loaders need far more shared memory than the runtime's 64 MiB.
             {"name": "shm", "emptyDir": {"medium": "Memory"}},
@@ -317,8 +322,8 @@ def _pod_template(spec: JobSpec) -> dict[str, Any]:
             {"name": "home", "emptyDir": {}},
         ],
     }
-    if spec.taints:
-        pod_spec["tolerations"] = [taint.toleration() for taint in spec.taints]
+    if platform.taints:
+        pod_spec["tolerations"] = [taint.toleration() for taint in platform.taints]
     return {"metadata": {"labels": pod_labels(spec)}, "spec": pod_spec}
 
 
@@ -346,39 +351,39 @@ def pod_labels(spec: JobSpec) -> dict[str, str]:
     return {METRICS_LABEL: METRICS_LABEL_VALUE, TRAINING_JOB_LABEL: spec.name}
 
 
-def topology_annotations(spec: JobSpec) -> dict[str, str]:
+def topology_annotations(plan: JobPlan) -> dict[str, str]:
     """The Kueue topology request of the job, for its metadata and its pod template."""
-    placement = spec.placement
+    placement = plan.placement
     return {} if placement is None else {placement[0]: placement[1]}
 
 
-def elastic_policy(spec: JobSpec) -> dict[str, Any] | None:
+def elastic_policy(plan: JobPlan) -> dict[str, Any] | None:
     """The operator's elasticPolicy: the sizes the trainer runs (a step where they are evenly
     spaced, else the list), and how long a resize may take (the same SIGTERM window as a
     preemption: the trainer saves, then exits)."""
-    plan, bounds = spec.elastic_plan, spec.elastic_range
-    if plan is None or bounds is None:
+    sizes, bounds = plan.elastic_plan, plan.elastic_range
+    if sizes is None or bounds is None:
         return None
     low, high = bounds
     policy: dict[str, Any] = {"minReplicas": low, "maxReplicas": high}
-    if plan.step is not None:
-        policy["replicaIncrementStep"] = plan.step
+    if sizes.step is not None:
+        policy["replicaIncrementStep"] = sizes.step
     else:
-        policy["replicaDiscreteValues"] = list(plan.sizes)
-    policy["gracefulShutdownTimeoutInSeconds"] = spec.shutdown_timeout_s
+        policy["replicaDiscreteValues"] = list(sizes.sizes)
+    policy["gracefulShutdownTimeoutInSeconds"] = plan.spec.shutdown_timeout_s
     policy["scalingTimeoutInSeconds"] = ELASTIC_SCALING_TIMEOUT_S
     policy["faultyScaleDownTimeoutInSeconds"] = ELASTIC_FAULTY_SCALE_DOWN_TIMEOUT_S
     return policy
 
 
-def _place_and_scale(manifest: dict[str, Any], spec: JobSpec) -> None:
+def _place_and_scale(manifest: dict[str, Any], plan: JobPlan) -> None:
     """Adds the job's topology request and elastic policy to `manifest` where it has them."""
-    annotations = topology_annotations(spec)
+    annotations = topology_annotations(plan)
     (replica,) = manifest["spec"]["replicaSpecs"]
     if annotations:
         manifest["metadata"]["annotations"] = dict(annotations)
         replica["template"]["metadata"]["annotations"] = dict(annotations)
-    policy = elastic_policy(spec)
+    policy = elastic_policy(plan)
     if policy is None:
         return
     replica["maxReplicas"] = policy["maxReplicas"]  # AWS: must match elasticPolicy's
@@ -386,30 +391,31 @@ def _place_and_scale(manifest: dict[str, Any], spec: JobSpec) -> None:
     # No scale-up until a restarted job had time to reach its first step: growing it sooner
     # would restart it again before it trained.
     restart = manifest["spec"]["runPolicy"]["restartPolicy"]
-    restart["scaleUpSnoozeTimeInSeconds"] = spec.start_deadline_s
+    restart["scaleUpSnoozeTimeInSeconds"] = plan.spec.start_deadline_s
 
 
 def render_job(spec: JobSpec) -> dict[str, Any]:
     """The HyperPodPyTorchJob manifest for `spec` as a plain dict."""
+    plan = spec.plan  # every derived value, computed once for this manifest
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": spec.name,
-            "namespace": spec.namespace,
+            "namespace": plan.namespace,
             "labels": {
                 QUEUE_LABEL: local_queue(spec.team),
                 PRIORITY_LABEL: priority_class(spec.priority),
             },
         },
         "spec": {
-            "nprocPerNode": str(spec.instance.accelerator_count),
+            "nprocPerNode": str(plan.instance.accelerator_count),
             "replicaSpecs": [
                 {
                     "name": REPLICA_NAME,
                     "replicas": spec.nodes,
                     "spares": spec.spares,
-                    "template": _pod_template(spec),
+                    "template": _pod_template(plan),
                 }
             ],
             "runPolicy": {
@@ -424,7 +430,7 @@ def render_job(spec: JobSpec) -> dict[str, Any]:
             },
         },
     }
-    _place_and_scale(manifest, spec)
+    _place_and_scale(manifest, plan)
     return manifest
 
 

@@ -1,10 +1,12 @@
-"""`JobSpec`: a validated training job, what a user chooses plus what the cluster dictates.
+"""`JobSpec`: a validated training job, what a user asked for, checked against the platform's
+facts for its instance group (`JobPlatform`) and the trainer preset it runs.
 
 Every field is checked on its own and against the trainer preset it runs (`training.config`):
-a job that validates here is one the trainer accepts. Everything the hardware dictates
-comes from `config.instance_types` (accelerators, EFA interfaces) and `config.node_model`
-(the CPU and memory a node leaves a job: `allocation`); Kubernetes
-names follow the rules of `config.kubernetes`.
+a job that validates here is one the trainer accepts. What the hardware and the cluster
+dictate is the spec's `platform` (`hpctl.job.platform`, derived once from the environment);
+what follows from the choices, the platform and the preset (parallel settings, placement,
+checkpoint tiers, batch) is the spec's `plan` (`hpctl.job.plan`). Kubernetes names follow the
+rules of `config.kubernetes`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import functools
 import posixpath
 import re
 from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -24,7 +26,7 @@ from config.addons import (
     TRAINING_OPERATOR,
     Version,
 )
-from config.instance_types import InstanceType, lookup, topology_instance_types
+from config.instance_types import topology_instance_types
 from config.kubernetes import (
     FSX_MOUNT,
     INSTANCE_GROUP_NAME,
@@ -37,24 +39,14 @@ from config.kubernetes import (
     TEAM_NAMESPACE_PREFIX,
     TOPOLOGY_LEVELS,
     ULTRASERVER_LABEL,
-    Taint,
     is_dns1035_label,
     is_dns1123_label,
-    is_dns1123_subdomain,
-    team_namespace,
 )
-from config.node_model import JobAllocation
-from config.teams import (
-    DATA_CLAIM_NAME,
-    TEAM_CLAIM_NAME,
-    TRAINING_SERVICE_ACCOUNT,
-    team_checkpoints_directory,
-    team_directory,
-    team_runs_directory,
-)
+from config.teams import team_directory
+from hpctl.job.entry_points import EntryPoint
+from hpctl.job.platform import JobPlatform
 from hpctl.job.scaling import (
     TP_KEY,
-    ElasticPlan,
     ElasticRangeError,
     Parallelism,
     configured,
@@ -62,18 +54,13 @@ from hpctl.job.scaling import (
     parallel_overrides,
     resolved_parallelism,
 )
-from training.checkpoint.config import (
-    AUTO_STORAGE,
-    DURABLE,
-    LOCAL_STORAGE,
-    MANAGED_STORAGE,
-    CheckpointConfig,
-    TierConfig,
-)
+from training.checkpoint.config import CheckpointConfig
 from training.config import JobConfig
 from training.config_parsing import ConfigError
-from training.environment import CHECKPOINT_DIR_ENV, NODE_CHECKPOINT_DIR_ENV, environment_tiers
 from training.presets import PRESETS, build_config
+
+if TYPE_CHECKING:
+    from hpctl.job.plan import JobPlan
 
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
 
@@ -95,15 +82,6 @@ _IMAGE = re.compile(
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
 
-
-# A Python module path: dotted identifiers (what `python -m` takes).
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-# Launchers the platform already runs every job under (hyperpodrun) or that would start a
-# second agent inside it: an entry point names the per-rank program instead.
-LAUNCHERS = frozenset({"hyperpodrun", "torchrun"})
-# Node-local checkpoint directory of a job that does not run the project's trainer (pod
-# memory, like the trainer's fast tier; HPTRAIN_NODE_CHECKPOINT_DIR).
-NODE_CHECKPOINT_DIR = f"{SHM_MOUNT}/checkpoints"
 # JobSpec fields that configure the project's trainer (its preset, tiers and log lines);
 # a job running other code may not set them.
 TRAINER_FIELDS = (
@@ -120,66 +98,6 @@ TRAINER_FIELDS = (
 )
 
 
-class ModuleEntryPoint(BaseModel):
-    """A team's own Python module, run on every rank as `python -m MODULE ARGS...`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    module: str
-    args: tuple[str, ...] = ()
-
-    @field_validator("module")
-    @classmethod
-    def _module(cls, value: str) -> str:
-        if not _MODULE.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a Python module path; use dotted names as `python -m` takes "
-                "them (e.g. torchtitan.train)"
-            )
-        return value
-
-    @property
-    def name_tag(self) -> str:
-        """What a default job name calls the code."""
-        return self.module
-
-
-class CommandEntryPoint(BaseModel):
-    """A team's own program and its arguments, run on every rank as given (no `python`
-    prepended)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    command: tuple[str, ...]
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value or not value[0].strip():
-            raise ValueError("empty command; give the program and its arguments after --")
-        program = posixpath.basename(value[0])
-        if program in LAUNCHERS:
-            raise ValueError(
-                f"{program} is the launcher the platform already runs on every node; give the "
-                "program each rank runs (e.g. -- python train.py ...) or --module"
-            )
-        return value
-
-    @property
-    def name_tag(self) -> str:
-        """What a default job name calls the code: the first word that is neither an option
-        nor an interpreter (`python train.py` -> train)."""
-        words = [w for w in self.command if not w.startswith("-")]
-        named = [w for w in words if posixpath.basename(w) not in _INTERPRETERS] or words
-        return posixpath.splitext(posixpath.basename(named[0]))[0] if named else "job"
-
-
-_INTERPRETERS = frozenset({"python", "python3", "bash", "sh", "env"})
-
-# What a job runs besides the project's trainer (JobSpec.entry_point None).
-EntryPoint = ModuleEntryPoint | CommandEntryPoint
-
-
 @functools.cache
 def preset_config(preset: str) -> JobConfig:
     """The trainer's own configuration for `preset` (shared: do not mutate)."""
@@ -191,17 +109,17 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class JobSpec(BaseModel):
-    """What a user chooses for one training job. Unknown fields are rejected."""
+    """What a user asked for one training job, on the platform's facts for its group.
+    Unknown fields are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # First: every check of a choice against the hardware or the cluster reads it.
+    platform: JobPlatform
     name: str
     team: str
     priority: str
-    # The environment's require_image_digest (validated before `image`, which reads it).
-    require_image_digest: bool = False
     image: str
-    instance_type: str
     instance_group: str
     # The code the job runs on every rank: None for the project's trainer (training.train),
     # else a team's own module or command. The fields in TRAINER_FIELDS configure the trainer
@@ -218,12 +136,6 @@ class JobSpec(BaseModel):
     parallelism: Parallelism | None = None
     nodes: PositiveInt = 1
     spares: NonNegativeInt = 0
-    # The team namespace's claims (config/teams.py): the team's own tree of the file system,
-    # and the data repository's directory, read-only.
-    fsx_claim: str = TEAM_CLAIM_NAME
-    data_claim: str = DATA_CLAIM_NAME
-    # The team's Kubernetes service account (its IAM role through EKS Pod Identity).
-    service_account: str = TRAINING_SERVICE_ACCOUNT
     # The trainer's run directory (summary, attempt ledger, final export); default
     # /fsx/teams/<team>/runs/<name>. It must be shared so every attempt and node sees the
     # same ledger.
@@ -235,9 +147,6 @@ class JobSpec(BaseModel):
     # and survive pod and node replacement.
     checkpoint_dirs: dict[str, str] = {}
     checkpoint_intervals: dict[str, NonNegativeInt] = {}
-    # The cluster has HyperPod tiered storage: tiers whose storage is "auto" use managed
-    # tiered checkpointing; without it, a local directory.
-    tiered_storage: bool = False
     # Log-monitoring thresholds.
     start_deadline_s: Annotated[int, Field(ge=30)] = 900
     hang_timeout_s: Annotated[int, Field(ge=60)] = 1200
@@ -253,21 +162,12 @@ class JobSpec(BaseModel):
     # When the pod is deleted (preemption, drain) the agent passes SIGTERM to the workers and
     # waits this long before SIGKILL; the trainer needs it to save its durable checkpoint.
     shutdown_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 180
-    # The instance group's taints; the pods tolerate each.
-    taints: tuple[Taint, ...] = ()
-    # What the pod requests on its node besides its devices: what the node model leaves a job
-    # on the group's nodes (config.node_model).
-    allocation: JobAllocation
-    # What the environment's add-ons offer: topology-aware scheduling (task governance
-    # >= v1.2.2) and elastic jobs (training operator >= v1.2).
-    topology_scheduling: bool = True
-    elastic_training: bool = True
     # Elastic: "MIN:MAX" nodes. The job starts at MIN (`nodes`); the operator grows and shrinks
     # it among the sizes the trainer runs (`elastic_plan`).
     elastic: str | None = None
     # Placement: "required:LEVEL", "preferred:LEVEL" (LEVEL in config.kubernetes
     # TOPOLOGY_LEVELS), "ultraserver" (required in one UltraServer) or "none"; None: the
-    # default (`placement`).
+    # default (`JobPlan.placement`).
     topology: str | None = None
 
     @field_validator("name")
@@ -324,24 +224,12 @@ class JobSpec(BaseModel):
                 f"{value!r} is not pinned; use an explicit version tag (REPOSITORY:1.2.3) or a "
                 "digest (REPOSITORY@sha256:...) so every node and restart runs the same image"
             )
-        if match["digest"] is None and info.data.get("require_image_digest"):
+        platform = _platform(info)
+        if match["digest"] is None and platform is not None and platform.require_image_digest:
             raise ValueError(
                 f"{value!r} names a tag, and this environment runs images by digest only "
                 "(require_image_digest); use REPOSITORY@sha256:<digest> (docker buildx "
                 "imagetools inspect prints it)"
-            )
-        return value
-
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str) -> str:
-        try:
-            instance = lookup(value)
-        except KeyError as error:
-            raise ValueError(error.args[0]) from None
-        if not instance.has_accelerators:
-            raise ValueError(
-                f"{value} has no accelerators; pick a GPU (ml.p*, ml.g*) or Trainium (ml.trn*) type"
             )
         return value
 
@@ -377,10 +265,10 @@ class JobSpec(BaseModel):
     @field_validator("tp")
     @classmethod
     def _tp(cls, value: int, info: ValidationInfo) -> int:
-        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
-        if instance_type is None:
+        preset, platform = info.data.get("preset"), _platform(info)
+        if platform is None:
             return value
-        gpus = lookup(instance_type).accelerator_count
+        gpus, instance_type = platform.instance.accelerator_count, platform.instance_type
         if gpus % value:
             fits = ", ".join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)
             raise ValueError(
@@ -400,10 +288,10 @@ class JobSpec(BaseModel):
         # The batch is fitted to any world (trainer_args passes `batch_for_world`); the
         # sharding is not: the trainer refuses a world its parallel settings cannot split, so
         # catch that here rather than after the nodes were scheduled.
-        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
-        if preset is None or instance_type is None or info.data.get("entry_point") is not None:
+        preset, platform = info.data.get("preset"), _platform(info)
+        if preset is None or platform is None or info.data.get("entry_point") is not None:
             return value
-        ranks = lookup(instance_type).accelerator_count
+        ranks = platform.instance.accelerator_count
         try:
             _parallel_config(info.data, preset, ranks, value > 1).check_sharding(value * ranks)
         except ConfigError as error:
@@ -413,32 +301,12 @@ class JobSpec(BaseModel):
             ) from None
         return value
 
-    @field_validator("fsx_claim", "data_claim")
-    @classmethod
-    def _claim(cls, value: str) -> str:
-        if not is_dns1123_subdomain(value):
-            raise ValueError(
-                f"{value!r} is not a valid PersistentVolumeClaim name; use lowercase letters, "
-                f"digits, '-' and '.' (e.g. {TEAM_CLAIM_NAME})"
-            )
-        return value
-
-    @field_validator("service_account")
-    @classmethod
-    def _service_account(cls, value: str) -> str:
-        if not is_dns1123_subdomain(value):
-            raise ValueError(
-                f"{value!r} is not a valid service account name; use lowercase letters, "
-                f"digits, '-' and '.' (e.g. {TRAINING_SERVICE_ACCOUNT})"
-            )
-        return value
-
     @field_validator("run_dir")
     @classmethod
     def _run_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return value
-        if not _under(value, FSX_MOUNT):
+        if not path_inside(value, FSX_MOUNT):
             raise ValueError(
                 f"{value!r} is not shared by every node; use a normalised absolute path under "
                 f"{FSX_MOUNT}/"
@@ -456,17 +324,17 @@ class JobSpec(BaseModel):
         _check_tier_names(value.keys(), preset, checkpoint)
         for name, path in value.items():
             if checkpoint.tier(name).per_node:
-                if not _under(path, SHM_MOUNT) and not _under(path, FSX_MOUNT):
+                if not path_inside(path, SHM_MOUNT) and not path_inside(path, FSX_MOUNT):
                     raise ValueError(
                         f"{name}: {path!r} is not on a mounted volume; use a normalised absolute "
                         f"path under {SHM_MOUNT}/ or {FSX_MOUNT}/"
                     )
-            elif not _under(path, FSX_MOUNT):
+            elif not path_inside(path, FSX_MOUNT):
                 raise ValueError(
                     f"{name}: {path!r} does not survive node replacement; use a normalised "
                     f"absolute path under {FSX_MOUNT}/"
                 )
-            if _under(path, FSX_MOUNT):
+            if path_inside(path, FSX_MOUNT):
                 _check_team_owned(path, info, tier=name)
         return value
 
@@ -535,7 +403,8 @@ class JobSpec(BaseModel):
         low, high = int(match[1]), int(match[2])
         if low < 1 or high <= low:
             raise ValueError(f"{value} is not a range; use MIN:MAX with 1 <= MIN < MAX")
-        if not info.data.get("elastic_training", True):
+        platform = _platform(info)
+        if platform is not None and not platform.elastic_training:
             raise ValueError(
                 f"the environment's training operator is older than "
                 f"{_version(ELASTIC_TRAINING_MINIMUM)}, the first that runs elastic jobs; "
@@ -547,11 +416,11 @@ class JobSpec(BaseModel):
                 f"an elastic job starts at its minimum, {low} nodes, but --nodes is {nodes}; "
                 f"leave --nodes out or pass --nodes {low}"
             )
-        preset, instance_type = info.data.get("preset"), info.data.get("instance_type")
+        preset = info.data.get("preset")
         # A team's own code decides what sizes it runs: only the trainer's are checked.
-        if preset is None or instance_type is None or info.data.get("entry_point") is not None:
+        if preset is None or platform is None or info.data.get("entry_point") is not None:
             return f"{low}:{high}"
-        gpus = lookup(instance_type).accelerator_count
+        gpus = platform.instance.accelerator_count
         try:
             config = _parallel_config(info.data, preset, gpus, True)
             elastic_plan(config, gpus, low, high, preset)
@@ -576,16 +445,16 @@ class JobSpec(BaseModel):
                 f"LEVEL of {', '.join(TOPOLOGY_LEVELS)}, or {ULTRASERVER_TOPOLOGY!r} or "
                 f"{NO_TOPOLOGY!r}"
             )
-        if not info.data.get("topology_scheduling", True):
+        platform = _platform(info)
+        if platform is not None and not platform.topology_scheduling:
             raise ValueError(
                 f"the environment's task governance add-on is older than "
                 f"{_version(TOPOLOGY_SCHEDULING_MINIMUM)}, the first with topology-aware "
                 f"scheduling; upgrade {TASK_GOVERNANCE} (eks.addons) or leave --topology out"
             )
-        instance_type = info.data.get("instance_type")
-        if instance_type is None:
+        if platform is None:
             return text
-        instance = lookup(instance_type)
+        instance, instance_type = platform.instance, platform.instance_type
         if not instance.network_topology:
             raise ValueError(
                 f"{instance_type} nodes carry no network topology labels (HyperPod sets them "
@@ -609,166 +478,23 @@ class JobSpec(BaseModel):
         return text
 
     @property
-    def instance(self) -> InstanceType:
-        return lookup(self.instance_type)
-
-    @property
-    def elastic_range(self) -> tuple[int, int] | None:
-        if self.elastic is None:
-            return None
-        low, high = self.elastic.split(":")
-        return int(low), int(high)
-
-    @property
-    def max_nodes(self) -> int:
-        """Nodes at the job's largest: the top of an elastic range, else `nodes`."""
-        return self.elastic_range[1] if self.elastic_range else self.nodes
-
-    @property
-    def parallel_mode(self) -> Parallelism | None:
-        """FSDP, HSDP, or None where the preset's own parallel settings stand."""
-        return resolved_parallelism(
-            preset_config(self.preset), self.parallelism, self.tp, self.max_nodes > 1
-        )
-
-    @property
-    def parallel_overrides(self) -> dict[str, int]:
-        """The trainer's parallel settings the job sets (`--set` in its arguments)."""
-        return parallel_overrides(self.parallel_mode, self.instance.accelerator_count, self.tp)
-
-    @property
-    def parallel_config(self) -> JobConfig:
-        """The preset with the job's parallel settings: what the trainer runs."""
-        return configured(self.preset, self.parallel_overrides)
-
-    @property
-    def elastic_plan(self) -> ElasticPlan | None:
-        """The sizes an elastic job runs at and their common batch; None for a fixed size."""
-        if self.elastic_range is None:
-            return None
-        low, high = self.elastic_range
-        if not self.runs_trainer:
-            # Every count: the platform knows nothing of other code's batch or mesh.
-            return ElasticPlan(sizes=tuple(range(low, high + 1)), batch=0)
-        gpus = self.instance.accelerator_count
-        return elastic_plan(self.parallel_config, gpus, low, high, self.preset)
-
-    @property
-    def placement(self) -> tuple[str, str] | None:
-        """(Kueue annotation, node label) of the job's topology request, if any. Unless the
-        job says otherwise, a job over several EFA nodes that carry topology labels prefers one
-        UltraServer where it fits in one, else one network node at EC2's lowest layer: the
-        fewest hops between its nodes, and Kueue falls back to higher layers (never to no
-        admission) when no such domain has room.
-
-        The UltraServer preference buys network locality only: GPUs of different instances
-        talk over NVLink only inside an IMEX channel, which pods get from a ComputeDomain of
-        NVIDIA's DRA driver for GPUs (NVIDIA's "Enabling Multi-Node NVLink on Kubernetes for
-        NVIDIA GB200 NVL72"; AWS's "Dynamic Resource Allocation on Amazon EKS and Amazon EC2
-        P6e-GB200"). The platform installs no DRA driver and rendered pods claim no channel,
-        so NCCL joins the instances of an UltraServer over EFA."""
-        if self.topology == NO_TOPOLOGY:
-            return None
-        if self.topology is not None:
-            mode, level = self.topology.split(":", 1)
-            return TOPOLOGY_MODES[mode], level
-        instance = self.instance
-        if not (
-            self.topology_scheduling
-            and instance.network_topology
-            and instance.supports_efa
-            and self.max_nodes > 1
-        ):
-            return None
-        pods = self.max_nodes + self.spares
-        in_one_ultraserver = instance.nvlink_domain_instances > 1 and pods <= (
-            instance.nvlink_domain_instances
-        )
-        level = ULTRASERVER_LABEL if in_one_ultraserver else NETWORK_NODE_LAYER_LABELS[-1]
-        return PREFERRED_TOPOLOGY_ANNOTATION, level
-
-    @property
-    def namespace(self) -> str:
-        return team_namespace(self.team)
-
-    @property
-    def trainer_config(self) -> JobConfig:
-        return preset_config(self.preset)
-
-    @property
     def runs_trainer(self) -> bool:
         """The job runs the project's trainer, not a team's own code."""
         return self.entry_point is None
 
     @property
-    def checkpoint_dir(self) -> str:
-        """The job's shared checkpoint directory on FSx (HPTRAIN_CHECKPOINT_DIR): the
-        trainer's most durable tier's, else the team's checkpoint directory for the job."""
-        if self.runs_trainer:
-            return self.tier_dir(
-                environment_tiers(self.trainer_config.checkpoint)[CHECKPOINT_DIR_ENV]
-            )
-        return f"{team_checkpoints_directory(self.team)}/{self.name}"
+    def plan(self) -> JobPlan:
+        """What follows from the job's choices, its platform and its preset (built anew on
+        each read: keep the one a render uses)."""
+        from hpctl.job.plan import JobPlan
 
-    @property
-    def node_checkpoint_dir(self) -> str:
-        """The job's checkpoint directory in each node's pod memory
-        (HPTRAIN_NODE_CHECKPOINT_DIR): the trainer's first per-node tier's, if it has one."""
-        if self.runs_trainer:
-            tier = environment_tiers(self.trainer_config.checkpoint).get(NODE_CHECKPOINT_DIR_ENV)
-            if tier is not None:
-                return self.tier_dir(tier)
-        return NODE_CHECKPOINT_DIR
+        return JobPlan(self)
 
-    @property
-    def world_size(self) -> int:
-        """Trainer ranks: one per accelerator of every node (spares stand by, not counted)."""
-        return self.nodes * self.instance.accelerator_count
 
-    @property
-    def global_batch_size(self) -> int:
-        """The preset's batch fitted to the job's world (`JobConfig.batch_for_world`); for an
-        elastic job the one batch every size it runs at splits (`elastic_plan`)."""
-        plan = self.elastic_plan
-        if plan is not None:
-            return plan.batch
-        return self.parallel_config.batch_for_world(self.world_size)
-
-    @property
-    def total_steps(self) -> int:
-        return self.steps if self.steps is not None else self.trainer_config.training.steps
-
-    @property
-    def out_dir(self) -> str:
-        return self.run_dir or f"{team_runs_directory(self.team)}/{self.name}"
-
-    def tier_dir(self, name: str) -> str:
-        """The pod directory of checkpoint tier `name`."""
-        tier = self.trainer_config.checkpoint.tier(name)
-        return self.checkpoint_dirs.get(name) or default_tier_dir(tier, self.team, self.name)
-
-    def tier_interval(self, name: str) -> int:
-        """Steps between checkpoints of tier `name` (0: disabled)."""
-        tier = self.trainer_config.checkpoint.tier(name)
-        return self.checkpoint_intervals.get(name, tier.interval)
-
-    def tier_storage(self, name: str) -> str:
-        """The storage kind of tier `name`, "auto" resolved by the cluster's tiered storage."""
-        storage = self.trainer_config.checkpoint.tier(name).storage
-        if storage != AUTO_STORAGE:
-            return storage
-        return MANAGED_STORAGE if self.tiered_storage else LOCAL_STORAGE
-
-    @property
-    def managed_storage(self) -> bool:
-        """Some tier uses HyperPod managed tiered checkpointing; for a team's own code, the
-        cluster offers it."""
-        if not self.runs_trainer:
-            return self.tiered_storage
-        return any(
-            self.tier_storage(tier.name) == MANAGED_STORAGE
-            for tier in self.trainer_config.checkpoint.tiers
-        )
+def _platform(info: ValidationInfo) -> JobPlatform | None:
+    """The job's platform facts, where they validated."""
+    platform = info.data.get("platform")
+    return platform if isinstance(platform, JobPlatform) else None
 
 
 def _version(version: Version) -> str:
@@ -800,20 +526,6 @@ def _parallel_config(
     return configured(preset, parallel_overrides(mode, gpus_per_node, tp))
 
 
-def default_tier_dir(tier: TierConfig, team: str, job_name: str) -> str:
-    """A tier's directory when the job names none: a per-node tier in pod memory (the
-    preset's own directory when it names one there, else one per tier), a shared tier on FSx
-    in the team's checkpoint directory, under the job's name."""
-    if tier.per_node:
-        return tier.dir if _under(tier.dir, SHM_MOUNT) else f"{SHM_MOUNT}/hptrain-ckpt-{tier.name}"
-    root = f"{team_checkpoints_directory(team)}/{job_name}"
-    # A job resubmitted under the same name finds its durable checkpoints there; any other
-    # shared tier gets its own root beside it (a suffix, never inside another tier's root).
-    # The durable root moved into the team's directory (from /fsx/checkpoints/<job>, which
-    # no job can write): a job resubmitted across that change starts from step 0.
-    return root if tier.name == DURABLE else f"{root}-{tier.name}"
-
-
 def _check_tier_names(names: Iterable[str], preset: str, checkpoint: CheckpointConfig) -> None:
     known = [tier.name for tier in checkpoint.tiers]
     unknown = [name for name in names if name not in known]
@@ -827,7 +539,7 @@ def _check_tier_names(names: Iterable[str], preset: str, checkpoint: CheckpointC
 def _check_team_owned(path: str, info: ValidationInfo, tier: str | None = None) -> None:
     """Jobs write only inside their team's directory on FSx: nothing else is theirs."""
     team = info.data.get("team")
-    if team is None or _under(path, team_directory(team)):
+    if team is None or path_inside(path, team_directory(team)):
         return
     where = f"{tier}: " if tier else ""
     raise ValueError(
@@ -836,6 +548,6 @@ def _check_team_owned(path: str, info: ValidationInfo, tier: str | None = None) 
     )
 
 
-def _under(path: str, mount: str) -> bool:
+def path_inside(path: str, mount: str) -> bool:
     """True when `path` is an absolute, normalised path strictly inside `mount`."""
     return path.startswith(mount + "/") and posixpath.normpath(path) == path

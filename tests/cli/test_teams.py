@@ -320,9 +320,11 @@ def test_every_job_size_the_table_promises_renders_and_the_trainer_runs_it(env: 
                 )
                 trainer, world = _trainer_config_of(render_job(spec))
                 assert (
-                    world == spec.world_size == nodes * lookup(spec.instance_type).accelerator_count
+                    world
+                    == spec.plan.world_size
+                    == nodes * lookup(spec.platform.instance_type).accelerator_count
                 )
-                assert trainer.training.global_batch_size == spec.global_batch_size
+                assert trainer.training.global_batch_size == spec.plan.global_batch_size
                 trainer.check_world(world)
                 sizes += 1
             with pytest.raises(JobRequestError) as refused:

@@ -16,8 +16,9 @@ import yaml
 
 from config.node_model import group_model
 from config.schema import EnvironmentConfig
-from hpctl import job_cmd
+from hpctl.job import api
 from hpctl.job.environment import spec_for_environment
+from hpctl.job.platform import PLATFORM_FIELDS
 from hpctl.job.spec import JobSpec, preset_config
 from tests.support import environment, variant_of
 from training.checkpoint.config import AUTO_STORAGE, TierConfig
@@ -64,8 +65,16 @@ def gb200_environment() -> EnvironmentConfig:
     return variant_of("prod", mutate).config
 
 
+def spec_fields(**fields: Any) -> dict[str, Any]:
+    """JobSpec's input for `fields` given flat: the platform's facts (JobPlatform's fields)
+    gathered under `platform`, every other field as it is."""
+    platform = {key: fields.pop(key) for key in PLATFORM_FIELDS & fields.keys()}
+    return {"platform": platform, **fields}
+
+
 def make_spec(**overrides: Any) -> JobSpec:
-    return JobSpec(**{**REQUIRED, **overrides})
+    """A JobSpec of REQUIRED with `overrides`, platform facts and choices alike given flat."""
+    return JobSpec(**spec_fields(**{**REQUIRED, **overrides}))
 
 
 def env_spec(config: EnvironmentConfig | str, **options: Any) -> JobSpec:
@@ -97,7 +106,7 @@ def required_fields() -> dict[str, Any]:
 @pytest.fixture
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> datetime:
     """`hpctl job render` stamps default names with FIXED_NOW."""
-    monkeypatch.setattr(job_cmd, "clock", lambda: FIXED_NOW)
+    monkeypatch.setattr(api, "clock", lambda: FIXED_NOW)
     return FIXED_NOW
 
 

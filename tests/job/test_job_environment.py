@@ -68,14 +68,14 @@ def _problems(config: EnvironmentConfig | str, **options: Any) -> list[str]:
 
 def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
     spec = env_spec("dev", team="sandbox", instance_group="gpu-g5", nodes=2)
-    assert (spec.instance_type, spec.instance_group, spec.team) == (
+    assert (spec.platform.instance_type, spec.instance_group, spec.team) == (
         "ml.g5.12xlarge",
         "gpu-g5",
         "sandbox",
     )
-    assert spec.tiered_storage is False
-    assert spec.taints == ()
-    assert (spec.service_account, spec.fsx_claim) == ("training", "fsx-team")
+    assert spec.platform.tiered_storage is False
+    assert spec.platform.taints == ()
+    assert (spec.platform.service_account, spec.platform.fsx_claim) == ("training", "fsx-team")
     manifest = render_job(spec)
     env = _env_names(manifest)
     assert env["FI_PROVIDER"]["value"] == "efa"
@@ -99,7 +99,7 @@ def test_dev_g5_job_has_efa_without_rdma_and_no_managed_tier() -> None:
 def test_p5_job_with_tiered_storage_reads_its_s3_tier_from_the_team_config_map(env: str) -> None:
     assert environment(env).config.hyperpod.tiered_storage.enabled
     spec = env_spec(env, team="foundation", nodes=1)
-    assert spec.tiered_storage is True
+    assert spec.platform.tiered_storage is True
     manifest = render_job(spec)
     env_vars = _env_names(manifest)
     assert env_vars[MANAGED_S3_PATH_ENV] == MANAGED_ENV
@@ -161,7 +161,7 @@ def test_the_trainer_gets_the_s3_tier_and_namespace_the_manifest_sets(
 def test_tiered_storage_off_means_the_local_fast_tier() -> None:
     config = _variant("prod", lambda d: d["hyperpod"]["tiered_storage"].update(enabled=False))
     spec = env_spec(config, nodes=1)
-    assert spec.tiered_storage is False
+    assert spec.platform.tiered_storage is False
     assert MANAGED_S3_PATH_ENV not in _env_names(render_job(spec))
 
 
@@ -176,7 +176,7 @@ def _tainted(data: dict[str, Any]) -> None:
 
 def test_every_taint_of_the_group_becomes_a_toleration() -> None:
     spec = env_spec(_variant("prod", _tainted), nodes=2)
-    assert spec.taints == (
+    assert spec.platform.taints == (
         Taint(key="example.com/dedicated", value="training", effect="NoSchedule"),
         Taint(key="example.com/gpu", effect="NoExecute"),
     )
@@ -222,7 +222,7 @@ def test_the_schema_and_the_job_take_the_same_taints(taint: dict[str, Any]) -> N
         spec = None
     assert (config is None) == (spec is None)
     if config is not None and spec is not None:
-        assert env_spec(config).taints == spec.taints
+        assert env_spec(config).platform.taints == spec.platform.taints
 
 
 def test_user_choices_pass_through() -> None:

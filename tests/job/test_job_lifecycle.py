@@ -168,15 +168,30 @@ def test_submit_a_file_creates_it_as_written(api: KubeAPI, tmp_path: Path) -> No
     manifest["metadata"]["labels"]["example.com/owner"] = "me"
     path = tmp_path / "job.yaml"
     path.write_text(to_yaml(manifest))
+    result = run(api, "job", "submit", "--file", str(path), "--json")
+    assert json.loads(ok(result))["name"] == "edited"
+    assert [r.body for r in api.requests if r.method == "POST"] == [manifest]
+
+
+def test_submit_dash_f_still_reads_a_file_with_one_deprecation_line(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    # -f means --follow (hpctl job logs); submit's old spelling of --file works one release.
+    manifest = render_job(env_spec("prod", team=TEAM, name="edited", nodes=2))
+    path = tmp_path / "job.yaml"
+    path.write_text(to_yaml(manifest))
     result = run(api, "job", "submit", "-f", str(path), "--json")
     assert json.loads(ok(result))["name"] == "edited"
+    assert result.stderr == (
+        "hpctl job submit: -f is deprecated and goes in the next release; use --file\n"
+    )
     assert [r.body for r in api.requests if r.method == "POST"] == [manifest]
 
 
 def test_submit_a_file_refuses_render_options(api: KubeAPI, tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(to_yaml(render_job(env_spec("prod", team=TEAM, name="x", nodes=2))))
-    line = failure(run(api, "job", "submit", "-f", str(path), "--nodes", "4"), ExitCode.USAGE)
+    line = failure(run(api, "job", "submit", "--file", str(path), "--nodes", "4"), ExitCode.USAGE)
     assert line == (
         "hpctl job submit: --file: a file is submitted as written; drop --nodes or --file"
     )
@@ -205,7 +220,7 @@ def test_submit_a_file_that_is_not_a_team_job(
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(document))
-    line = failure(run(api, "job", "submit", "-f", str(path)), ExitCode.USAGE)
+    line = failure(run(api, "job", "submit", "--file", str(path)), ExitCode.USAGE)
     assert line.startswith("hpctl job submit: --file: ") and problem in line, line
     assert api.requests == []
 
@@ -723,8 +738,21 @@ def test_logs_of_a_finished_job_without_pods_come_from_the_archive(
     assert stubs.clients == [("sts", "us-east-1"), ("logs", "us-east-1")]
 
 
+@pytest.mark.parametrize(
+    ("since", "warning"),
+    [
+        ("6h", ""),
+        ("360m", ""),
+        # The previous release's spelling, hours without a unit, for one more release.
+        (
+            "6",
+            "hpctl job logs: --since 6: a number without a unit is deprecated and read as "
+            "hours; write 6h\n",
+        ),
+    ],
+)
 def test_logs_archive_of_a_deleted_job_reads_every_rank_since_hours_ago(
-    api: KubeAPI, stubs: Stubs
+    api: KubeAPI, stubs: Stubs, since: str, warning: str
 ) -> None:
     rank_0, rank_1 = stream_name("llama-8b-pod-0"), stream_name("llama-8b-pod-1", n=1)
     # Another job whose name starts with this one's, and a sidecar of rank 1.
@@ -735,7 +763,7 @@ def test_logs_archive_of_a_deleted_job_reads_every_rank_since_hours_ago(
         streams_page(other, rank_1, sidecar, rank_0),
         expected_params=describe_streams_params(),
     )
-    since = FIXED_NOW - timedelta(hours=6)
+    start = FIXED_NOW - timedelta(hours=6)
     stubs["logs"].add_response(
         "filter_log_events",
         {
@@ -749,24 +777,24 @@ def test_logs_archive_of_a_deleted_job_reads_every_rank_since_hours_ago(
         expected_params={
             "logGroupName": LOG_GROUP,
             "logStreamNames": [other, rank_0, sidecar, rank_1],
-            "startTime": int(since.timestamp() * 1000),
+            "startTime": int(start.timestamp() * 1000),
         },
     )
-    out = ok(
-        run(
-            api,
-            "job",
-            "logs",
-            "llama-8b",
-            "--team",
-            TEAM,
-            "--archive",
-            "--all-ranks",
-            "--since",
-            "6",
-            "--json",
-        )
+    result = run(
+        api,
+        "job",
+        "logs",
+        "llama-8b",
+        "--team",
+        TEAM,
+        "--archive",
+        "--all-ranks",
+        "--since",
+        since,
+        "--json",
     )
+    out = ok(result)
+    assert result.stderr == warning
     assert [json.loads(line) for line in out.splitlines()] == [
         {
             "pod": "llama-8b-pod-1",
@@ -835,9 +863,14 @@ def test_logs_archive_without_lines_says_where_it_looked(api: KubeAPI, stubs: St
             "--all-ranks: reads the archived log and job llama-8b still has pods; add --archive",
         ),
         (
-            ["--since", "2"],
+            ["--since", "2h"],
             "--since: reads the archived log and job llama-8b still has pods; add --archive",
         ),
+        (
+            ["--since", "2x"],
+            "--since: '2x' is not a duration; write a number and a unit, e.g. 30m, 6h, 7d or 2w",
+        ),
+        (["--since", "0m"], "--since: '0m' reads nothing; use a duration above 0, e.g. 30m"),
     ],
 )
 def test_logs_archive_options_that_do_not_fit(

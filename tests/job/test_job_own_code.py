@@ -13,14 +13,11 @@ from pydantic import ValidationError
 
 from config.kubernetes import METRICS_PORT, METRICS_PORT_NAME
 from hpctl.errors import ExitCode
+from hpctl.job.entry_points import CommandEntryPoint, ModuleEntryPoint
 from hpctl.job.environment import JobRequestError, entry_point_for
+from hpctl.job.plan import NODE_CHECKPOINT_DIR
 from hpctl.job.render import JOB_ENVIRONMENT, render_job
-from hpctl.job.spec import (
-    NODE_CHECKPOINT_DIR,
-    TRAINER_FIELDS,
-    CommandEntryPoint,
-    ModuleEntryPoint,
-)
+from hpctl.job.spec import TRAINER_FIELDS
 from tests.cli.conftest import error_line, expect_failure, hpctl
 from tests.job.conftest import IMAGE, env_spec, make_spec
 from training.presets import build_config
@@ -261,7 +258,7 @@ def test_the_trainer_reads_from_the_environment_what_its_arguments_say(
     expected = from_args.to_dict()
     expected["checkpoint"]["managed_namespace"] = spec.name
     assert both.to_dict() == expected
-    if spec.tiered_storage:
+    if spec.platform.tiered_storage:
         assert from_env.checkpoint.managed_s3_path == from_args.checkpoint.managed_s3_path
         assert from_env.checkpoint.managed_namespace == from_args.checkpoint.managed_namespace
 

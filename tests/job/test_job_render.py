@@ -214,14 +214,16 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
     ]
     config, out, start_fresh = parse_args(args)
     assert not start_fresh
-    assert str(out) == spec.out_dir
+    assert str(out) == spec.plan.out_dir
     assert config.preset == spec.preset
-    assert config.training.steps == spec.total_steps
+    assert config.training.steps == spec.plan.total_steps
     checkpoint = config.checkpoint
     assert checkpoint.tiers == _rendered_tiers(spec)
-    assert checkpoint.tier("fast").storage == ("managed" if spec.tiered_storage else "local")
+    assert checkpoint.tier("fast").storage == (
+        "managed" if spec.platform.tiered_storage else "local"
+    )
     assert config.metrics.port == METRICS_PORT
-    if spec.tiered_storage:
+    if spec.platform.tiered_storage:
         assert checkpoint.managed_namespace == spec.name
         assert checkpoint.managed_s3_path == "s3://bucket/managed"
     else:
@@ -233,11 +235,11 @@ def _rendered_tiers(spec: JobSpec) -> tuple[TierConfig, ...]:
     return tuple(
         dataclasses.replace(
             tier,
-            dir=spec.tier_dir(tier.name),
-            interval=spec.tier_interval(tier.name),
-            storage=spec.tier_storage(tier.name),
+            dir=spec.plan.tier_dir(tier.name),
+            interval=spec.plan.tier_interval(tier.name),
+            storage=spec.plan.tier_storage(tier.name),
         )
-        for tier in spec.trainer_config.checkpoint.tiers
+        for tier in spec.plan.trainer_config.checkpoint.tiers
     )
 
 

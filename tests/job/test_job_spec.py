@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hpctl.job.spec import JobSpec, default_tier_dir
+from hpctl.job.plan import default_tier_dir
+from hpctl.job.platform import PLATFORM_FIELDS
+from hpctl.job.spec import JobSpec
+from tests.job.conftest import spec_fields
 from training.checkpoint.config import DURABLE, FAST, TierConfig
 
 DIGEST = "sha256:" + "ab" * 32
@@ -106,7 +109,9 @@ def test_invalid_value_is_rejected_with_one_line_naming_the_field(
         spec_factory(**{field: value})
     errors = caught.value.errors(include_url=False)
     assert len(errors) == 1, errors
-    assert errors[0]["loc"][0] == field
+    # The platform's facts are checked where they are held, under `platform`.
+    where = ("platform", field) if field in PLATFORM_FIELDS else (field,)
+    assert errors[0]["loc"][: len(where)] == where
     assert expected in errors[0]["msg"]
     assert "\n" not in errors[0]["msg"]
 
@@ -117,13 +122,14 @@ def test_invalid_value_is_rejected_with_one_line_naming_the_field(
 def test_required_fields(required_fields, missing: str) -> None:
     del required_fields[missing]
     with pytest.raises(ValidationError) as caught:
-        JobSpec(**required_fields)
-    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [((missing,), "missing")]
+        JobSpec(**spec_fields(**required_fields))
+    where = ("platform", missing) if missing in PLATFORM_FIELDS else (missing,)
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [(where, "missing")]
 
 
 def test_unknown_fields_are_forbidden(required_fields) -> None:
     with pytest.raises(ValidationError) as caught:
-        JobSpec(**required_fields, gpus=8)
+        JobSpec(**spec_fields(**required_fields, gpus=8))
     assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [
         (("gpus",), "extra_forbidden")
     ]
@@ -152,33 +158,41 @@ def test_unknown_fields_are_forbidden(required_fields) -> None:
     ],
 )
 def test_valid_values_are_accepted(spec_factory, field: str, value: Any) -> None:
-    assert getattr(spec_factory(**{field: value}), field) == value
+    spec = spec_factory(**{field: value})
+    assert getattr(spec.platform if field in PLATFORM_FIELDS else spec, field) == value
 
 
 def test_defaults(spec_factory) -> None:
     spec = spec_factory()
-    assert (spec.nodes, spec.spares, spec.preset, spec.fsx_claim) == (1, 0, "8b", "fsx-team")
-    assert spec.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
-    assert spec.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
-    assert spec.out_dir == "/fsx/teams/research/runs/llama-8b"
+    assert (spec.nodes, spec.spares, spec.preset, spec.platform.fsx_claim) == (
+        1,
+        0,
+        "8b",
+        "fsx-team",
+    )
+    assert spec.plan.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
+    assert spec.plan.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
+    assert spec.plan.out_dir == "/fsx/teams/research/runs/llama-8b"
     assert spec.min_tokens_per_s is None
-    assert spec.tiered_storage is False
-    assert (spec.tier_storage("fast"), spec.managed_storage) == ("local", False)
-    assert spec.taints == ()
-    assert spec.service_account == "training"
+    assert spec.platform.tiered_storage is False
+    assert (spec.plan.tier_storage("fast"), spec.plan.managed_storage) == ("local", False)
+    assert spec.platform.taints == ()
+    assert spec.platform.service_account == "training"
     assert (spec.hang_timeout_s, spec.shutdown_timeout_s) == (1200, 180)
 
 
 def _intervals(spec: JobSpec) -> tuple[int, ...]:
-    return tuple(spec.tier_interval(tier.name) for tier in spec.trainer_config.checkpoint.tiers)
+    return tuple(
+        spec.plan.tier_interval(tier.name) for tier in spec.plan.trainer_config.checkpoint.tiers
+    )
 
 
 def test_unset_steps_and_intervals_come_from_the_preset(spec_factory) -> None:
     big, tiny = spec_factory(), spec_factory(preset="tiny", hang_timeout_s=120)
-    assert (big.total_steps, *_intervals(big)) == (100_000, 50, 500)
-    assert (tiny.total_steps, *_intervals(tiny)) == (40, 5, 20)
+    assert (big.plan.total_steps, *_intervals(big)) == (100_000, 50, 500)
+    assert (tiny.plan.total_steps, *_intervals(tiny)) == (40, 5, 20)
     explicit = spec_factory(steps=7, checkpoint_intervals={"fast": 0, "durable": 3})
-    assert (explicit.total_steps, *_intervals(explicit)) == (7, 0, 3)
+    assert (explicit.plan.total_steps, *_intervals(explicit)) == (7, 0, 3)
 
 
 def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> None:
@@ -187,7 +201,7 @@ def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> 
         spec_factory(checkpoint_intervals={"durable": 20})
     # ... unless the fast tier is disabled.
     spec = spec_factory(checkpoint_intervals={"durable": 20, "fast": 0})
-    assert spec.tier_interval("durable") == 20
+    assert spec.plan.tier_interval("durable") == 20
 
 
 @pytest.mark.parametrize(
@@ -258,7 +272,7 @@ def test_default_tier_dirs(tier: TierConfig, expected: str) -> None:
 
 def test_a_tier_named_in_checkpoint_dirs_uses_that_directory(spec_factory) -> None:
     spec = spec_factory(checkpoint_dirs={"durable": "/fsx/teams/research/ckpt/x"})
-    assert (spec.tier_dir("fast"), spec.tier_dir("durable")) == (
+    assert (spec.plan.tier_dir("fast"), spec.plan.tier_dir("durable")) == (
         "/dev/shm/hptrain-ckpt",
         "/fsx/teams/research/ckpt/x",
     )
@@ -269,8 +283,8 @@ def test_auto_storage_follows_the_clusters_tiered_storage(
     spec_factory, tiered_storage: bool, storage: str
 ) -> None:
     spec = spec_factory(tiered_storage=tiered_storage)
-    assert (spec.tier_storage("fast"), spec.tier_storage("durable")) == (storage, "local")
-    assert spec.managed_storage is tiered_storage
+    assert (spec.plan.tier_storage("fast"), spec.plan.tier_storage("durable")) == (storage, "local")
+    assert spec.plan.managed_storage is tiered_storage
 
 
 @pytest.mark.parametrize(
@@ -287,13 +301,13 @@ def test_the_batch_follows_the_world_of_the_instance_type(
     spec_factory, instance_type: str, nodes: int, world: int, batch: int
 ) -> None:
     spec = spec_factory(instance_type=instance_type, nodes=nodes)
-    assert (spec.world_size, spec.global_batch_size) == (world, batch)
+    assert (spec.plan.world_size, spec.plan.global_batch_size) == (world, batch)
 
 
 def test_a_world_the_presets_sharding_cannot_split_is_one_line(
     spec_factory, eight_rank_preset: str
 ) -> None:
-    assert spec_factory(preset=eight_rank_preset, nodes=1).world_size == 8
+    assert spec_factory(preset=eight_rank_preset, nodes=1).plan.world_size == 8
     with pytest.raises(ValidationError) as caught:
         spec_factory(preset=eight_rank_preset, nodes=2)
     (error,) = caught.value.errors()

@@ -183,8 +183,8 @@ def test_a_job_creates_its_directories_and_they_stay_its_teams(team: str) -> Non
     tree = full_tree()
     job = make_spec(team=team)
     process = pod_process(team)
-    durable = job.tier_dir("durable")
-    for path in (job.out_dir, durable):
+    durable = job.plan.tier_dir("durable")
+    for path in (job.plan.out_dir, durable):
         assert make_directory(tree, path, process), path
         # setgid: what the job creates belongs to the team's group, setgid in turn.
         assert tree[path].gid == team_gid(team)
