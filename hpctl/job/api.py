@@ -4,13 +4,13 @@ command is a thin face over these calls, so a notebook gets what the command lin
 
     from hpctl.job import api
 
-    dev = api.environment("dev")                 # config/dev.yaml, validated and planned
+    dev = api.environment("dev")  # config/dev.yaml, validated and planned
     spec = api.spec(dev, team="sandbox", instance_group="gpu-g5", nodes=1, image=IMAGE)
-    manifest = api.render(spec)                  # the HyperPodPyTorchJob, a plain dict
-    jobs = api.connect(dev)                      # the kubeconfig `hpctl kubeconfig --env dev` wrote
+    manifest = api.render(spec)  # the HyperPodPyTorchJob, a plain dict
+    jobs = api.connect(dev)  # through the kubeconfig `hpctl kubeconfig --env dev` wrote
     created = jobs.submit(spec)
     jobs.wait_for_admission(created, progress=print)
-    rows = jobs.list_jobs(team="sandbox")           # lifecycle.JobRow: state, nodes, admission, age
+    rows = jobs.list_jobs(team="sandbox")  # lifecycle.JobRow: state, nodes, admission, age
     report = jobs.describe(spec.name, team="sandbox")
     for record in jobs.logs(spec.name, team="sandbox", follow=True):
         print(record.line)
