@@ -1,7 +1,8 @@
 """The EKS add-ons the platform installs: the one table of their names, pinned versions,
 placement and settings.
 
-Each stack that places add-ons asks `placed_in` for its rows and creates exactly those
+The platform plan (config/plan.py `PlatformPlan.addons_in`) hands each stack that places
+add-ons its installed rows, and the stack creates exactly those
 (platform_constructs/eks_addons.py `place_addons`): what every node needs from its first
 boot goes with the EKS cluster, before any node exists; the rest after the HyperPod cluster.
 An environment may override a pin (`eks.addons`), e.g. to try an upgrade in dev first; the

@@ -1,8 +1,9 @@
 """EKS managed add-ons, each pinned to the version in config, and the IAM identities of the
 add-ons that call AWS APIs (EKS Pod Identity: no OIDC provider to manage).
 
-`place_addons` is the one way a stack creates add-ons: the rows config/addons.py assigns to
-it, each with the pod identity its row declares.
+`place_addons` is the one way a stack creates add-ons: the rows of config/addons.py the
+platform plan assigns to it (`PlatformPlan.addons_in`), each with the pod identity its row
+declares.
 """
 
 from __future__ import annotations
@@ -17,13 +18,7 @@ from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from config.addons import (
-    AddonIdentity,
-    AddonStack,
-    AddonVersions,
-    ServiceAccount,
-    placed_in,
-)
+from config.addons import Addon, AddonIdentity, ServiceAccount
 from platform_constructs.nag import acknowledge
 
 
@@ -221,26 +216,25 @@ class PlacedAddons:
 
 def place_addons(
     scope: Construct,
-    stack: AddonStack,
+    rows: Sequence[Addon],
     *,
-    versions: AddonVersions,
     cluster_name: str,
     removal_policy: cdk.RemovalPolicy,
     context: IdentityContext | None = None,
     configurations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PlacedAddons:
-    """Create in `scope` the add-ons config/addons.py assigns to `stack`, in table order.
+    """Create in `scope` the add-ons `rows` (a stack's, from the platform plan), in order,
+    each at its row's version.
 
-    An add-on whose row declares an identity gets its role, on the resources of `context`. `configurations`: configuration values only known at synth time
-    (they name this stack's resources), in place of the row's. Each add-on follows the ones
-    its row lists in `after`.
+    An add-on whose row declares an identity gets its role, on the resources of `context`.
+    `configurations`: configuration values only known at synth time (they name this stack's
+    resources), in place of the row's. Each add-on follows the ones its row lists in `after`.
     """
     context = context or IdentityContext()
     configurations = configurations or {}
-    rows = placed_in(stack, versions)
     unplaced = set(configurations) - {addon.name for addon in rows}
     if unplaced:
-        raise ValueError(f"configurations for add-ons the {stack} stack does not place: {unplaced}")
+        raise ValueError(f"configurations for add-ons this stack does not place: {unplaced}")
     placed = PlacedAddons()
     for addon in rows:
         configuration = configurations.get(addon.name, addon.configuration)

@@ -11,14 +11,14 @@ and the FSx volume and claim stay bound."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
-from config.addons import FSX_CSI_DRIVER
-from config.schema import EksConfig
+from config.addons import FSX_CSI_DRIVER, Addon
 from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
     IdentityContext,
@@ -35,7 +35,7 @@ class ClusterAddonsStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        eks: EksConfig,
+        addons: Sequence[Addon],
         cluster_name: str,
         kubernetes: eks_v2.ICluster,
         hyperpod_cluster_arn: str,
@@ -44,11 +44,11 @@ class ClusterAddonsStack(cdk.Stack):
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         **kwargs: Any,
     ) -> None:
+        """`addons`: the plan's `cluster-addons` rows (`PlatformPlan.addons_in`)."""
         super().__init__(scope, construct_id, **kwargs)
         placed = place_addons(
             self,
-            "cluster-addons",
-            versions=eks,
+            addons,
             cluster_name=cluster_name,
             removal_policy=removal_policy,
             context=IdentityContext(hyperpod_cluster_arn=hyperpod_cluster_arn),

@@ -9,7 +9,7 @@ add-ons' software is preserved (PreserveOnDelete) and the manifests are retained
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -17,6 +17,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
+from config.addons import Addon
 from config.schema import EksConfig, InstanceGroupConfig
 from platform_constructs.admin_host import AdminHost
 from platform_constructs.eks_addons import AddonWithPodIdentity, PinnedAddon, place_addons
@@ -49,6 +50,7 @@ class EksStack(cdk.Stack):
         construct_id: str,
         *,
         eks: EksConfig,
+        addons: Sequence[Addon],
         cluster_name: str,
         instance_groups: list[InstanceGroupConfig],
         vpc: ec2.IVpc,
@@ -102,8 +104,7 @@ class EksStack(cdk.Stack):
         # CloudFormation accepts as created (config/addons.py), so none holds the stack up.
         placed = place_addons(
             self,
-            "eks",
-            versions=eks,
+            addons,
             cluster_name=self.cluster.resource.ref,
             removal_policy=removal_policy,
         )

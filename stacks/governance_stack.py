@@ -17,6 +17,7 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from config.addons import Addon
 from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_access_group, team_namespace
 from config.names import PlatformNames
@@ -124,6 +125,7 @@ class GovernanceStack(cdk.Stack):
         *,
         governance: GovernanceConfig,
         eks: EksConfig,
+        addons: Sequence[Addon],
         instance_groups: Sequence[InstanceGroupConfig],
         admissions: Mapping[str, TeamAdmission],
         names: PlatformNames,
@@ -144,8 +146,7 @@ class GovernanceStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         placed = place_addons(
             self,
-            "governance",
-            versions=eks,
+            addons,
             cluster_name=eks_cluster_name,
             removal_policy=removal_policy,
             context=IdentityContext(hyperpod_cluster_arn=hyperpod_cluster_arn),

@@ -19,7 +19,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from config.addons import CLOUDWATCH_OBSERVABILITY, OBSERVABILITY
+from config.addons import CLOUDWATCH_OBSERVABILITY, OBSERVABILITY, Addon
 from config.schema import EksConfig
 from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT, ObservabilityConfig
 from platform_constructs.alarms import PlatformAlarms
@@ -88,6 +88,7 @@ class ObservabilityStack(cdk.Stack):
         *,
         observability: ObservabilityConfig,
         eks: EksConfig,
+        addons: Sequence[Addon],
         eks_cluster_name: str,
         eks_cluster_arn: str,
         vpc: ec2.IVpc,
@@ -132,8 +133,7 @@ class ObservabilityStack(cdk.Stack):
         )
         placed = place_addons(
             self,
-            "observability",
-            versions=eks,
+            addons,
             cluster_name=eks_cluster_name,
             removal_policy=removal_policy,
             context=IdentityContext(

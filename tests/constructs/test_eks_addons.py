@@ -73,8 +73,7 @@ def _addon_with_identity(stack: cdk.Stack, name: str, **kwargs) -> AddonWithPodI
 def _place(stack: cdk.Stack, unit: str, **kwargs):
     return place_addons(
         stack,
-        unit,
-        versions=eks_config(),
+        placed_in(unit, eks_config()),
         cluster_name="c",
         removal_policy=cdk.RemovalPolicy.DESTROY,
         **kwargs,

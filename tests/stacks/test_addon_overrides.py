@@ -1,12 +1,13 @@
 """An `eks.addons` override reaches the synthesized add-on, and only that one: both EKS
-stacks built on their own from an EksConfig (no environment file)."""
+stacks built on their own from an EksConfig's rows of the add-on table (no environment
+file), as the platform plan hands them over."""
 
 from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 
-from config.addons import ADDONS
+from config.addons import ADDONS, placed_in
 from platform_constructs.eks_fsx_volume import LustreFileSystem
 from stacks.cluster_addons_stack import ClusterAddonsStack
 from stacks.eks_stack import EksStack
@@ -56,7 +57,7 @@ def test_overrides_reach_the_cluster_addons_stack():
         app,
         "Addons",
         env=ENV,
-        eks=EKS,
+        addons=placed_in("cluster-addons", EKS),
         cluster_name="c",
         kubernetes=imported_cluster(scope),
         hyperpod_cluster_arn=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdef012345",
@@ -89,6 +90,7 @@ def test_overrides_reach_the_eks_stack():
         "Eks",
         env=ENV,
         eks=EKS,
+        addons=placed_in("eks", EKS),
         cluster_name="c",
         instance_groups=[],
         vpc=vpc,
