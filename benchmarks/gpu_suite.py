@@ -32,9 +32,11 @@ runs the same harness on CPU with the `tiny` preset, a smoke test of the suite i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -84,6 +86,50 @@ class Run:
         return None
 
 
+def _live_members(group: int) -> list[int]:
+    """The processes of process group `group` that have not ended. A zombie has: only its
+    exit status is left, for a parent that may never collect it (an orphan's is PID 1)."""
+    members: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # After the command name, which may hold anything: state, parent, group, ...
+            state, _parent, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):  # it ended while we looked
+            continue
+        if int(pgrp) == group and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def _group_ended(group: int, timeout_s: float) -> bool:
+    """Waits until no process of `group` is left running (at most `timeout_s`); whether none
+    is. Woken by the members' own exits (pidfds), not by polling."""
+    deadline = time.monotonic() + timeout_s
+    while members := _live_members(group):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        handles: list[int] = []
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):  # ended since the scan
+                handles.append(os.pidfd_open(pid))
+        if not handles:
+            continue
+        try:
+            select.select(handles, [], [], left)
+        finally:
+            for handle in handles:
+                os.close(handle)
+    return True
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # every member ended in the meantime
+        os.killpg(group, signum)
+
+
 @dataclass
 class Suite:
     """Runs commands within the suite's budget and prints figures."""
@@ -93,6 +139,7 @@ class Suite:
     list_only: bool
     # The CPU smoke test: figures are printed with their targets but not judged.
     smoke: bool = False
+    stop_grace_s: float = STOP_GRACE_S
     started: float = field(default_factory=time.monotonic)
     figures: list[dict[str, Any]] = field(default_factory=list)
 
@@ -103,12 +150,12 @@ class Suite:
         """Runs `argv` for at most `allowance_s` (less when the budget has less left); None
         when the budget cannot give it at least half its allowance (then it is not started).
         Each command runs in its own session (process group); a stop sends the group
-        SIGTERM, then SIGKILL after STOP_GRACE_S, so it ends the whole tree (torchrun ends its
-        workers on SIGTERM; the local launcher's ranks die with the launcher)."""
+        SIGTERM, then SIGKILL after `stop_grace_s`, so it ends the whole tree (torchrun ends
+        its workers on SIGTERM; the local launcher's ranks die with the launcher)."""
         if self.list_only:
             print(shlex.join(["python", *argv[1:]]))
             return None
-        limit = min(allowance_s, self.remaining_s() - STOP_GRACE_S)
+        limit = min(allowance_s, self.remaining_s() - self.stop_grace_s)
         if limit < allowance_s / 2:
             return None
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
@@ -126,14 +173,27 @@ class Suite:
             output, _ = proc.communicate(timeout=limit)
             code: int | None = proc.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                output, _ = proc.communicate(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                output, _ = proc.communicate()
+            output = self._stop(proc)
             code = None
         return Run(argv, code, output, time.monotonic() - t0)
+
+    def _stop(self, proc: subprocess.Popen[str]) -> str:
+        """SIGTERM to the command's process group; SIGKILL to whatever of it has not ended
+        within the grace. Returns once every member has ended, not only the leader: a worker
+        that ignores SIGTERM and writes elsewhere than the pipe would otherwise outlive the
+        stop, holding its GPU memory into the next check."""
+        deadline = time.monotonic() + self.stop_grace_s
+        _signal_group(proc.pid, signal.SIGTERM)
+        output: str | None = None
+        # On a timeout, what it wrote so far is kept for the next communicate().
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            output, _ = proc.communicate(timeout=self.stop_grace_s)
+        if not _group_ended(proc.pid, deadline - time.monotonic()):
+            _signal_group(proc.pid, signal.SIGKILL)
+            _group_ended(proc.pid, self.stop_grace_s)
+        if output is None:
+            output, _ = proc.communicate()
+        return output
 
     def figure(
         self,

@@ -111,26 +111,40 @@ def test_a_budget_too_small_starts_nothing_and_says_so() -> None:
     assert "throughput_1b" in summary["not_run"] and "gpu_checkpoint_test" in summary["not_run"]
 
 
-def test_a_command_past_its_allowance_is_stopped_with_its_children(tmp_path: Path) -> None:
-    from benchmarks.gpu_suite import STOP_GRACE_S, Suite
+def _stopped_command(tmp_path: Path, child: str, grace_s: float) -> tuple[Any, Path]:
+    """Runs a shell that starts `child` (a shell script) in the background and waits, past
+    a 2-second allowance: (the run, the file holding the child's PID). Shells start in
+    milliseconds, so the child is running well before the stop."""
+    from benchmarks.gpu_suite import Suite
 
+    (tmp_path / "child.sh").write_text(child)
     pid_file = tmp_path / "child.pid"
-    # A parent that starts a long-lived child and waits: both must be gone after the stop.
-    script = (
-        "import subprocess, sys, time; "
-        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
-        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)"
-    )
-    suite = Suite(common={}, budget_s=STOP_GRACE_S + 60, list_only=False)
-    run = suite.run([sys.executable, "-c", script], allowance_s=3)
+    parent = f"sh {tmp_path / 'child.sh'} >/dev/null 2>&1 &\necho $! > {pid_file}\nwait\n"
+    suite = Suite(common={}, budget_s=grace_s + 60, list_only=False, stop_grace_s=grace_s)
+    run = suite.run(["sh", "-c", parent], allowance_s=2)
     assert run is not None and run.returncode is None  # stopped, not finished
-    assert run.elapsed_s < 3 + STOP_GRACE_S
-    assert _gone(int(pid_file.read_text()))
+    return run, pid_file
 
 
-def _gone(pid: int) -> bool:
-    """The process has ended: no such process, or a zombie nobody has reaped yet (its parent
-    was killed first)."""
+def test_a_command_past_its_allowance_is_stopped_with_its_children(tmp_path: Path) -> None:
+    # The child reports the SIGTERM the whole group gets (its grace to save and exit).
+    marker = tmp_path / "child.terminated"
+    child = f"trap 'echo TERM > {marker}; exit 0' TERM\nsleep 120 &\nwait\n"
+    _, pid_file = _stopped_command(tmp_path, child, grace_s=60)
+    assert marker.read_text() == "TERM\n"
+    assert _ended(int(pid_file.read_text()))
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    # It holds no end of the output pipe, so the leader's exit alone ends the wait for output.
+    child = "trap '' TERM\nexec sleep 120\n"
+    _, pid_file = _stopped_command(tmp_path, child, grace_s=1)
+    assert _ended(int(pid_file.read_text()))
+
+
+def _ended(pid: int) -> bool:
+    """The process has ended: no such process, or a zombie whose exit status nobody has
+    collected (its parent was stopped first; whether PID 1 reaps orphans varies)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
