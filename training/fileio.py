@@ -16,6 +16,17 @@ from pathlib import Path
 from typing import Any
 
 
+def is_plain_file_name(name: object) -> bool:
+    """A file name with no directory part: not absolute, no separator, not `.` or `..`. A
+    name read from a file someone else wrote (an index, a manifest) must be one before it is
+    joined to the directory it claims to describe."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\0")
+    )
+
+
 def part_path(path: Path) -> Path:
     """Where a new version of `path` is written before it replaces `path`."""
     return path.with_name(path.name + ".part")

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from training import s3
+from training import fileio, s3
 from training.config import ModelConfig
 from training.config_parsing import ConfigError
 from training.hf_llama import (
@@ -75,15 +75,6 @@ _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 def _join(location: str, name: str) -> str:
     return f"{location.rstrip('/')}/{name}" if s3.is_s3(location) else os.path.join(location, name)
-
-
-def is_file_name(name: object) -> bool:
-    """A plain file name: no directory part, not absolute, not `.` or `..`."""
-    return (
-        isinstance(name, str)
-        and name not in ("", ".", "..")
-        and not any(c in name for c in "/\\\0")
-    )
 
 
 def _read_text(path: str) -> str | None:
@@ -191,7 +182,7 @@ def _weight_map(location: str, text: str) -> dict[str, str]:
     if not isinstance(weight_map, dict):
         raise InitFromError(f"{where}: weight_map is not a JSON object")
     for tensor, file in weight_map.items():
-        if not is_file_name(file):
+        if not fileio.is_plain_file_name(file):
             raise InitFromError(
                 f"{where} maps {tensor} to {file!r}, which is not a file name in that directory "
                 "(paths, absolute or with '..', are refused): name the shard files only"
