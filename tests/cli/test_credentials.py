@@ -35,7 +35,7 @@ WITH_ENV = {
     "zones": ["zones", "--env", "prod"],
     "plans search": [
         "plans", "search", "--env", "prod", "--instance-type", "ml.p5.48xlarge",
-        "--count", "16", "--start", "2099-01-01", "--duration-days", "14",
+        "--count", "16", "--start", "2099-01-01", "--duration", "14d",
     ],
     "guard": ["guard", "--env", "prod"],
     "cluster status --env": ["cluster", "status", "--env", "prod"],
