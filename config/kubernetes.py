@@ -9,6 +9,7 @@ job renderer validate names with the same rules and share one `Taint`.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from pydantic import field_validator
@@ -279,3 +280,14 @@ ADMIN_HOST_ACCESS_POLICIES: dict[str, str | None] = {
     "admin-view": "AmazonEKSAdminViewPolicy",
     "cluster-admin": "AmazonEKSClusterAdminPolicy",
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeGroup:
+    """What the device plugins need to know of one instance group (the platform plan's
+    `node_groups`): its type, whether its nodes get EFA interfaces, and its taints as
+    (key, effect)."""
+
+    instance_type: str
+    efa: bool
+    taints: tuple[tuple[str, str], ...] = ()

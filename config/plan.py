@@ -10,6 +10,7 @@ platform's controllers, groups that do not fit their subnets.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -25,6 +26,7 @@ from config.capacity import (
 )
 from config.errors import ConfigError
 from config.gpu_accounting import team_gpu_quotas
+from config.kubernetes import NodeGroup
 from config.node_model import (
     NodeModel,
     installed_addons,
@@ -36,7 +38,7 @@ from config.node_model import (
 from config.pods import PodRequests
 from config.schema import EnvironmentConfig
 from config.team_admission import TeamAdmission, team_admissions
-from config.teams import GroupCapacity, team_capacity
+from config.teams import GroupCapacity, TeamQuota, team_capacity, team_quota
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +47,11 @@ class PlatformPlan:
     by group name; `node_models`: group name -> what one of its nodes offers pods, in config
     order; `system_pods`: the platform's Deployments the environment installs; `addons`: the
     add-on rows it installs (with their pods and identities), in table order, each at the
-    version it runs (its `eks.addons` override, else the pin). Per task-governance team, by
-    name (empty without governance): `team_capacity`, what it may use of each group;
+    version it runs (its `eks.addons` override, else the pin); `node_groups`: what the
+    device plugins need of each instance group, by group name; `taint_tolerations`: one
+    toleration per distinct taint of the groups, in config order (what a pod that may land
+    on any node carries). Per task-governance team, by name (empty without governance):
+    `team_capacity`, what it may use of each group; `team_quotas`, its compute quota;
     `team_admissions`, what its namespace admits; `team_gpu_quotas`, its guaranteed NVIDIA
     GPUs by team namespace."""
 
@@ -55,7 +60,10 @@ class PlatformPlan:
     node_models: Mapping[str, NodeModel]
     system_pods: tuple[PodRequests, ...]
     addons: tuple[Addon, ...]
+    node_groups: tuple[NodeGroup, ...]
+    taint_tolerations: tuple[Mapping[str, str], ...]
     team_capacity: Mapping[str, tuple[GroupCapacity, ...]]
+    team_quotas: Mapping[str, TeamQuota]
     team_admissions: Mapping[str, TeamAdmission]
     team_gpu_quotas: Mapping[str, float]
 
@@ -89,11 +97,14 @@ def plan(config: EnvironmentConfig, source: str = "config") -> PlatformPlan:
         node_models=MappingProxyType({m.group: m for m in models}),
         system_pods=pods,
         addons=tuple(a for a in at_versions(config.eks) if a.name in installed),
+        node_groups=_node_groups(config),
+        taint_tolerations=_taint_tolerations(config),
         team_capacity=MappingProxyType(
             {t.name: tuple(team_capacity(governance, t, groups)) for t in teams}
             if governance is not None
             else {}
         ),
+        team_quotas=MappingProxyType({t.name: team_quota(t, groups) for t in teams}),
         team_admissions=MappingProxyType(
             team_admissions(governance, groups) if governance is not None else {}
         ),
@@ -117,6 +128,26 @@ def _group_plans(config: EnvironmentConfig) -> tuple[GroupPlan, ...]:
         )
         for g in config.hyperpod.groups_by_name()
     )
+
+
+def _node_groups(config: EnvironmentConfig) -> tuple[NodeGroup, ...]:
+    return tuple(
+        NodeGroup(
+            instance_type=group.instance_type,
+            efa=group.interface is not None,
+            taints=tuple((taint.key, taint.effect) for taint in group.taints),
+        )
+        for group in config.hyperpod.groups_by_name()
+    )
+
+
+def _taint_tolerations(config: EnvironmentConfig) -> tuple[Mapping[str, str], ...]:
+    tolerations: dict[str, Mapping[str, str]] = {}
+    for group in config.hyperpod.instance_groups:
+        for taint in group.taints:
+            toleration = taint.toleration()
+            tolerations.setdefault(json.dumps(toleration, sort_keys=True), toleration)
+    return tuple(tolerations.values())
 
 
 def _layout(

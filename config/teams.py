@@ -98,6 +98,54 @@ def team_directories(team: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class QuotaResource:
+    """Guaranteed capacity of one instance type; fields left None are filled by the service
+    in proportion to the type."""
+
+    instance_type: str
+    count: int | None = None
+    accelerators: int | None = None
+    vcpu: int | None = None
+    memory_gib: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamQuota:
+    """A team's compute quota (platform_constructs/task_governance.py `ComputeQuota`).
+    `sharing`: Lend, DontLend or LendAndBorrow; `borrow_limit_percent` only with
+    LendAndBorrow (None: the service default)."""
+
+    team: str
+    resources: tuple[QuotaResource, ...]
+    sharing: str
+    borrow_limit_percent: int | None
+    preempt_lower_priority: bool
+    fair_share_weight: int
+
+
+def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQuota:
+    """`team`'s compute quota, its instance groups named by their instance types."""
+    instance_types = {g.name: g.instance_type for g in groups}
+    return TeamQuota(
+        team=team.name,
+        resources=tuple(
+            QuotaResource(
+                instance_type=instance_types[q.instance_group],
+                count=q.count,
+                accelerators=q.accelerators,
+                vcpu=q.vcpu,
+                memory_gib=q.memory_gib,
+            )
+            for q in team.quotas
+        ),
+        sharing=team.sharing,
+        borrow_limit_percent=team.borrow_limit_percent,
+        preempt_lower_priority=team.preempt_lower_priority,
+        fair_share_weight=team.fair_share_weight,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class GroupCapacity:
     """What one team may use of one instance group, in nodes.
 

@@ -32,7 +32,13 @@ from config.images import (
     pinned_images,
 )
 from config.instance_types import INSTANCE_TYPES
-from config.kubernetes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL, NEURON_RESOURCE
+from config.kubernetes import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    NEURON_RESOURCE,
+    NodeGroup,
+)
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
 # The vendored DaemonSet that advertises each extended resource on a node.
@@ -46,16 +52,6 @@ ADVERTISED_BY = {
 # synth that the nodes can pull every image); eks.image_overrides win over it.
 
 # ------------------------------------------------------------------------ node selection
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeGroup:
-    """What the device plugins need to know of one instance group: its type, whether its
-    nodes get EFA interfaces, and its taints as (key, effect)."""
-
-    instance_type: str
-    efa: bool
-    taints: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

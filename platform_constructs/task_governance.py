@@ -17,8 +17,8 @@ has an available replica only once a node runs it, so with continuous provisioni
 cluster InService before its nodes) this is where the governance stack waits for nodes.
 
 aws-cdk-lib 2.275 has no L1 class for AWS::SageMaker::ComputeQuota, so it is a
-`CfnResource` built from the typed props here; cfn-lint checks it against the CloudFormation
-schema.
+`CfnResource` built from a team's `TeamQuota` (config/teams.py, the platform plan's);
+cfn-lint checks it against the CloudFormation schema.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks_v2
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
+
+from config.teams import QuotaResource, TeamQuota
 
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
 
@@ -72,31 +74,6 @@ def kueue_controller_available(
 class PriorityClass:
     name: str
     weight: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class QuotaResource:
-    """Guaranteed capacity of one instance type; fields left None are filled by the service
-    in proportion to the type."""
-
-    instance_type: str
-    count: int | None = None
-    accelerators: int | None = None
-    vcpu: int | None = None
-    memory_gib: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TeamQuota:
-    """`sharing`: Lend, DontLend or LendAndBorrow; `borrow_limit_percent` only with
-    LendAndBorrow (None: the service default)."""
-
-    team: str
-    resources: tuple[QuotaResource, ...]
-    sharing: str
-    borrow_limit_percent: int | None
-    preempt_lower_priority: bool
-    fair_share_weight: int
 
 
 def _enabled(flag: bool) -> str:

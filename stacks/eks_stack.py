@@ -18,23 +18,13 @@ from aws_cdk import aws_eks_v2 as eks_v2
 from constructs import Construct
 
 from config.addons import Addon
-from config.schema import EksConfig, InstanceGroupConfig
+from config.kubernetes import NodeGroup
+from config.schema import EksConfig
 from platform_constructs.admin_host import AdminHost
 from platform_constructs.eks_addons import AddonWithPodIdentity, PinnedAddon, place_addons
 from platform_constructs.eks_cluster import EksCluster
 from platform_constructs.eks_kubectl import KubectlAccess
-from platform_constructs.hyperpod_dependencies import HyperPodDependencies, NodeGroup
-
-
-def node_groups(groups: list[InstanceGroupConfig]) -> list[NodeGroup]:
-    return [
-        NodeGroup(
-            instance_type=group.instance_type,
-            efa=group.interface is not None,
-            taints=tuple((taint.key, taint.effect) for taint in group.taints),
-        )
-        for group in groups
-    ]
+from platform_constructs.hyperpod_dependencies import HyperPodDependencies
 
 
 class EksStack(cdk.Stack):
@@ -52,7 +42,7 @@ class EksStack(cdk.Stack):
         eks: EksConfig,
         addons: Sequence[Addon],
         cluster_name: str,
-        instance_groups: list[InstanceGroupConfig],
+        node_groups: Sequence[NodeGroup],
         vpc: ec2.IVpc,
         infra_subnets: Mapping[str, ec2.ISubnet],
         node_security_group: ec2.ISecurityGroup,
@@ -116,7 +106,7 @@ class EksStack(cdk.Stack):
             "HyperPodDependencies",
             cluster=self.kubectl.kubernetes,
             region=self.region,
-            node_groups=node_groups(instance_groups),
+            node_groups=node_groups,
             image_overrides=eks.image_overrides,
             removal_policy=removal_policy,
         )

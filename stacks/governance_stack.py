@@ -8,7 +8,6 @@ its nodes) and the cluster add-ons (the FSx CSI driver serves the claims)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,8 +20,8 @@ from config.addons import Addon
 from config.images import TEAM_DIRECTORIES, pinned_images
 from config.kubernetes import team_access_group, team_namespace
 from config.names import PlatformNames
-from config.schema import EksConfig, InstanceGroupConfig
-from config.schema.governance import GovernanceConfig, TeamConfig
+from config.schema import EksConfig
+from config.schema.governance import GovernanceConfig
 from config.team_admission import TeamAdmission
 from config.team_groups import team_gids, team_uid
 from config.teams import (
@@ -31,6 +30,7 @@ from config.teams import (
     TEAM_CONFIG_MAP,
     TRAINING_METRICS_NAMESPACE,
     TRAINING_SERVICE_ACCOUNT,
+    TeamQuota,
     checkpoint_prefix,
     managed_tier_prefix,
     team_directories,
@@ -46,35 +46,12 @@ from platform_constructs.mlflow import job_statement
 from platform_constructs.task_governance import (
     ComputeQuota,
     PriorityClass,
-    QuotaResource,
     SchedulerConfig,
-    TeamQuota,
     kueue_controller_available,
 )
 from platform_constructs.team_admission import TeamAdmissionPolicy
 from platform_constructs.team_network import PodNetwork, TeamIsolation
 from platform_constructs.team_workspace import TeamWorkspace, TeamWorkspaceProps
-
-
-def team_quota(team: TeamConfig, groups: Sequence[InstanceGroupConfig]) -> TeamQuota:
-    instance_types = {g.name: g.instance_type for g in groups}
-    return TeamQuota(
-        team=team.name,
-        resources=tuple(
-            QuotaResource(
-                instance_type=instance_types[q.instance_group],
-                count=q.count,
-                accelerators=q.accelerators,
-                vcpu=q.vcpu,
-                memory_gib=q.memory_gib,
-            )
-            for q in team.quotas
-        ),
-        sharing=team.sharing,
-        borrow_limit_percent=team.borrow_limit_percent,
-        preempt_lower_priority=team.preempt_lower_priority,
-        fair_share_weight=team.fair_share_weight,
-    )
 
 
 def workspace_props(
@@ -83,16 +60,12 @@ def workspace_props(
     *,
     group_id: int,
     setup_image: str,
-    groups: Sequence[InstanceGroupConfig],
+    tolerations: Sequence[Mapping[str, str]],
     mlflow_server_arn: str | None = None,
 ) -> TeamWorkspaceProps:
     """The names config/teams.py promises a team's jobs, for `team` (its directories owned
-    by `group_id`, made by a Job of `setup_image` tolerating every taint of `groups`)."""
-    tolerations = {
-        json.dumps(toleration, sort_keys=True): toleration
-        for group in groups
-        for toleration in (taint.toleration() for taint in group.taints)
-    }
+    by `group_id`, made by a Job of `setup_image` with `tolerations`: the plan's
+    `taint_tolerations`, so it may land on any node)."""
     return TeamWorkspaceProps(
         team=team,
         namespace=team_namespace(team),
@@ -109,7 +82,7 @@ def workspace_props(
         group_id=group_id,
         directories=team_directories(team),
         setup_image=setup_image,
-        tolerations=tuple(tolerations.values()),
+        tolerations=tuple(tolerations),
     )
 
 
@@ -126,7 +99,8 @@ class GovernanceStack(cdk.Stack):
         governance: GovernanceConfig,
         eks: EksConfig,
         addons: Sequence[Addon],
-        instance_groups: Sequence[InstanceGroupConfig],
+        quotas: Mapping[str, TeamQuota],
+        tolerations: Sequence[Mapping[str, str]],
         admissions: Mapping[str, TeamAdmission],
         names: PlatformNames,
         eks_cluster_name: str,
@@ -140,7 +114,9 @@ class GovernanceStack(cdk.Stack):
         mlflow_server_arn: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """`admissions`: what each team's namespace admits, by team (the platform plan's);
+        """From the platform plan: `addons`, the governance rows of the add-on table;
+        `quotas`, each team's compute quota, and `admissions`, what each team's namespace
+        admits, by team; `tolerations`, the groups' taints' (the team directory Jobs');
         `mlflow_server_arn`: the environment's MLflow tracking server, which the teams' job
         identities (and no other) may log runs to; None where there is none."""
         super().__init__(scope, construct_id, **kwargs)
@@ -186,7 +162,7 @@ class GovernanceStack(cdk.Stack):
                 f"Quota-{team.name}",
                 name=names.compute_quota(team.name),
                 cluster_arn=hyperpod_cluster_arn,
-                quota=team_quota(team, instance_groups),
+                quota=quotas[team.name],
             )
             # Quotas name priority classes only through the jobs, but their queues are built
             # by the same controller: create them once the cluster policy exists.
@@ -212,7 +188,7 @@ class GovernanceStack(cdk.Stack):
                     checkpoint_bucket.bucket_name,
                     group_id=gids[team],
                     setup_image=images[TEAM_DIRECTORIES],
-                    groups=instance_groups,
+                    tolerations=tolerations,
                     mlflow_server_arn=mlflow_server_arn,
                 ),
                 cluster=kubernetes,

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from config.images import NEURON_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, pinned_images
+from config.kubernetes import NodeGroup
 from config.schema import SUPPORTED_KUBERNETES_VERSIONS
 from platform_constructs.hyperpod_dependencies import (
     MANIFEST_DIR,
     DeviceNodes,
     HyperPodDependencies,
-    NodeGroup,
     render_components,
 )
 from tests.support import (

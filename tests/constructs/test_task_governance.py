@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 
+from config.teams import QuotaResource, TeamQuota
 from platform_constructs.task_governance import (
     COMPUTE_QUOTA_TYPE,
     KUEUE_CONTROLLER,
     KUEUE_NAMESPACE,
     ComputeQuota,
     PriorityClass,
-    QuotaResource,
     SchedulerConfig,
-    TeamQuota,
     kueue_controller_available,
 )
 from tests.stability.replacement import create_only_paths, dig

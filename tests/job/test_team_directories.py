@@ -146,7 +146,7 @@ def manifest_process(manifest: dict[str, Any]) -> Process:
 def platform_script(team: str) -> str:
     """The script of the directory Job the governance stack gives `team`."""
     props = workspace_props(
-        team, "ckpt", group_id=team_gids(TEAMS)[team], setup_image="busybox:1", groups=()
+        team, "ckpt", group_id=team_gids(TEAMS)[team], setup_image="busybox:1", tolerations=()
     )
     assert directory_job(props)["metadata"]["namespace"] == "default"
     (container,) = directory_job(props)["spec"]["template"]["spec"]["containers"]

@@ -92,7 +92,7 @@ def test_overrides_reach_the_eks_stack():
         eks=EKS,
         addons=placed_in("eks", EKS),
         cluster_name="c",
-        instance_groups=[],
+        node_groups=(),
         vpc=vpc,
         infra_subnets={s.availability_zone: s for s in vpc.isolated_subnets},
         node_security_group=ec2.SecurityGroup(network, "Nodes", vpc=vpc),
