@@ -28,30 +28,29 @@ def fast_tier_base(needed_bytes: int) -> Path:
     return Path(tempfile.gettempdir())
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def _exit_on(signum: int, _frame: FrameType | None) -> None:
     # SystemExit unwinds the stack, so every `finally` (and scratch_dir's removal) runs.
     raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
-def stop_signals_exit() -> Iterator[None]:
-    """While it lasts, SIGTERM and SIGINT end the run through SystemExit (cleanup runs)."""
-    previous = {sig: signal.signal(sig, _exit_on) for sig in (signal.SIGTERM, signal.SIGINT)}
+def scratch_dir(prefix: str, base: Path, keep: bool = False) -> Iterator[Path]:
+    """A new directory under `base`, removed when the block ends however it ends, unless
+    `keep`. Inside the block SIGTERM and SIGINT end the run through SystemExit; during the
+    removal they are ignored, so a second stop cannot cut it short (main thread only)."""
+    previous = {sig: signal.signal(sig, _exit_on) for sig in _STOP_SIGNALS}
     try:
-        yield
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        try:
+            yield path
+        finally:
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+            if not keep:
+                shutil.rmtree(path, ignore_errors=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str, base: Path, keep: bool = False) -> Iterator[Path]:
-    """A new directory under `base`, removed when the block ends however it ends (also on
-    SIGTERM/SIGINT), unless `keep`."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
-    try:
-        with stop_signals_exit():
-            yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)

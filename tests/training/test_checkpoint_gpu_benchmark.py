@@ -57,3 +57,8 @@ def test_every_checkpoint_is_timed_and_committed(allocate_at: str) -> None:
     assert out["blocking_ratio"] == pytest.approx(ratio, rel=0.02, abs=1e-3)
     assert out["max_memory_allocated_gb"] is None and out["max_memory_reserved_gb"] is None
     assert isinstance(out["target_met"], bool)
+    # Each checkpoint's commit, as the manager measured it: seconds, bytes, GB/s per rank.
+    assert len(out["commit_s"]) == 4 and all(c > 0 for c in out["commit_s"])
+    assert out["commit_bytes"] > 0 and out["commit_gb_s_per_rank"] > 0
+    assert out["interval_s"] == pytest.approx(3 * out["step_time_s_median"], rel=0.01, abs=1e-3)
+    assert isinstance(out["interval_fits"], bool) and isinstance(out["commit_target_met"], bool)

@@ -103,6 +103,15 @@ def test_a_fixed_interval_that_does_not_fit_is_warned_once() -> None:
     assert planner.committed(FAST, 12.0) == (None, None)
 
 
+def test_only_the_judging_rank_gives_a_verdict() -> None:
+    tier = TierConfig(FAST, interval=5, auto_interval=True)
+    planner = IntervalPlanner(CheckpointConfig(tiers=(tier,), sigterm_tier=FAST), 1, judge=False)
+    planner.started(5, 0.0)
+    planner.started(10, 5.0)
+    planner.reported(FAST, 0.5)
+    assert planner.committed(FAST, 3.0) == (None, None)
+
+
 def test_a_fixed_interval_that_fits_says_nothing() -> None:
     planner = _planner(TierConfig(FAST, interval=5))
     planner.started(5, 0.0)

@@ -81,10 +81,12 @@ def planned(tier: str, old: int, new: int, m: Measured, mtbf: float) -> str:
 
 
 class IntervalPlanner:
-    """Rank 0's record of saves and blocking times, and its verdict after each commit."""
+    """A record of saves and blocking times, and a verdict after each commit where `judge`
+    (rank 0: one rank decides, and the manager sends an auto interval to the others)."""
 
-    def __init__(self, cfg: CheckpointConfig, nodes: int) -> None:
+    def __init__(self, cfg: CheckpointConfig, nodes: int, judge: bool = True) -> None:
         self.cfg = cfg
+        self.judge = judge
         self.mtbf = mtbf_s(cfg.mtbf_hours, nodes)
         self._saves: list[tuple[int, float]] = []  # (step, time) of the last two saves
         self._blocking: dict[str, float] = {}  # tier -> blocking of its last reported one
@@ -107,7 +109,7 @@ class IntervalPlanner:
         """(the new interval of an auto tier or None, a line to print or None)."""
         step_s = self.step_s()
         blocking = self._blocking.get(tier)
-        if step_s is None or step_s <= 0 or blocking is None:
+        if not self.judge or step_s is None or step_s <= 0 or blocking is None:
             return None, None
         m = Measured(step_s, blocking, commit_s)
         spec = self.cfg.tier(tier)

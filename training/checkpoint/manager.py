@@ -76,6 +76,9 @@ from training.fileio import write_bytes_durably
 from training.metrics import log_checkpoint
 from training.run_identity import Change, RunIdentity, describe
 
+# Importers name the resume error and warn() from here too.
+__all__ = ["CheckpointManager", "IncompatibleCheckpointError", "candidate_order", "warn"]
+
 
 class CheckpointFailedError(RuntimeError):
     """A checkpoint that did not commit (the same message on every rank)."""
@@ -176,7 +179,7 @@ class CheckpointManager:
         node_of_rank: list[Any] = [None] * world_size
         dist.all_gather_object(node_of_rank, self.node)
         self.node_of_rank: list[int] = node_of_rank
-        self.intervals = IntervalPlanner(cfg, len(set(node_of_rank)))
+        self.intervals = IntervalPlanner(cfg, len(set(node_of_rank)), judge=rank == 0)
         for name, local in self._detect_node_local().items():
             self.tiers[name].node_local = local
 
@@ -392,9 +395,7 @@ class CheckpointManager:
     def _plan_interval(self, tier: str, commit_s: float) -> None:
         """Rank 0 judges the tier's interval from this commit (interval.py); an auto tier's
         new one goes to every rank, applied at its next save."""
-        interval, line = (
-            self.intervals.committed(tier, commit_s) if self.rank == 0 else (None, None)
-        )
+        interval, line = self.intervals.committed(tier, commit_s)
         if line is not None:
             warn(line)
         if self.cfg.tier(tier).auto_interval:  # the same on every rank
