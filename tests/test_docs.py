@@ -172,13 +172,21 @@ def test_every_hpctl_command_shown_exists_with_its_options(page: Path):
         if isinstance(command, TyperGroup):
             problems.append(f"{' '.join(words[:3])}: no such command")
             continue
-        options = {opt for param in command.params for opt in param.opts + param.secondary_opts}
+        if command.hidden:
+            problems.append(f"{command.name}: a deprecated command; use its new name")
+        options = {
+            opt: param for param in command.params for opt in param.opts + param.secondary_opts
+        }
         for word in rest:
             if word == "--":
                 break  # the job's own arguments follow
             name = word.split("=", 1)[0]
-            if name.startswith("-") and name not in options:
+            if not name.startswith("-"):
+                continue
+            if name not in options:
                 problems.append(f"{command.name} {name}: no such option")
+            elif getattr(options[name], "hidden", False):
+                problems.append(f"{command.name} {name}: a deprecated spelling; use the new one")
     assert not problems, f"{page.relative_to(REPO)}: {problems}"
 
 
