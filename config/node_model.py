@@ -11,8 +11,8 @@ group must leave a job something (`job_fit_problem`); the platform plan (config/
 checks both, once the schema has passed the environment.
 
 Pure Python and no AWS: figures come from the instance table, the environment's config,
-the add-on table's pods (`config.addons`) and the vendored manifests
-(platform_constructs/eks_manifests); each figure names its source.
+the add-on table's pods (`config.addons`) and the vendored manifests (config/manifests);
+each figure names its source.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import yaml
 
 from config.addons import ADDON_DAEMONSETS, ADDONS, SYSTEM_PODS
 from config.instance_types import InstanceType, lookup
+from config.manifests import MANIFEST_DIR
 from config.pods import Placement, PodRequests, pod_requests
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from config.schema.hyperpod import InstanceGroupConfig
 
 MIB_PER_GIB = 1024
-MANIFEST_DIR = Path(__file__).resolve().parent.parent / "platform_constructs" / "eks_manifests"
 
 # --------------------------------------------------------------------- kubelet (EKS AMI)
 # HyperPod's EKS AMI is built on the EKS-optimized accelerated AMI, whose kubelet config
@@ -120,7 +120,7 @@ def vendored_daemonsets(manifest_dir: Path = MANIFEST_DIR) -> tuple[PodRequests,
                     cpu_millicores=cpu,
                     memory_mib=memory,
                     placement=VENDORED_PLACEMENT[name],
-                    source=f"platform_constructs/eks_manifests/{path.name}",
+                    source=f"config/manifests/{path.name}",
                 )
             )
     return tuple(found)

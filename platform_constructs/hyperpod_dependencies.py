@@ -1,5 +1,5 @@
 """The Kubernetes components HyperPod resiliency depends on, from manifests vendored in
-`eks_manifests/` with every container image pinned (the table is in `config.images`).
+config/manifests/ with every container image pinned (the table is in `config.images`).
 
 AWS documents installing these before the HyperPod cluster is created, so they are applied
 with the EKS cluster; they are DaemonSets and RBAC only, and applying them does not wait for
@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -39,8 +38,8 @@ from config.kubernetes import (
     NEURON_RESOURCE,
     NodeGroup,
 )
+from config.manifests import MANIFEST_DIR
 
-MANIFEST_DIR = Path(__file__).resolve().parent / "eks_manifests"
 # The vendored DaemonSet that advertises each extended resource on a node.
 ADVERTISED_BY = {
     GPU_RESOURCE: "nvidia-device-plugin-daemonset",
