@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.dashboards import JOB_DASHBOARD_UID, job_dashboard_url
 from config.schema import EnvironmentConfig
 from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT
 from hpctl import aws
 from hpctl.job import lifecycle
-from platform_constructs.observability import JOB_DASHBOARD_UID, job_dashboard_url
 
 
 def dashboard_link(config: EnvironmentConfig, job: dict[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,8 @@ the metric catalogue (config/observability_metrics.py) with tools/observability_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlencode
 
 import yaml
 
@@ -36,9 +34,6 @@ def dashboard_files() -> list[Path]:
 # (`team_quota_rules`); the GPU accounting rules (rules/teams.yaml) compare usage with it.
 QUOTA_NAMESPACE: Final = "team-quotas"
 QUOTA_RECORD: Final = "namespace:gpu_quota:count"
-# The per-job dashboard (dashboards/job.json) and the variables it is opened with.
-JOB_DASHBOARD_UID: Final = "hyperpod-job"
-JOB_DASHBOARD_VARIABLES: Final = ("namespace", "training_job")
 
 
 def team_quota_rules(quotas: Mapping[str, float]) -> str:
@@ -50,19 +45,3 @@ def team_quota_rules(quotas: Mapping[str, float]) -> str:
     ]
     document = {"groups": [{"name": "team-gpu-quota", "rules": rules}]}
     return yaml.safe_dump(document, sort_keys=False)
-
-
-def job_dashboard_url(
-    grafana_url: str, *, namespace: str, job: str, start: datetime | None = None
-) -> str:
-    """The per-job dashboard of `job` in `namespace` on the Grafana at `grafana_url` (the
-    workspace endpoint, with or without a scheme), from `start` (default: the dashboard's
-    own range) to now."""
-    base = grafana_url if "://" in grafana_url else f"https://{grafana_url}"
-    query: list[tuple[str, str]] = [
-        (f"var-{name}", value)
-        for name, value in zip(JOB_DASHBOARD_VARIABLES, (namespace, job), strict=True)
-    ]
-    if start is not None:
-        query += [("from", str(int(start.timestamp() * 1000))), ("to", "now")]
-    return f"{base.rstrip('/')}/d/{JOB_DASHBOARD_UID}?{urlencode(query)}"

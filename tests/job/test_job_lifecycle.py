@@ -15,11 +15,11 @@ import yaml
 from typer.testing import Result
 
 from config.container_logs import container_log_group
+from config.dashboards import JOB_DASHBOARD_UID
 from config.schema.observability import GRAFANA_ENDPOINT_OUTPUT
 from hpctl.errors import ExitCode
 from hpctl.job import lifecycle
 from hpctl.job.render import render_job, to_yaml
-from platform_constructs.observability import JOB_DASHBOARD_UID
 from tests.cli.conftest import (
     Stubs,
     environment_account,

@@ -15,15 +15,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from config.dashboards import JOB_DASHBOARD_UID, JOB_DASHBOARD_VARIABLES, job_dashboard_url
 from config.gpu_accounting import team_gpu_quotas
 from platform_constructs.observability import (
     DASHBOARDS_DIR,
-    JOB_DASHBOARD_UID,
-    JOB_DASHBOARD_VARIABLES,
     QUOTA_NAMESPACE,
     QUOTA_RECORD,
     RULES_DIR,
-    job_dashboard_url,
     team_quota_rules,
 )
 from tests.support import ENVIRONMENTS, environment
