@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from training.config_parsing import ConfigError
+
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -34,6 +36,70 @@ class TokenSource(Protocol):
     def sample(self, idx: int) -> np.ndarray:
         """Returns seq_len + 1 tokens (inputs plus the shifted label) as int64."""
         ...
+
+
+class DataError(ConfigError):
+    """Token shards this model cannot train on: every attempt would fail the same way. The
+    message is one line naming the shard and the setting that fixes it."""
+
+
+def shard_layout_problem(where: str, sizes: list[int], dtype: str, manifest: Any) -> str | None:
+    """Why shards of these byte `sizes` are not `dtype` tokens, or None. `manifest`: the
+    directory's prepare_data manifest (a dict), which names the dtype it wrote."""
+    written = manifest.get("dtype") if isinstance(manifest, dict) else None
+    if written is not None and written != dtype:
+        return f"data.dtype={dtype} but the shards at {where} are {written} (manifest.json)"
+    itemsize = np.dtype(dtype).itemsize
+    odd = [n for n in sizes if n % itemsize]
+    if odd:
+        return (
+            f"data.dtype={dtype} but a shard at {where} holds {odd[0]} bytes, not a whole "
+            f"number of {dtype} tokens"
+        )
+    return None
+
+
+def vocabulary_problem(where: str, manifest: Any, vocab_size: int | None) -> str | None:
+    """Why the tokenizer that wrote the shards (its manifest) does not fit the model's
+    vocabulary, or None."""
+    written = manifest.get("vocab_size") if isinstance(manifest, dict) else None
+    if vocab_size is None or not isinstance(written, int) or written <= vocab_size:
+        return None
+    return (
+        f"the shards at {where} come from a tokenizer of {written} tokens (manifest.json), "
+        f"more than model.vocab_size={vocab_size}; set model.vocab_size={written}"
+    )
+
+
+def check_tokens(window: np.ndarray, vocab_size: int | None, shard: str, idx: int) -> None:
+    """Every token of a sample is an embedding row: one past the vocabulary would fail deep in
+    the model's forward pass, on every attempt. A max over one window costs microseconds."""
+    if vocab_size is None or not window.size:
+        return
+    top = int(window.max())
+    if top >= vocab_size:
+        hint = " (or data.dtype=uint16, if the shards hold uint16 tokens)" if top >= 2**16 else ""
+        raise DataError(
+            f"{shard}: token id {top} in sample {idx} is >= model.vocab_size={vocab_size}; set "
+            f"model.vocab_size to the tokenizer's vocabulary (at least {top + 1}){hint}"
+        )
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise DataError(problem)
+
+
+def _local_manifest(path: str) -> Any:
+    """prepare_data's manifest of the shards at `path` (a directory or a glob), or None."""
+    from training.prepare_data import MANIFEST
+
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 class SyntheticTokenSource:
@@ -62,7 +128,7 @@ class MemmapTokenSource:
     suits FSx for Lustre (no copy to local disk before training starts).
     """
 
-    def __init__(self, path: str, seq_len: int, dtype: str) -> None:
+    def __init__(self, path: str, seq_len: int, dtype: str, vocab_size: int | None = None) -> None:
         files = (
             sorted(glob.glob(os.path.join(path, "*.bin")))
             if os.path.isdir(path)
@@ -70,9 +136,14 @@ class MemmapTokenSource:
         )
         if not files:
             raise FileNotFoundError(f"no token shards (*.bin) found at {path}")
+        manifest = _local_manifest(path)
+        _refuse(shard_layout_problem(path, [os.path.getsize(f) for f in files], dtype, manifest))
+        _refuse(vocabulary_problem(path, manifest, vocab_size))
         self.seq_len = seq_len
+        self.vocab_size = vocab_size
         self.files = files
         self._maps: list[np.memmap] = []
+        self._names: list[str] = []
         self._starts: list[int] = []
         total = 0
         for f in files:
@@ -83,11 +154,13 @@ class MemmapTokenSource:
             if n == 0:
                 continue
             self._maps.append(m)
+            self._names.append(f)
             self._starts.append(total)
             total += n
         if total == 0:
-            raise ValueError(
-                f"token shards at {path} are shorter than one sample of {seq_len + 1} tokens"
+            raise DataError(
+                f"token shards at {path} are shorter than one sample of {seq_len + 1} tokens "
+                "(training.seq_len + 1): add data or lower training.seq_len"
             )
         self.num_samples = total
 
@@ -96,7 +169,9 @@ class MemmapTokenSource:
             raise IndexError(idx)
         shard = bisect.bisect_right(self._starts, idx) - 1
         off = (idx - self._starts[shard]) * self.seq_len
-        return np.asarray(self._maps[shard][off : off + self.seq_len + 1], dtype=np.int64)
+        window = np.asarray(self._maps[shard][off : off + self.seq_len + 1], dtype=np.int64)
+        check_tokens(window, self.vocab_size, self._names[shard], idx - self._starts[shard])
+        return window
 
 
 def _shard_samples(tokens: int, seq_len: int) -> int:
@@ -112,15 +187,27 @@ class S3TokenSource:
     listing happens once, at start: the shards must not change during a run.
     """
 
-    def __init__(self, url: str, seq_len: int, dtype: str, concurrency: int = 16) -> None:
+    def __init__(
+        self,
+        url: str,
+        seq_len: int,
+        dtype: str,
+        concurrency: int = 16,
+        vocab_size: int | None = None,
+    ) -> None:
         from training import s3
 
         self._s3 = s3
         self.bucket, prefix = s3.split_url(url)
-        objects = [(k, n) for k, n in s3.list_objects(self.bucket, prefix) if k.endswith(".bin")]
+        listing = s3.list_objects(self.bucket, prefix)
+        objects = [(k, n) for k, n in listing if k.endswith(".bin")]
         if not objects:
             raise FileNotFoundError(f"no token shards (*.bin) found at {url}")
+        manifest = self._manifest(prefix, {k for k, _ in listing})
+        _refuse(shard_layout_problem(url, [n for _, n in objects], dtype, manifest))
+        _refuse(vocabulary_problem(url, manifest, vocab_size))
         self.seq_len = seq_len
+        self.vocab_size = vocab_size
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.keys: list[str] = []
         self._starts: list[int] = []
@@ -132,11 +219,24 @@ class S3TokenSource:
                 self._starts.append(total)
                 total += n
         if total == 0:
-            raise ValueError(
-                f"token shards at {url} are shorter than one sample of {seq_len + 1} tokens"
+            raise DataError(
+                f"token shards at {url} are shorter than one sample of {seq_len + 1} tokens "
+                "(training.seq_len + 1): add data or lower training.seq_len"
             )
         self.num_samples = total
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-data")
+
+    def _manifest(self, prefix: str, keys: set[str]) -> Any:
+        """prepare_data's manifest beside the shards, when it was uploaded with them."""
+        from training.prepare_data import MANIFEST
+
+        key = f"{prefix.rstrip('/')}/{MANIFEST}" if prefix else MANIFEST
+        if key not in keys:
+            return None
+        try:
+            return json.loads(self._s3.read_object(self.bucket, key))
+        except ValueError:
+            return None
 
     def sample(self, idx: int) -> np.ndarray:
         if not 0 <= idx < self.num_samples:
@@ -145,7 +245,10 @@ class S3TokenSource:
         start = (idx - self._starts[shard]) * self.seq_len * self.dtype.itemsize
         stop = start + (self.seq_len + 1) * self.dtype.itemsize
         raw = self._s3.read_range(self.bucket, self.keys[shard], start, stop)
-        return np.frombuffer(raw, dtype=self.dtype).astype(np.int64)
+        window = np.frombuffer(raw, dtype=self.dtype).astype(np.int64)
+        name = f"s3://{self.bucket}/{self.keys[shard]}"
+        check_tokens(window, self.vocab_size, name, idx - self._starts[shard])
+        return window
 
     def samples(self, ids: list[int]) -> list[np.ndarray]:
         return list(self._pool.map(self.sample, ids))
@@ -410,7 +513,7 @@ def build_source(
     synthetic_samples: int,
 ) -> TokenSource:
     if kind == "memmap":
-        return MemmapTokenSource(path, seq_len, dtype)
+        return MemmapTokenSource(path, seq_len, dtype, vocab_size)
     if kind == "s3":
-        return S3TokenSource(path, seq_len, dtype)
+        return S3TokenSource(path, seq_len, dtype, vocab_size=vocab_size)
     return SyntheticTokenSource(synthetic_samples, seq_len, vocab_size, seed)

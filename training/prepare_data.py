@@ -17,6 +17,7 @@ tokenizer or dtype into the same directory is refused.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
+from training.fileio import writable_problem
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -72,9 +74,26 @@ def shard_name(index: int, source: Path) -> str:
 
 
 def documents(path: Path, text_field: str) -> Iterator[str]:
-    """The documents of one input file, in order."""
+    """The documents of one input file, in order; a file that holds none is refused (it would
+    be a shard of one end-of-text token, or of nothing)."""
+    count = 0
+    try:
+        for text in _documents(path, text_field):
+            count += 1
+            yield text
+    except UnicodeDecodeError as e:
+        raise PrepareError(
+            f"input {path}: not UTF-8 text (byte {e.start}: {e.reason}); give text or JSON lines"
+        ) from None
+    if count == 0:
+        raise PrepareError(f"input {path} holds no document: remove it from the inputs")
+
+
+def _documents(path: Path, text_field: str) -> Iterator[str]:
     if path.suffix not in JSON_SUFFIXES:
-        yield path.read_text(encoding="utf-8")
+        whole = path.read_text(encoding="utf-8")
+        if whole.strip():
+            yield whole
         return
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -147,16 +166,27 @@ def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     os.replace(tmp, out / MANIFEST)
 
 
-def load_manifest(out: Path, tokenizer_sha: str, dtype: str) -> dict[str, Any]:
+def load_manifest(out: Path, tokenizer_sha: str, dtype: str, vocab_size: int) -> dict[str, Any]:
+    """The manifest of `out`, new or the one an earlier run of the same tokenizer left. It
+    names the dtype and the vocabulary the trainer's data source checks its settings against
+    (training/data.py)."""
     path = out / MANIFEST
     if not path.exists():
         return {
             "version": MANIFEST_VERSION,
             "tokenizer_sha256": tokenizer_sha,
             "dtype": dtype,
+            "vocab_size": vocab_size,
             "shards": {},
         }
-    manifest: dict[str, Any] = json.loads(path.read_text())
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text())
+        manifest["shards"].items()
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise PrepareError(
+            f"--out {out}: its {MANIFEST} is not one this tool wrote; use a new --out directory"
+        ) from None
+    manifest.setdefault("vocab_size", vocab_size)
     if manifest.get("tokenizer_sha256") != tokenizer_sha or manifest.get("dtype") != dtype:
         raise PrepareError(
             f"{out} holds shards of another tokenizer or dtype ({MANIFEST}); "
@@ -169,7 +199,13 @@ def resolve_eos(tokenizer_path: Path, eos_token: str | None) -> tuple[int, int]:
     """(end-of-text id, vocabulary size) of the tokenizer."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    try:
+        tok = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as e:  # noqa: BLE001 - the library raises a bare Exception
+        raise PrepareError(
+            f"--tokenizer {tokenizer_path} is not a Hugging Face tokenizer.json "
+            f"({str(e).splitlines()[0][:120]}); give the tokenizer.json of the model"
+        ) from None
     vocab = tok.get_vocab_size(with_added_tokens=True)
     names = (eos_token,) if eos_token else EOS_CANDIDATES
     for name in names:
@@ -201,10 +237,16 @@ def prepare(
     for path in inputs:
         if not path.is_file():
             raise PrepareError(f"input {path} is not a file")
+        if path.stat().st_size == 0:
+            raise PrepareError(f"input {path} is empty: remove it from the inputs")
     eos_id, vocab = resolve_eos(tokenizer, eos_token)
     dtype = token_dtype(vocab)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = load_manifest(out, _sha256(tokenizer), dtype)
+    problem = writable_problem(out)
+    if problem is not None:
+        raise PrepareError(
+            f"--out {out}: cannot write there ({problem}); name a writable directory"
+        )
+    manifest = load_manifest(out, _sha256(tokenizer), dtype, vocab)
     shards: dict[str, Any] = manifest["shards"]
     jobs = [Job(i, p, shard_name(i, p)) for i, p in enumerate(inputs)]
     todo = [
@@ -243,6 +285,20 @@ def prepare(
     }
 
 
+def _naming_option(error: OSError, args: argparse.Namespace) -> str:
+    """An OSError as one line naming the option its file came from, not a raw [Errno ...]."""
+    name = Path(error.filename) if error.filename else None
+    if name is None:
+        option = "--out"
+    elif name == args.tokenizer:
+        option = "--tokenizer"
+    elif name in args.inputs:
+        option = "input"
+    else:
+        option = "--out"
+    return f"{option} {name or args.out}: {error.strerror or error}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineErrorParser(
         prog="python -m training.prepare_data",
@@ -270,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             progress=not args.no_progress,
         )
-    except (PrepareError, OSError, UnicodeDecodeError) as e:
+    except PrepareError as e:
         sys.stderr.write(f"error: {str(e).splitlines()[0]}\n")
+        return USAGE_EXIT_CODE
+    except OSError as e:
+        sys.stderr.write(f"error: {_naming_option(e, args)}\n")
         return USAGE_EXIT_CODE
     dtype = f"uint{totals['dtype_bits']}"
     print(

@@ -16,6 +16,7 @@ import torch
 from tests.training.conftest import S3Server
 from training.data import (
     SAMPLE_TRACE_ENV,
+    DataError,
     MemmapTokenSource,
     ResumableLoader,
     S3TokenSource,
@@ -316,9 +317,10 @@ def test_build_source_reads_s3_urls_with_the_given_dtype_and_seq_len(
 ) -> None:
     url = s3_server.upload_dir(wide_shards, "wide/train")
     source = build_source(
-        "s3", path=url, dtype="uint32", seq_len=4, vocab_size=50, seed=1, synthetic_samples=7
+        "s3", path=url, dtype="uint32", seq_len=4, vocab_size=90_000, seed=1, synthetic_samples=7
     )
     assert isinstance(source, S3TokenSource)
+    assert source.vocab_size == 90_000
     local = MemmapTokenSource(str(wide_shards), 4, "uint32")
     assert (source.num_samples, source.seq_len) == (local.num_samples, 4) == (8, 4)
     assert source.keys == ["wide/train/0.bin", "wide/train/1.bin"]
@@ -340,7 +342,9 @@ def test_s3_shards_all_too_short_are_refused_by_name(s3_server: S3Server, tmp_pa
     write_token_shard(str(tmp_path / "a.bin"), np.arange(4), "uint32")
     url = s3_server.upload_dir(tmp_path, "short/train")
     with pytest.raises(
-        ValueError, match=rf"^token shards at {url} are shorter than one sample of 5 tokens$"
+        DataError,
+        match=rf"^token shards at {url} are shorter than one sample of 5 tokens "
+        r"\(training.seq_len \+ 1\): add data or lower training.seq_len$",
     ):
         S3TokenSource(url, 4, "uint32")
 

@@ -173,3 +173,84 @@ def test_a_tokenizer_without_an_end_of_text_token_asks_for_one(
     proc = run(inputs[0], "--tokenizer", tokenizer, "--out", tmp_path / "o", "--eos-token", "<eos>")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --eos-token '<eos>' is not in the tokenizer's vocabulary"
+
+
+def test_a_file_that_is_not_a_tokenizer_is_one_line(inputs: list[Path], tmp_path: Path) -> None:
+    fake = tmp_path / "tokenizer.json"
+    fake.write_text("this is not a tokenizer")
+    proc = run(inputs[0], "--tokenizer", fake, "--out", tmp_path / "o")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --tokenizer {fake} is not a Hugging Face tokenizer.json (")
+    assert line.endswith("); give the tokenizer.json of the model")
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("empty.jsonl", ""), ("blank.jsonl", "\n\n  \n"), ("blank.txt", " \n\t\n")],
+)
+def test_an_input_without_documents_is_refused(
+    tokenizer: Path, tmp_path: Path, name: str, content: str
+) -> None:
+    """It would be a shard of one end-of-text token, or of nothing, without a word."""
+    source = tmp_path / name
+    source.write_text(content)
+    proc = run(source, "--tokenizer", tokenizer, "--out", tmp_path / "o", "--no-progress")
+    assert proc.returncode == 2
+    expected = "is empty" if not content else "holds no document"
+    assert proc.stderr.strip() == (f"error: input {source} {expected}: remove it from the inputs")
+    assert not list((tmp_path / "o").glob("*.bin"))
+
+
+def test_an_input_that_is_not_text_names_the_file(tokenizer: Path, tmp_path: Path) -> None:
+    source = tmp_path / "image.txt"
+    source.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    proc = run(source, "--tokenizer", tokenizer, "--out", tmp_path / "o", "--no-progress")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: input {source}: not UTF-8 text (byte 0: invalid start byte); give text or "
+        "JSON lines"
+    )
+
+
+def test_an_out_that_cannot_be_written_names_the_option(
+    tokenizer: Path, inputs: list[Path], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run(inputs[0], "--tokenizer", tokenizer, "--out", blocker / "tokens")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --out {blocker / 'tokens'}: cannot write there (")
+    assert "[Errno" not in line
+
+
+def test_an_out_holding_a_foreign_manifest_is_refused(
+    tokenizer: Path, inputs: list[Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "tokens"
+    out.mkdir()
+    (out / MANIFEST).write_text("[]")
+    proc = run(inputs[0], "--tokenizer", tokenizer, "--out", out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: --out {out}: its manifest.json is not one this tool wrote; use a new --out "
+        "directory"
+    )
+
+
+def test_the_manifest_names_the_vocabulary_the_trainer_checks(
+    tokenizer: Path, inputs: list[Path], tmp_path: Path
+) -> None:
+    from training.data import DataError
+
+    out = tmp_path / "tokens"
+    argv = [str(inputs[0]), "--tokenizer", str(tokenizer), "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    from tokenizers import Tokenizer
+
+    vocab = json.loads((out / MANIFEST).read_text())["vocab_size"]
+    assert vocab == Tokenizer.from_file(str(tokenizer)).get_vocab_size(with_added_tokens=True)
+    MemmapTokenSource(str(out), 8, "uint16", vocab)
+    with pytest.raises(DataError, match=rf"set model.vocab_size={vocab}$"):
+        MemmapTokenSource(str(out), 8, "uint16", vocab - 1)
