@@ -54,3 +54,19 @@ def scratch_dir(prefix: str, base: Path, keep: bool = False) -> Iterator[Path]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def removing_new(prefix: str) -> Iterator[None]:
+    """Removes the directories named `prefix*` that appear in /dev/shm or the temp dir while
+    the block runs: what a benchmark killed with SIGKILL could not remove itself."""
+
+    def present() -> set[Path]:
+        return {p for base in (SHM, Path(tempfile.gettempdir())) for p in base.glob(f"{prefix}*")}
+
+    before = present()
+    try:
+        yield
+    finally:
+        for path in present() - before:
+            shutil.rmtree(path, ignore_errors=True)

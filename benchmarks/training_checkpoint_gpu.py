@@ -52,6 +52,8 @@ TARGET_RATIO = 0.05
 TARGET_FIRST_STEPS = 2.0
 # Per rank, bytes committed per second of a checkpoint (the recovery issue's target).
 TARGET_COMMIT_GB_S = 4.0
+# The directory it writes in (under /dev/shm or the temp dir, or --dir).
+SCRATCH_PREFIX = "hptrain-ckpt-gpu-bench-"
 
 
 def main() -> int:
@@ -123,7 +125,7 @@ def main() -> int:
     needed = 2 * 12 * count_params(preset.model)
     every = args.every or preset.checkpoint.tier("fast").interval
     # SIGTERM or Ctrl-C end the run through SystemExit: the directory is removed.
-    with scratch_dir("hptrain-ckpt-gpu-bench-", Path(args.dir or fast_tier_base(needed))) as base:
+    with scratch_dir(SCRATCH_PREFIX, Path(args.dir or fast_tier_base(needed))) as base:
         total = args.warmup + args.baseline + (args.checkpoints + 1) * every
         overrides = [
             "data.source=synthetic",

@@ -9,12 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.scratch import scratch_dir
+from benchmarks.scratch import removing_new, scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
 COMMIT_BENCHMARK = [sys.executable, str(REPO / "benchmarks" / "checkpoint_commit.py")]
@@ -39,6 +40,21 @@ def test_a_scratch_directory_is_removed_after_an_error(tmp_path: Path) -> None:
         (work / "f").write_text("x")
         raise OSError("disk")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_a_killed_benchmark_left_is_removed_and_nothing_older(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shm, tmp = tmp_path / "shm", tmp_path / "tmp"
+    monkeypatch.setattr("benchmarks.scratch.SHM", shm)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    (shm / "bench-older").mkdir(parents=True)
+    tmp.mkdir()
+    with removing_new("bench-"):
+        (shm / "bench-new" / "fast").mkdir(parents=True)  # as a SIGKILL would leave them
+        (tmp / "bench-other").mkdir()
+        (tmp / "unrelated").mkdir()
+    assert sorted(p.name for p in [*shm.iterdir(), *tmp.iterdir()]) == ["bench-older", "unrelated"]
 
 
 def test_the_commit_benchmark_stopped_by_sigterm_leaves_nothing(tmp_path: Path) -> None:

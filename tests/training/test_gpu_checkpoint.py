@@ -49,6 +49,10 @@ def test_gpu_checkpoints_commit_and_resume_exactly(tmp_path: Path, snapshot: str
     assert statuses.count("committed") == statuses.count("started") == STEPS // 3
     assert "failed" not in statuses
     assert reference.summary["checkpoints_failed"] == 0
+    # Each committed line carries the tier's speed: seconds to commit and bytes written.
+    commits = loglines.find(loglines.COMMITTED, reference.stdout)
+    assert len(commits) == STEPS // 3
+    assert all(float(c["commit"]) > 0 and int(c["bytes"]) > 0 for c in commits)
 
     killed = _run(
         tmp_path / "killed", "--kill-rank", "0", "--kill-at-step", "17", snapshot=snapshot
