@@ -5,7 +5,7 @@ team namespace runs outside Kueue and its quotas. So every workload there that a
 accelerator (config/kubernetes.py ACCELERATOR_RESOURCES) must carry the team's queue label and
 one of the environment's priority classes, may select only the team's nodes and may tolerate
 only the taints those nodes carry (platform_constructs/team_admission.py turns this into a
-ValidatingAdmissionPolicy; README "Admission guardrails").
+ValidatingAdmissionPolicy; docs/governance.md, "Admission guardrails").
 
 - A team's nodes: the instance groups of every instance type its quotas name. Quotas are per
   instance type (Kueue flavors), so a team whose quota names gpu-p5 may run on any group of

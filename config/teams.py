@@ -49,7 +49,7 @@ DATA_MOUNT: Final = f"{FSX_MOUNT}/data"
 # entry in the image's /etc/passwd, so the runtime would give it "/", which it cannot write.
 HOME_MOUNT: Final = "/home/job"
 
-# --- Team directories on the shared file system (README "Who owns what on /fsx") --------
+# --- Team directories on the shared file system (docs/fsx.md, "Who owns what on /fsx") -
 # A new FSx for Lustre file system's root belongs to root and CreateFileSystem has no
 # owner or mode for it, and the data repository association imports its path (/data) with
 # the S3 objects' POSIX metadata, root's where the objects carry none (FSx for Lustre guide,

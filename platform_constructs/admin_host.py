@@ -7,7 +7,7 @@ API server"). This host is that path, without opening anything:
 - Session Manager only: no inbound rule, no key pair, no public address. The SSM agent
   (preinstalled on Amazon Linux 2023) dials out to the `ssm` and `ssmmessages` interface
   endpoints, so it works in the closed network.
-- Two ways to use it (README, "Getting in"): a port forward
+- Two ways to use it (docs/access.md, "Getting in"): a port forward
   (`AWS-StartPortForwardingSessionToRemoteHost`) from the operator's machine to the private
   API endpoint, where kubectl and hpctl run locally with the operator's own IAM role; or a
   shell on the host, where kubectl runs as the host's role.

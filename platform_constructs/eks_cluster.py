@@ -45,7 +45,7 @@ def cluster_access_policy_arn(policy_name: str) -> str:
 # with the stack) and would block its deletion (a retained group keeps its inline rules);
 # access entries must go when they leave the template, or removing an admin from config (or
 # replacing an entry) would leave that principal cluster admin. After the stack is deleted,
-# admins of a retained cluster are granted again through the EKS API (README, Teardown).
+# admins of a retained cluster are granted again through the EKS API (docs/teardown.md).
 _NOT_RETAINED = frozenset(
     {"AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress", "AWS::EKS::AccessEntry"}
 )

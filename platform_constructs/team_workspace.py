@@ -15,7 +15,7 @@ is known of that step), then applies what the team's jobs name:
   the data bucket and publish metrics to one CloudWatch namespace,
 - a ConfigMap with the values a job cannot know before deploy (the managed tier's S3 path),
 - a one-shot Job, run as root, that creates the team's directories on the file system and
-  gives them to the team's user and group (config/teams.py; README "Who owns what on /fsx").
+  gives them to the team's user and group (config/teams.py; docs/fsx.md).
   It runs in the platform's own namespace (`default`, where teams have no access), through
   the whole-file-system claim there: the team namespace has no claim above the team's tree.
 
@@ -252,8 +252,8 @@ def directory_job(props: TeamWorkspaceProps) -> dict[str, Any]:
         # Root with only what the script needs: CHOWN; FOWNER to chmod a directory it has
         # just given away; FSETID to keep setgid on a directory whose group root is not in;
         # DAC_OVERRIDE because a later run walks through the team's directories, of which
-        # root is neither owner nor group. Lustre root squash would defeat it (README "Root
-        # squash").
+        # root is neither owner nor group. Lustre root squash would defeat it (docs/fsx.md,
+        # "Root squash").
         "securityContext": {
             "runAsUser": 0,
             "runAsGroup": 0,
