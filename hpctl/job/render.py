@@ -396,7 +396,7 @@ def _place_and_scale(manifest: dict[str, Any], plan: JobPlan) -> None:
 
 def render_job(spec: JobSpec) -> dict[str, Any]:
     """The HyperPodPyTorchJob manifest for `spec` as a plain dict."""
-    plan = spec.plan  # every derived value, computed once for this manifest
+    plan = JobPlan(spec)  # every derived value, computed once for this manifest
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -5,7 +5,7 @@ Every field is checked on its own and against the trainer preset it runs (`train
 a job that validates here is one the trainer accepts. What the hardware and the cluster
 dictate is the spec's `platform` (`hpctl.job.platform`, derived once from the environment);
 what follows from the choices, the platform and the preset (parallel settings, placement,
-checkpoint tiers, batch) is the spec's `plan` (`hpctl.job.plan`). Kubernetes names follow the
+checkpoint tiers, batch) is its `JobPlan` (`hpctl.job.plan`, built from the spec). Kubernetes names follow the
 rules of `config.kubernetes`.
 """
 
@@ -15,7 +15,7 @@ import functools
 import posixpath
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -58,9 +58,6 @@ from training.checkpoint.config import CheckpointConfig
 from training.config import JobConfig
 from training.config_parsing import ConfigError
 from training.presets import PRESETS, build_config
-
-if TYPE_CHECKING:
-    from hpctl.job.plan import JobPlan
 
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path inside the pod, not a local temp file
 
@@ -481,14 +478,6 @@ class JobSpec(BaseModel):
     def runs_trainer(self) -> bool:
         """The job runs the project's trainer, not a team's own code."""
         return self.entry_point is None
-
-    @property
-    def plan(self) -> JobPlan:
-        """What follows from the job's choices, its platform and its preset (built anew on
-        each read: keep the one a render uses)."""
-        from hpctl.job.plan import JobPlan
-
-        return JobPlan(self)
 
 
 def _platform(info: ValidationInfo) -> JobPlatform | None:

@@ -15,6 +15,7 @@ from config.instance_types import lookup
 from hpctl import options
 from hpctl.errors import ExitCode
 from hpctl.job.environment import JobRequestError, spec_for_environment
+from hpctl.job.plan import JobPlan
 from hpctl.job.render import MANAGED_S3_PATH_ENV, render_job
 from hpctl.teams import teams_report
 from tests.cli.conftest import error_line, expect_failure, hpctl
@@ -321,10 +322,10 @@ def test_every_job_size_the_table_promises_renders_and_the_trainer_runs_it(env: 
                 trainer, world = _trainer_config_of(render_job(spec))
                 assert (
                     world
-                    == spec.plan.world_size
+                    == JobPlan(spec).world_size
                     == nodes * lookup(spec.platform.instance_type).accelerator_count
                 )
-                assert trainer.training.global_batch_size == spec.plan.global_batch_size
+                assert trainer.training.global_batch_size == JobPlan(spec).global_batch_size
                 trainer.check_world(world)
                 sizes += 1
             with pytest.raises(JobRequestError) as refused:

@@ -11,6 +11,7 @@ import yaml
 from config.kubernetes import METRICS_LABEL, METRICS_PORT, METRICS_PORT_NAME, TRAINING_JOB_LABEL
 from config.node_model import JobAllocation
 from config.team_groups import team_gid, team_uid
+from hpctl.job.plan import JobPlan
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import IMAGE
@@ -214,9 +215,9 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
     ]
     config, out, start_fresh = parse_args(args)
     assert not start_fresh
-    assert str(out) == spec.plan.out_dir
+    assert str(out) == JobPlan(spec).out_dir
     assert config.preset == spec.preset
-    assert config.training.steps == spec.plan.total_steps
+    assert config.training.steps == JobPlan(spec).total_steps
     checkpoint = config.checkpoint
     assert checkpoint.tiers == _rendered_tiers(spec)
     assert checkpoint.tier("fast").storage == (
@@ -235,11 +236,11 @@ def _rendered_tiers(spec: JobSpec) -> tuple[TierConfig, ...]:
     return tuple(
         dataclasses.replace(
             tier,
-            dir=spec.plan.tier_dir(tier.name),
-            interval=spec.plan.tier_interval(tier.name),
-            storage=spec.plan.tier_storage(tier.name),
+            dir=JobPlan(spec).tier_dir(tier.name),
+            interval=JobPlan(spec).tier_interval(tier.name),
+            storage=JobPlan(spec).tier_storage(tier.name),
         )
-        for tier in spec.plan.trainer_config.checkpoint.tiers
+        for tier in JobPlan(spec).trainer_config.checkpoint.tiers
     )
 
 

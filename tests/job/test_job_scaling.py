@@ -19,6 +19,7 @@ from config.node_model import group_model
 from config.schema import EnvironmentConfig
 from hpctl.job import scaling
 from hpctl.job.environment import JobRequestError
+from hpctl.job.plan import JobPlan
 from hpctl.job.render import ELASTIC_RDZV_BACKEND, render_job
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import GB200, env_spec, gb200_environment, make_spec
@@ -84,16 +85,16 @@ def test_a_single_node_job_asks_for_no_placement() -> None:
 
 def test_a_type_hyperpod_does_not_label_gets_no_default_placement() -> None:
     spec = env_spec("dev", team="sandbox", instance_group="gpu-g5", nodes=2)
-    assert spec.plan.instance.supports_efa
+    assert JobPlan(spec).instance.supports_efa
     assert _annotations(render_job(spec)) == ({}, {})
 
 
 def test_gb200_jobs_prefer_one_ultraserver_while_they_fit_in_one() -> None:
     fits = env_spec(GB200_ENV, instance_group="gpu-gb200", nodes=18)
-    assert fits.plan.placement == (PREFERRED_TOPOLOGY_ANNOTATION, ULTRASERVER_LABEL)
+    assert JobPlan(fits).placement == (PREFERRED_TOPOLOGY_ANNOTATION, ULTRASERVER_LABEL)
     # 17 nodes and 2 spares are 19 pods: more than one UltraServer holds.
     spills = _gb200_spec(nodes=17, spares=2)
-    assert spills.plan.placement == (PREFERRED_TOPOLOGY_ANNOTATION, LAYER_3)
+    assert JobPlan(spills).placement == (PREFERRED_TOPOLOGY_ANNOTATION, LAYER_3)
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,9 @@ def test_a_job_larger_than_an_ultraserver_cannot_require_one() -> None:
         caught.value
     )
     # Preferred is a wish, not a condition: Kueue takes the next level up.
-    assert _gb200_spec(nodes=17, spares=2, topology=f"preferred:{ULTRASERVER_LABEL}").plan.placement
+    assert JobPlan(
+        _gb200_spec(nodes=17, spares=2, topology=f"preferred:{ULTRASERVER_LABEL}")
+    ).placement
 
 
 def test_an_elastic_job_must_fit_an_ultraserver_at_its_largest() -> None:
@@ -163,8 +166,8 @@ def test_task_governance_older_than_topology_scheduling_refuses_a_request() -> N
     assert problem.startswith("--topology: the environment's task governance add-on is older")
     assert "upgrade amazon-sagemaker-hyperpod-taskgovernance (eks.addons)" in problem
     # The default placement is left out there rather than refused.
-    assert env_spec(old, nodes=4).plan.placement is None
-    assert env_spec(_with_addon(TASK_GOVERNANCE, "v1.2.2-eksbuild.1"), nodes=4).plan.placement
+    assert JobPlan(env_spec(old, nodes=4)).placement is None
+    assert JobPlan(env_spec(_with_addon(TASK_GOVERNANCE, "v1.2.2-eksbuild.1"), nodes=4)).placement
 
 
 # --------------------------------------------------------------------------- parallelism
@@ -195,14 +198,14 @@ def test_the_trainer_runs_the_mesh_the_job_renders(
     options: dict[str, Any], overrides: dict[str, int], mesh: tuple[int, int, int]
 ) -> None:
     spec = make_spec(**options)
-    assert spec.plan.parallel_overrides == {f"parallel.{k}": v for k, v in overrides.items()}
+    assert JobPlan(spec).parallel_overrides == {f"parallel.{k}": v for k, v in overrides.items()}
     config = _trainer_config(spec)
-    assert config.mesh_shape(spec.plan.world_size) == mesh
-    config.check_world(spec.plan.world_size)  # the rendered batch splits over the mesh
+    assert config.mesh_shape(JobPlan(spec).world_size) == mesh
+    config.check_world(JobPlan(spec).world_size)  # the rendered batch splits over the mesh
 
 
 def test_a_preset_with_its_own_sharding_keeps_it(eight_rank_preset: str) -> None:
-    assert make_spec(preset=eight_rank_preset, nodes=1).plan.parallel_overrides == {}
+    assert JobPlan(make_spec(preset=eight_rank_preset, nodes=1)).parallel_overrides == {}
 
 
 def test_a_tensor_parallel_degree_that_leaves_a_node_is_refused() -> None:
@@ -272,8 +275,8 @@ def test_every_size_of_an_elastic_job_runs_its_one_batch(elastic: str, tp: int, 
 
 def test_an_elastic_job_renders_hsdp_from_one_node() -> None:
     spec = make_spec(nodes=1, elastic="1:2")
-    assert spec.plan.parallel_mode == "hsdp"
-    assert spec.plan.placement == (PREFERRED_TOPOLOGY_ANNOTATION, LAYER_3)
+    assert JobPlan(spec).parallel_mode == "hsdp"
+    assert JobPlan(spec).placement == (PREFERRED_TOPOLOGY_ANNOTATION, LAYER_3)
 
 
 @pytest.mark.parametrize(
@@ -336,7 +339,7 @@ def test_an_elastic_job_may_only_grow_into_the_teams_quota() -> None:
         "--elastic: 16 nodes (+0 spares) exceed what team foundation may use on gpu-p5: 8 "
         "guaranteed + 4 borrowable = 12; ask for at most 12"
     )
-    assert env_spec("prod", elastic="2:12").plan.elastic_range == (2, 12)
+    assert JobPlan(env_spec("prod", elastic="2:12")).elastic_range == (2, 12)
 
 
 def test_a_gb200_pod_takes_its_node_with_gpudirect_rdma() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hpctl.job.plan import default_tier_dir
+from hpctl.job.plan import JobPlan, default_tier_dir
 from hpctl.job.platform import PLATFORM_FIELDS
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import spec_fields
@@ -170,12 +170,12 @@ def test_defaults(spec_factory) -> None:
         "8b",
         "fsx-team",
     )
-    assert spec.plan.tier_dir("fast") == "/dev/shm/hptrain-ckpt"
-    assert spec.plan.tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
-    assert spec.plan.out_dir == "/fsx/teams/research/runs/llama-8b"
+    assert JobPlan(spec).tier_dir("fast") == "/dev/shm/hptrain-ckpt"
+    assert JobPlan(spec).tier_dir("durable") == "/fsx/teams/research/checkpoints/llama-8b"
+    assert JobPlan(spec).out_dir == "/fsx/teams/research/runs/llama-8b"
     assert spec.min_tokens_per_s is None
     assert spec.platform.tiered_storage is False
-    assert (spec.plan.tier_storage("fast"), spec.plan.managed_storage) == ("local", False)
+    assert (JobPlan(spec).tier_storage("fast"), JobPlan(spec).managed_storage) == ("local", False)
     assert spec.platform.taints == ()
     assert spec.platform.service_account == "training"
     assert (spec.hang_timeout_s, spec.shutdown_timeout_s) == (1200, 180)
@@ -183,16 +183,17 @@ def test_defaults(spec_factory) -> None:
 
 def _intervals(spec: JobSpec) -> tuple[int, ...]:
     return tuple(
-        spec.plan.tier_interval(tier.name) for tier in spec.plan.trainer_config.checkpoint.tiers
+        JobPlan(spec).tier_interval(tier.name)
+        for tier in JobPlan(spec).trainer_config.checkpoint.tiers
     )
 
 
 def test_unset_steps_and_intervals_come_from_the_preset(spec_factory) -> None:
     big, tiny = spec_factory(), spec_factory(preset="tiny", hang_timeout_s=120)
-    assert (big.plan.total_steps, *_intervals(big)) == (100_000, 50, 500)
-    assert (tiny.plan.total_steps, *_intervals(tiny)) == (40, 5, 20)
+    assert (JobPlan(big).total_steps, *_intervals(big)) == (100_000, 50, 500)
+    assert (JobPlan(tiny).total_steps, *_intervals(tiny)) == (40, 5, 20)
     explicit = spec_factory(steps=7, checkpoint_intervals={"fast": 0, "durable": 3})
-    assert (explicit.plan.total_steps, *_intervals(explicit)) == (7, 0, 3)
+    assert (JobPlan(explicit).total_steps, *_intervals(explicit)) == (7, 0, 3)
 
 
 def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> None:
@@ -201,7 +202,7 @@ def test_interval_order_uses_the_preset_when_one_side_is_unset(spec_factory) -> 
         spec_factory(checkpoint_intervals={"durable": 20})
     # ... unless the fast tier is disabled.
     spec = spec_factory(checkpoint_intervals={"durable": 20, "fast": 0})
-    assert spec.plan.tier_interval("durable") == 20
+    assert JobPlan(spec).tier_interval("durable") == 20
 
 
 @pytest.mark.parametrize(
@@ -272,7 +273,7 @@ def test_default_tier_dirs(tier: TierConfig, expected: str) -> None:
 
 def test_a_tier_named_in_checkpoint_dirs_uses_that_directory(spec_factory) -> None:
     spec = spec_factory(checkpoint_dirs={"durable": "/fsx/teams/research/ckpt/x"})
-    assert (spec.plan.tier_dir("fast"), spec.plan.tier_dir("durable")) == (
+    assert (JobPlan(spec).tier_dir("fast"), JobPlan(spec).tier_dir("durable")) == (
         "/dev/shm/hptrain-ckpt",
         "/fsx/teams/research/ckpt/x",
     )
@@ -283,8 +284,11 @@ def test_auto_storage_follows_the_clusters_tiered_storage(
     spec_factory, tiered_storage: bool, storage: str
 ) -> None:
     spec = spec_factory(tiered_storage=tiered_storage)
-    assert (spec.plan.tier_storage("fast"), spec.plan.tier_storage("durable")) == (storage, "local")
-    assert spec.plan.managed_storage is tiered_storage
+    assert (JobPlan(spec).tier_storage("fast"), JobPlan(spec).tier_storage("durable")) == (
+        storage,
+        "local",
+    )
+    assert JobPlan(spec).managed_storage is tiered_storage
 
 
 @pytest.mark.parametrize(
@@ -301,13 +305,13 @@ def test_the_batch_follows_the_world_of_the_instance_type(
     spec_factory, instance_type: str, nodes: int, world: int, batch: int
 ) -> None:
     spec = spec_factory(instance_type=instance_type, nodes=nodes)
-    assert (spec.plan.world_size, spec.plan.global_batch_size) == (world, batch)
+    assert (JobPlan(spec).world_size, JobPlan(spec).global_batch_size) == (world, batch)
 
 
 def test_a_world_the_presets_sharding_cannot_split_is_one_line(
     spec_factory, eight_rank_preset: str
 ) -> None:
-    assert spec_factory(preset=eight_rank_preset, nodes=1).plan.world_size == 8
+    assert JobPlan(spec_factory(preset=eight_rank_preset, nodes=1)).world_size == 8
     with pytest.raises(ValidationError) as caught:
         spec_factory(preset=eight_rank_preset, nodes=2)
     (error,) = caught.value.errors()

@@ -25,6 +25,7 @@ from config.teams import (
     team_directory,
     team_runs_directory,
 )
+from hpctl.job.plan import JobPlan
 from hpctl.job.render import render_job
 from platform_constructs.eks_fsx_volume import FsxStaticVolume, LustreFileSystem
 from platform_constructs.team_workspace import directory_job, directory_script
@@ -183,8 +184,8 @@ def test_a_job_creates_its_directories_and_they_stay_its_teams(team: str) -> Non
     tree = full_tree()
     job = make_spec(team=team)
     process = pod_process(team)
-    durable = job.plan.tier_dir("durable")
-    for path in (job.plan.out_dir, durable):
+    durable = JobPlan(job).tier_dir("durable")
+    for path in (JobPlan(job).out_dir, durable):
         assert make_directory(tree, path, process), path
         # setgid: what the job creates belongs to the team's group, setgid in turn.
         assert tree[path].gid == team_gid(team)
