@@ -149,7 +149,10 @@ class MemmapTokenSource:
         for f in files:
             if os.path.getsize(f) == 0:
                 continue  # too short for a sample like any other, but mmap refuses it
-            m = np.memmap(f, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
+            try:
+                m = np.memmap(f, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
+            except PermissionError as e:
+                raise DataError(f"cannot read token shard {f} ({e.strerror})") from None
             n = _shard_samples(len(m), seq_len)
             if n == 0:
                 continue

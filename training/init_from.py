@@ -89,6 +89,11 @@ def _read_text(path: str) -> str | None:
             return f.read()
     except FileNotFoundError:
         return None
+    except (PermissionError, IsADirectoryError, UnicodeDecodeError) as e:
+        raise InitFromError(
+            f"training.init_from: cannot read {path} ({getattr(e, 'strerror', None) or e}); "
+            "give a checkpoint directory this job may read"
+        ) from None
 
 
 def _exists(path: str) -> bool:

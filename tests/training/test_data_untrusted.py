@@ -143,3 +143,17 @@ def test_tokens_past_the_vocabulary_stop_the_job_without_a_retry(tmp_path: Path)
         ">= model.vocab_size=1024; set model.vocab_size to the tokenizer's "
         "vocabulary (at least 5001)"
     )
+
+
+def test_a_shard_that_cannot_be_read_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(str(tmp_path / "a.bin"), np.arange(2 * SEQ + 1))
+
+    def denied(path: str, **_: object) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(np, "memmap", denied)
+    with pytest.raises(DataError) as caught:
+        memmap(tmp_path)
+    assert str(caught.value) == f"cannot read token shard {tmp_path / 'a.bin'} (Permission denied)"

@@ -311,3 +311,9 @@ def test_a_corrupt_shard_stops_the_job_without_a_retry(tmp_path: Path) -> None:
     assert (launcher["restarts"], launcher["attempts"][0]["outcome"]) == (0, "bad_input")
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("error: rank ") and f"{shard} is not a readable safetensors" in line
+
+
+def test_a_config_json_that_cannot_be_read_is_one_line(ckpt: Path) -> None:
+    (ckpt / CONFIG_FILE).unlink()
+    (ckpt / CONFIG_FILE).mkdir()
+    assert f"cannot read {ckpt / CONFIG_FILE} (Is a directory)" in refusal(ckpt)
