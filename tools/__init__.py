@@ -3,7 +3,8 @@
 
 - `torch_api`: the torch names and keywords the training package uses, checked against the
   installed torch or, read from source, against the training image's release (`torch_source`).
-- `observability_check`: the alert rules and dashboards held to the metric catalogue.
+- `observability_check`: the alert rules and dashboards held to the metric catalogue
+  (`promql_check`, `rule_check`, `dashboard_check`).
 """
 
 from __future__ import annotations
