@@ -78,21 +78,24 @@ def _join(location: str, name: str) -> str:
 
 
 def _read_text(path: str) -> str | None:
-    if s3.is_s3(path):
-        bucket, key = s3.split_url(path)
-        try:
-            return s3.read_object(bucket, key).decode()
-        except s3.client().exceptions.NoSuchKey:
-            return None
+    """The text of `path`, None where it does not exist; one line where it cannot be read."""
     try:
+        if s3.is_s3(path):
+            return s3.read_object(*s3.split_url(path)).decode()
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
         return None
-    except (PermissionError, IsADirectoryError, UnicodeDecodeError) as e:
+    except Exception as e:
+        code = s3.error_code(e)
+        if code in ("NoSuchKey", "404"):
+            return None
+        unreadable = (PermissionError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError)
+        if not isinstance(e, unreadable) and not s3.is_missing(e):
+            raise  # the network: another attempt may succeed
         raise InitFromError(
-            f"training.init_from: cannot read {path} ({getattr(e, 'strerror', None) or e}); "
-            "give a checkpoint directory this job may read"
+            f"training.init_from: cannot read {path} ({code or getattr(e, 'strerror', None) or e}"
+            "); give a checkpoint directory this job may read"
         ) from None
 
 

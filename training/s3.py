@@ -63,12 +63,16 @@ def object_size(bucket: str, key: str) -> int:
     return int(client().head_object(Bucket=bucket, Key=key)["ContentLength"])
 
 
+def error_code(error: Exception) -> str:
+    """S3's error code in a botocore ClientError (``NoSuchKey``, ``403``, ...), else ""."""
+    response = getattr(error, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
 def is_missing(error: Exception) -> bool:
     """True for S3's answer that an object does not exist (or may not be read): asking again
     gets the same answer."""
-    response = getattr(error, "response", None)
-    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-    return code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied")
+    return error_code(error) in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied")
 
 
 def read_object(bucket: str, key: str) -> bytes:

@@ -317,3 +317,17 @@ def test_a_config_json_that_cannot_be_read_is_one_line(ckpt: Path) -> None:
     (ckpt / CONFIG_FILE).unlink()
     (ckpt / CONFIG_FILE).mkdir()
     assert f"cannot read {ckpt / CONFIG_FILE} (Is a directory)" in refusal(ckpt)
+
+
+def test_a_location_that_is_a_file_is_one_line(ckpt: Path) -> None:
+    assert f"cannot read {ckpt / CONFIG_FILE / INDEX_FILE} (Not a directory)" in refusal(
+        ckpt / CONFIG_FILE
+    )
+
+
+def test_an_s3_index_that_is_not_text_is_one_line(pretrained: Path, s3_server: S3Server) -> None:
+    url = s3_server.upload_dir(pretrained, "weights/binary-index")
+    s3.client().put_object(
+        Bucket=s3_server.bucket, Key=f"weights/binary-index/{INDEX_FILE}", Body=b"\xff\xfe\x00"
+    )
+    assert f"cannot read {url}/{INDEX_FILE} (" in refusal(url)
