@@ -16,6 +16,7 @@ A flag set to anything but its recommended value needs a reason in NON_RECOMMEND
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -71,8 +72,10 @@ NON_RECOMMENDED: dict[str, str] = {
 }
 
 
+@functools.cache
 def recommended_by_cdk_init() -> dict[str, Any]:
-    """The context `cdk init` writes for the installed aws-cdk-lib."""
+    """The context `cdk init` writes for the installed aws-cdk-lib (read once: finding it
+    means decompressing most of a 38 MB bundle; callers only read it)."""
     spec = importlib.util.find_spec("aws_cdk")
     assert spec is not None and spec.submodule_search_locations
     version = importlib.metadata.version("aws-cdk-lib")
