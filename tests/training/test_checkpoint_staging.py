@@ -78,6 +78,26 @@ def test_every_checkpoint_commits_where_torch_closes_its_stager(
     assert manager.last_committed_step == {"fast": 3}
 
 
+def test_staged_tensors_share_one_arena_but_each_has_storage_of_its_own_size(
+    world_of_one: None,
+) -> None:
+    # DCP's writer clones a tensor whose storage is larger than itself (torch.save would
+    # write the whole storage): views of one arena would be copied again at every write.
+    app = appstate.build()
+    stager = StateStager(torch.device("cpu"))
+    try:
+        stager.allocate(appstate.state_dict(app)).result()
+        staged = stager.stage(appstate.state_dict(app))[1].result()
+        assert stager._arena is not None
+        start = stager._arena.data_ptr()
+        for _, tensor in iter_tensors(staged):
+            local = tensor._local_tensor if isinstance(tensor, DTensor) else tensor
+            assert local.untyped_storage().nbytes() == local.nbytes
+            assert start <= local.data_ptr() < start + stager.arena_bytes
+    finally:
+        stager.close()
+
+
 def test_stager_reuses_its_buffers_and_copies_the_state_as_of_the_stage(
     world_of_one: None,
 ) -> None:

@@ -387,14 +387,15 @@ class CheckpointManager:
             self._discard(tmp)
             raise CheckpointFailedError(error)
         commit_s = time.perf_counter() - started
+        if self.rank == 0 or (tier.node_local and self.local_rank == 0):
+            prune(tier.root, tier.name, tier.keep)  # keep-last-k, after the commit point
         self._plan_interval(tier_name, commit_s)
         digests = getattr(writer, "digests", None)
         written = sum(d.size for d in digests.values()) if digests is not None else 0
         return commit_s, written
 
     def _plan_interval(self, tier: str, commit_s: float) -> None:
-        """Rank 0 judges the tier's interval from this commit (interval.py); an auto tier's
-        new one goes to every rank, applied at its next save."""
+        """Rank 0 judges the interval (interval.py); an auto one goes to every rank."""
         interval, line = self.intervals.committed(tier, commit_s)
         if line is not None:
             warn(line)
@@ -442,7 +443,6 @@ class CheckpointManager:
                 if meta is not None:
                     write_bytes_durably(tmp / DCP_METADATA, meta)
                 commit_dir(tmp, final, manifest)
-                prune(tier.root, tier.name, tier.keep)
             except (OSError, ValueError) as e:
                 error = f"rank {self.rank}: commit of node {self.node}'s copy: {e!r}"
         return self._agree(error)
@@ -482,7 +482,6 @@ class CheckpointManager:
                     write_bytes_durably(tmp / DCP_METADATA, node_meta)
                     manifest = per_node[self.node][0]
             commit_dir(tmp, final, manifest)
-            prune(tier.root, tier.name, tier.keep)
         except Exception as e:  # noqa: BLE001 - sent to every rank
             return [None, f"commit on rank 0: {first_line(e)}"]
         return [per_node, None]

@@ -57,6 +57,19 @@ def iter_tensors(obj: Any, path: Path_ = ()) -> Iterator[tuple[Path_, torch.Tens
             yield from iter_tensors(v, (*path, i))
 
 
+def _arena_slice(
+    arena: torch.Tensor, offset: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """Bytes [offset, offset + nbytes) of the uint8 `arena`, no copy, as a tensor whose
+    storage is those bytes only. A plain view's storage is the whole arena, and DCP's writer
+    clones every tensor whose storage is larger than itself (torch.save would write the
+    whole storage): a second copy of the whole state, into fresh memory, every checkpoint."""
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    window = memoryview(arena.numpy()).cast("B")[offset : offset + nbytes]
+    return torch.frombuffer(window, dtype=dtype).view(shape)
+
+
 def _settle(done: Future[None], source: Future[Any]) -> None:
     """Completes `done` the way `source` completed (its exception, else None)."""
     error = source.exception()
@@ -130,7 +143,7 @@ class StateStager:
             arena.zero_()  # faults the pages in now, not during the first checkpoint's copy
         for (path, shape, dtype), off in zip(specs, offsets, strict=True):
             n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-            self._buffers[path] = arena[off : off + n].view(dtype).view(shape)
+            self._buffers[path] = _arena_slice(arena, off, n, dtype, shape)
         self._arena = arena
         self.arena_bytes = total
         return time.perf_counter() - t0
