@@ -59,6 +59,14 @@ class PlatformAlarms(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.rules: dict[str, events.Rule] = {}
 
+        self._hyperpod_events(topic, notify)
+        self._fsx_capacity_alarm(
+            file_system_id, file_system_capacity_gib, fsx_free_percent, notify=notify
+        )
+        self._nat_port_alarms(nat_gateway_ids, notify=notify)
+        self._control_plane_alarms(eks_cluster_name, notify=notify)
+
+    def _hyperpod_events(self, topic: sns.ITopic, notify: actions.SnsAction) -> None:
         # Each environment has its own account, so the account's HyperPod events are this
         # cluster's; the documented examples disagree on the ARN form in `resources`
         # (cluster name or id), so the rules do not filter on it.
@@ -93,6 +101,15 @@ class PlatformAlarms(Construct):
             "replacements) in the last five minutes",
             notify=notify,
         )
+
+    def _fsx_capacity_alarm(
+        self,
+        file_system_id: str,
+        file_system_capacity_gib: int,
+        fsx_free_percent: int,
+        *,
+        notify: actions.SnsAction,
+    ) -> None:
         self._alarm(
             "FsxFreeCapacity",
             cloudwatch.Metric(
@@ -109,6 +126,10 @@ class PlatformAlarms(Construct):
             f"{file_system_capacity_gib} GiB free: checkpoints and datasets will fail to write",
             notify=notify,
         )
+
+    def _nat_port_alarms(
+        self, nat_gateway_ids: Mapping[str, str], *, notify: actions.SnsAction
+    ) -> None:
         for az, gateway in sorted(nat_gateway_ids.items()):
             self._alarm(
                 f"NatPortAllocation-{az}",
@@ -124,6 +145,8 @@ class PlatformAlarms(Construct):
                 description=f"The NAT gateway in {az} could not allocate a source port",
                 notify=notify,
             )
+
+    def _control_plane_alarms(self, eks_cluster_name: str, *, notify: actions.SnsAction) -> None:
         self._alarm(
             "ApiServer5xx",
             cloudwatch.Metric(

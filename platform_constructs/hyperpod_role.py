@@ -68,17 +68,8 @@ class HyperPodExecutionRole(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
         network_interfaces = stack.format_arn(
             service="ec2", resource="network-interface", resource_name="*"
-        )
-        in_this_vpc = {"StringEquals": {"ec2:Vpc": vpc_arn}}
-        subnet_arns = [
-            stack.format_arn(service="ec2", resource="subnet", resource_name=s.subnet_id)
-            for s in subnets
-        ]
-        security_group_arn = stack.format_arn(
-            service="ec2", resource="security-group", resource_name=security_group.security_group_id
         )
         instances = stack.format_arn(
             service="ec2", resource="instance", resource_name="*", account="*"
@@ -86,90 +77,17 @@ class HyperPodExecutionRole(Construct):
         repositories = stack.format_arn(
             service="ecr", resource="repository", resource_name="*", account="*"
         )
-
         statements = [
-            # HyperPod attaches each node to the VPC through an ENI it creates in a cluster
-            # subnet with the cluster security group.
-            iam.PolicyStatement(
-                sid="CreateNodeInterfaces",
-                actions=["ec2:CreateNetworkInterface"],
-                resources=[network_interfaces, security_group_arn, *subnet_arns],
-                conditions=in_this_vpc,
+            *_network_statements(
+                stack,
+                vpc=vpc,
+                subnets=subnets,
+                security_group=security_group,
+                network_interfaces=network_interfaces,
+                instances=instances,
             ),
-            # The VPC CNI assigns pod addresses on the node's ENI and attaches further ENIs;
-            # HyperPod shares the ENI with its own account and removes it with the node.
-            # Only ENIs in this VPC.
-            iam.PolicyStatement(
-                sid="ManageNodeInterfaces",
-                actions=[
-                    "ec2:AssignPrivateIpAddresses",
-                    "ec2:AttachNetworkInterface",
-                    "ec2:UnassignPrivateIpAddresses",
-                    "ec2:CreateNetworkInterfacePermission",
-                    "ec2:DeleteNetworkInterfacePermission",
-                    "ec2:DeleteNetworkInterface",
-                    "ec2:DetachNetworkInterface",
-                    "ec2:ModifyNetworkInterfaceAttribute",
-                    "ec2:CreateTags",
-                ],
-                resources=[network_interfaces],
-                conditions=in_this_vpc,
-            ),
-            # Attach, detach and attribute changes also name the instance (owned by
-            # HyperPod's service account, so no account can be pinned) and may set the
-            # cluster group; the ENI half of the authorization above still limits them to
-            # this VPC.
-            iam.PolicyStatement(
-                sid="NodeInterfaceAttachments",
-                actions=[
-                    "ec2:AttachNetworkInterface",
-                    "ec2:DetachNetworkInterface",
-                    "ec2:ModifyNetworkInterfaceAttribute",
-                ],
-                resources=[instances, security_group_arn],
-            ),
-            # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
-            # on each node reads its instance, the instance type's ENI and address limits
-            # (it has no built-in figures for ml.* types) and ENI tags: AWS's HyperPod
-            # templates grant exactly these (aws/sagemaker-hyperpod-cluster-setup
-            # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy; awsome-distributed-
-            # training hyperpod-eks-tf sagemaker_iam_role eks_cni_policy).
-            iam.PolicyStatement(
-                sid="DescribeNetwork",
-                actions=[
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups",
-                    "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions",
-                    "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeTags",
-                ],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
-            ),
-            # Container images: add-on images come from AWS-owned registries in other
-            # accounts, training images from this account; all in this region.
-            iam.PolicyStatement(
-                sid="PullImages",
-                actions=[
-                    "ecr:BatchGetImage",
-                    "ecr:GetDownloadUrlForLayer",
-                    "ecr:BatchCheckLayerAvailability",
-                ],
-                resources=[repositories],
-            ),
-            iam.PolicyStatement(
-                sid="RegistryLogin",
-                actions=["ecr:GetAuthorizationToken"],
-                resources=["*"],
-            ),
-            # The Pod Identity agent on each node exchanges pod credentials for this cluster.
-            iam.PolicyStatement(
-                sid="PodIdentity",
-                actions=["eks-auth:AssumeRoleForPodIdentity"],
-                resources=[eks_cluster_arn],
+            *_image_and_identity_statements(
+                repositories=repositories, eks_cluster_arn=eks_cluster_arn
             ),
         ]
 
@@ -232,6 +150,121 @@ class HyperPodExecutionRole(Construct):
             "and metrics under /aws/sagemaker/Clusters, Session Manager channels).",
             finding=f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLUSTER_INSTANCE_ROLE_POLICY}",
         )
+
+
+def _network_statements(
+    stack: cdk.Stack,
+    *,
+    vpc: ec2.IVpc,
+    subnets: Sequence[ec2.ISubnet],
+    security_group: ec2.ISecurityGroup,
+    network_interfaces: str,
+    instances: str,
+) -> list[iam.PolicyStatement]:
+    """The node's ENIs (HyperPod's and the VPC CNI's), limited to this VPC, and the
+    Describe calls the VPC CNI makes."""
+    vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+    in_this_vpc = {"StringEquals": {"ec2:Vpc": vpc_arn}}
+    subnet_arns = [
+        stack.format_arn(service="ec2", resource="subnet", resource_name=s.subnet_id)
+        for s in subnets
+    ]
+    security_group_arn = stack.format_arn(
+        service="ec2", resource="security-group", resource_name=security_group.security_group_id
+    )
+    return [
+        # HyperPod attaches each node to the VPC through an ENI it creates in a cluster
+        # subnet with the cluster security group.
+        iam.PolicyStatement(
+            sid="CreateNodeInterfaces",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[network_interfaces, security_group_arn, *subnet_arns],
+            conditions=in_this_vpc,
+        ),
+        # The VPC CNI assigns pod addresses on the node's ENI and attaches further ENIs;
+        # HyperPod shares the ENI with its own account and removes it with the node.
+        # Only ENIs in this VPC.
+        iam.PolicyStatement(
+            sid="ManageNodeInterfaces",
+            actions=[
+                "ec2:AssignPrivateIpAddresses",
+                "ec2:AttachNetworkInterface",
+                "ec2:UnassignPrivateIpAddresses",
+                "ec2:CreateNetworkInterfacePermission",
+                "ec2:DeleteNetworkInterfacePermission",
+                "ec2:DeleteNetworkInterface",
+                "ec2:DetachNetworkInterface",
+                "ec2:ModifyNetworkInterfaceAttribute",
+                "ec2:CreateTags",
+            ],
+            resources=[network_interfaces],
+            conditions=in_this_vpc,
+        ),
+        # Attach, detach and attribute changes also name the instance (owned by
+        # HyperPod's service account, so no account can be pinned) and may set the
+        # cluster group; the ENI half of the authorization above still limits them to
+        # this VPC.
+        iam.PolicyStatement(
+            sid="NodeInterfaceAttachments",
+            actions=[
+                "ec2:AttachNetworkInterface",
+                "ec2:DetachNetworkInterface",
+                "ec2:ModifyNetworkInterfaceAttribute",
+            ],
+            resources=[instances, security_group_arn],
+        ),
+        # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
+        # on each node reads its instance, the instance type's ENI and address limits
+        # (it has no built-in figures for ml.* types) and ENI tags: AWS's HyperPod
+        # templates grant exactly these (aws/sagemaker-hyperpod-cluster-setup
+        # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy; awsome-distributed-
+        # training hyperpod-eks-tf sagemaker_iam_role eks_cni_policy).
+        iam.PolicyStatement(
+            sid="DescribeNetwork",
+            actions=[
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeVpcs",
+                "ec2:DescribeDhcpOptions",
+                "ec2:DescribeInstances",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeTags",
+            ],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+        ),
+    ]
+
+
+def _image_and_identity_statements(
+    *, repositories: str, eks_cluster_arn: str
+) -> list[iam.PolicyStatement]:
+    """Container image pulls and the Pod Identity agent's credential exchange."""
+    return [
+        # Container images: add-on images come from AWS-owned registries in other
+        # accounts, training images from this account; all in this region.
+        iam.PolicyStatement(
+            sid="PullImages",
+            actions=[
+                "ecr:BatchGetImage",
+                "ecr:GetDownloadUrlForLayer",
+                "ecr:BatchCheckLayerAvailability",
+            ],
+            resources=[repositories],
+        ),
+        iam.PolicyStatement(
+            sid="RegistryLogin",
+            actions=["ecr:GetAuthorizationToken"],
+            resources=["*"],
+        ),
+        # The Pod Identity agent on each node exchanges pod credentials for this cluster.
+        iam.PolicyStatement(
+            sid="PodIdentity",
+            actions=["eks-auth:AssumeRoleForPodIdentity"],
+            resources=[eks_cluster_arn],
+        ),
+    ]
 
 
 @jsii.implements(cdk.IAspect)

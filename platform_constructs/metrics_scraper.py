@@ -144,7 +144,21 @@ class TrainingMetricsScraper(Construct):
             raise ValueError("a managed collector needs subnets in at least two Availability Zones")
         stack = cdk.Stack.of(self)
 
-        self.security_group = ec2.SecurityGroup(
+        self.security_group = self._security_group(vpc, pod_security_group, api_security_group)
+        self.source_role, self.target_role, become_target = self._roles(stack, workspace_arn)
+        self.scraper = self._scraper(cluster_arn, workspace_arn, subnets, scrape_interval_s)
+        # The source role's policy (a resource of its own) exists before the service uses it;
+        # the roles themselves are referenced above.
+        if become_target.policy_dependable is not None:
+            self.scraper.node.add_dependency(become_target.policy_dependable)
+
+    def _security_group(
+        self,
+        vpc: ec2.IVpc,
+        pod_security_group: ec2.ISecurityGroup,
+        api_security_group: ec2.ISecurityGroup,
+    ) -> ec2.SecurityGroup:
+        security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
@@ -152,19 +166,25 @@ class TrainingMetricsScraper(Construct):
             allow_all_outbound=False,
         )
         # Egress here and the mirrored ingress on the peer's group, both in this stack.
-        self.security_group.connections.allow_to(
+        security_group.connections.allow_to(
             pod_security_group, METRICS_TCP, "Managed Prometheus collector to trainer metrics"
         )
-        self.security_group.connections.allow_to(
+        security_group.connections.allow_to(
             api_security_group, HTTPS, "Managed Prometheus collector to the Kubernetes API"
         )
         # Both egress rules are separate resources (their peers are groups), which leaves the
         # group without an inline egress rule, and then EC2 keeps its default allow-all egress.
         # CDK's own match-nothing rule, inline, removes that default.
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             ec2.Peer.ipv4(NO_TRAFFIC_CIDR), NO_TRAFFIC_PORT, "Disallow all other traffic"
         )
+        return security_group
 
+    def _roles(
+        self, stack: cdk.Stack, workspace_arn: str
+    ) -> tuple[iam.Role, iam.Role, iam.AddToPrincipalPolicyResult]:
+        """The source role the service assumes, the target role that writes to the
+        workspace, and the source role's grant to assume the target role."""
         # The CMK workspace's role configuration: trust limited to this account's scrapers.
         scrapers = stack.format_arn(
             service="aps",
@@ -172,7 +192,7 @@ class TrainingMetricsScraper(Construct):
             resource_name="*",
             arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
         )
-        self.source_role = iam.Role(
+        source_role = iam.Role(
             self,
             "SourceRole",
             assumed_by=iam.ServicePrincipal(SCRAPER_SERVICE).with_conditions(
@@ -183,10 +203,10 @@ class TrainingMetricsScraper(Construct):
             ),
             description="Managed Prometheus collector of trainer metrics (source role)",
         )
-        self.target_role = iam.Role(
+        target_role = iam.Role(
             self,
             "TargetRole",
-            assumed_by=iam.ArnPrincipal(self.source_role.role_arn).with_conditions(
+            assumed_by=iam.ArnPrincipal(source_role.role_arn).with_conditions(
                 {"StringLike": {"sts:ExternalId": scrapers}}
             ),
             description="Managed Prometheus collector of trainer metrics: remote write",
@@ -198,11 +218,19 @@ class TrainingMetricsScraper(Construct):
                 )
             },
         )
-        become_target = self.source_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[self.target_role.role_arn])
+        become_target = source_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[target_role.role_arn])
         )
+        return source_role, target_role, become_target
 
-        self.scraper = aps.CfnScraper(
+    def _scraper(
+        self,
+        cluster_arn: str,
+        workspace_arn: str,
+        subnets: Sequence[ec2.ISubnet],
+        scrape_interval_s: int,
+    ) -> aps.CfnScraper:
+        return aps.CfnScraper(
             self,
             "Resource",
             alias="training-metrics",
@@ -226,7 +254,3 @@ class TrainingMetricsScraper(Construct):
                 target_role_arn=self.target_role.role_arn,
             ),
         )
-        # The source role's policy (a resource of its own) exists before the service uses it;
-        # the roles themselves are referenced above.
-        if become_target.policy_dependable is not None:
-            self.scraper.node.add_dependency(become_target.policy_dependable)

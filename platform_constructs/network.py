@@ -39,7 +39,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from config.capacity import NetworkLayout
 from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
@@ -248,19 +248,7 @@ class ClusterNetwork(Construct):
         if egress == "closed" and (nat_gateways or https_egress_cidrs):
             raise ValueError("egress 'closed' takes no NAT gateways and no HTTPS egress CIDRs")
 
-        self.vpc = ec2.Vpc(
-            self,
-            "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(str(layout.vpc_cidr)),
-            availability_zones=availability_zones,
-            # No subnets, gateways or NAT from ec2.Vpc (it names subnets by list position):
-            # they are built below, keyed by AZ name.
-            subnet_configuration=[],
-            nat_gateways=0,
-            # Strips the default security group's rules (custom resource): nothing should
-            # ever fall back to it.
-            restrict_default_security_group=True,
-        )
+        self.vpc = self._vpc(layout, availability_zones)
         restrict_provider = stack.node.try_find_child(RESTRICT_DEFAULT_SG_PROVIDER_ID)
         if restrict_provider is not None:
             ignore_redundant_role_dependency(restrict_provider.node.try_find_child("Handler"))
@@ -270,21 +258,7 @@ class ClusterNetwork(Construct):
         self.nat_availability_zones: list[str] = []
         self.nat_gateways: dict[str, ec2.CfnNatGateway] = {}
         if egress == "nat":
-            # Under the VPC construct, with the IDs ec2.Vpc gives them: the same logical IDs
-            # (and Name tag) as a VPC that ec2.Vpc wired itself.
-            gateway = ec2.CfnInternetGateway(self.vpc, "IGW")
-            attachment = ec2.CfnVPCGatewayAttachment(
-                self.vpc, "VPCGW", vpc_id=self.vpc.vpc_id, internet_gateway_id=gateway.ref
-            )
-            self.internet_gateway = gateway
-            self.public_subnets = {
-                az: self._public_subnet(az, layout.public[az], gateway, attachment)
-                for az in availability_zones
-            }
-            self.nat_availability_zones = nat_availability_zones(availability_zones, nat_gateways)
-            self.nat_gateways = {
-                az: self.public_subnets[az].add_nat_gateway() for az in self.nat_availability_zones
-            }
+            self._public_egress(layout, availability_zones, nat_gateways)
         # No default route, whatever the egress: the control-plane ENIs, endpoints, the
         # kubectl handler and the admin host talk to the VPC and its endpoints only.
         self.infra_subnets: dict[str, ec2.ISubnet] = {
@@ -307,7 +281,61 @@ class ClusterNetwork(Construct):
             [str(layout.cluster_cidr)] if layout.cluster_cidr is not None else []
         )
         self.endpoint_security_group = self._endpoint_security_group()
-        self.s3_gateway_endpoint = self.vpc.add_gateway_endpoint(
+        self.s3_gateway_endpoint = self._s3_gateway_endpoint()
+        self.interface_endpoints = self._interface_endpoints(interface_endpoints)
+        self._limit_endpoints(stack)
+
+        # One key for this stack's log groups (flow logs, the prefix-list lookup's logs).
+        self.log_key = log_key(self, "LogKey", removal_policy=removal_policy)
+        self.flow_log_group = self._log_group(
+            "FlowLogGroup", flow_log_retention_days, removal_policy
+        )
+        self.flow_log = self._flow_log(stack, self.flow_log_group)
+
+        self.s3_prefix_list_id = self._s3_prefix_list_id(
+            stack, self._log_group("S3PrefixListLogGroup", flow_log_retention_days, removal_policy)
+        )
+        if restrict_provider is not None:
+            self._log_restrict_provider(restrict_provider, flow_log_retention_days, removal_policy)
+        self.efa_security_group = self._efa_security_group(https_egress_cidrs)
+
+    def _vpc(self, layout: NetworkLayout, availability_zones: list[str]) -> ec2.Vpc:
+        return ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(str(layout.vpc_cidr)),
+            availability_zones=availability_zones,
+            # No subnets, gateways or NAT from ec2.Vpc (it names subnets by list position):
+            # they are built below, keyed by AZ name.
+            subnet_configuration=[],
+            nat_gateways=0,
+            # Strips the default security group's rules (custom resource): nothing should
+            # ever fall back to it.
+            restrict_default_security_group=True,
+        )
+
+    def _public_egress(
+        self, layout: NetworkLayout, availability_zones: list[str], nat_gateways: int
+    ) -> None:
+        """The internet gateway, a public subnet per AZ and the NAT gateways (egress "nat")."""
+        # Under the VPC construct, with the IDs ec2.Vpc gives them: the same logical IDs
+        # (and Name tag) as a VPC that ec2.Vpc wired itself.
+        gateway = ec2.CfnInternetGateway(self.vpc, "IGW")
+        attachment = ec2.CfnVPCGatewayAttachment(
+            self.vpc, "VPCGW", vpc_id=self.vpc.vpc_id, internet_gateway_id=gateway.ref
+        )
+        self.internet_gateway = gateway
+        self.public_subnets = {
+            az: self._public_subnet(az, layout.public[az], gateway, attachment)
+            for az in availability_zones
+        }
+        self.nat_availability_zones = nat_availability_zones(availability_zones, nat_gateways)
+        self.nat_gateways = {
+            az: self.public_subnets[az].add_nat_gateway() for az in self.nat_availability_zones
+        }
+
+    def _s3_gateway_endpoint(self) -> ec2.GatewayVpcEndpoint:
+        return self.vpc.add_gateway_endpoint(
             "S3Endpoint",
             service=ec2.GatewayVpcEndpointAwsService.S3,
             # Every private route table: node and handler traffic to S3 never crosses NAT.
@@ -317,7 +345,9 @@ class ClusterNetwork(Construct):
                 )
             ],
         )
-        self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {
+
+    def _interface_endpoints(self, services: Sequence[str]) -> dict[str, ec2.InterfaceVpcEndpoint]:
+        return {
             service: ec2.InterfaceVpcEndpoint(
                 self,
                 endpoint_construct_id(service),
@@ -329,27 +359,21 @@ class ClusterNetwork(Construct):
                 open=False,
                 private_dns_enabled=True,
             )
-            for service in interface_endpoints
+            for service in services
         }
 
-        self._limit_endpoints(stack)
-
-        # One key for this stack's log groups (flow logs, the prefix-list lookup's logs).
-        self.log_key = log_key(self, "LogKey", removal_policy=removal_policy)
-        self.flow_log_group = self._log_group(
-            "FlowLogGroup", flow_log_retention_days, removal_policy
-        )
-        self.flow_log = ec2.FlowLog(
+    def _flow_log(self, stack: cdk.Stack, log_group: logs.LogGroup) -> ec2.FlowLog:
+        flow_log = ec2.FlowLog(
             self,
             "FlowLog",
             resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
-            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
         # The delivery role trusts VPC Flow Logs for this account's flow logs only (the
         # confused-deputy conditions of the VPC User Guide's "IAM role for publishing flow
         # logs to CloudWatch Logs"); set on CDK's own role, which keeps its logical ID.
-        flow_log_role = self.flow_log.iam_role
+        flow_log_role = flow_log.iam_role
         if flow_log_role is None:
             raise ValueError("the CloudWatch Logs flow log has a delivery role")
         default_resource(flow_log_role, iam.CfnRole).add_property_override(
@@ -363,24 +387,21 @@ class ClusterNetwork(Construct):
                 },
             },
         )
+        return flow_log
 
-        self.s3_prefix_list_id = self._s3_prefix_list_id(
-            stack, self._log_group("S3PrefixListLogGroup", flow_log_retention_days, removal_policy)
-        )
+    def _log_restrict_provider(
+        self, provider: IConstruct, retention_days: int, removal_policy: cdk.RemovalPolicy
+    ) -> None:
         # The provider stripping the default security group logs with the others: its
         # construct (CDK's singleton, one per stack) takes no log group.
-        if restrict_provider is not None:
-            handler = restrict_provider.node.find_child("Handler")
-            if not isinstance(handler, cdk.CfnResource):
-                raise TypeError(f"{handler.node.path}: expected the provider's function resource")
-            if not has_log_group(handler):
-                log_to(
-                    handler,
-                    self._log_group(
-                        "RestrictDefaultSgLogGroup", flow_log_retention_days, removal_policy
-                    ),
-                )
-        self.efa_security_group = self._efa_security_group(https_egress_cidrs)
+        handler = provider.node.find_child("Handler")
+        if not isinstance(handler, cdk.CfnResource):
+            raise TypeError(f"{handler.node.path}: expected the provider's function resource")
+        if not has_log_group(handler):
+            log_to(
+                handler,
+                self._log_group("RestrictDefaultSgLogGroup", retention_days, removal_policy),
+            )
 
     def _log_group(
         self, construct_id: str, retention_days: int, removal_policy: cdk.RemovalPolicy
