@@ -430,6 +430,11 @@ _METRICS: tuple[Metric, ...] = (
     ),
     _trainer("hptrain_checkpoints_committed_total", Kind.COUNTER, "", "checkpoints committed"),
     _trainer("hptrain_checkpoints_failed_total", Kind.COUNTER, "", "checkpoints that failed"),
+    # The last in-process recovery's phases (training/recovery/record.py), one gauge each.
+    *(
+        _trainer(f"hptrain_recovery_{phase}_seconds", Kind.GAUGE, "seconds", f"{phase} phase")
+        for phase in ("detect", "abort", "rendezvous", "state_transfer", "first_step")
+    ),
 )
 
 METRICS: Final[Mapping[str, Metric]] = MappingProxyType({m.name: m for m in _METRICS})

@@ -92,6 +92,10 @@ class TrainingConfig:
     # start from instead of random weights; "" = random init. Read only when the run has no
     # checkpoint of its own to resume (training/init_from.py).
     init_from: str = ""
+    # FP8 matmuls in the decoder's large linear layers (training/float8.py: torchao's float8
+    # training, FP8 weight all-gathers under FSDP2). Needs GPUs of compute capability 8.9 or
+    # later (H100, H200); refused elsewhere.
+    float8: bool = False
 
 
 @dataclass
@@ -123,6 +127,10 @@ class ParallelConfig:
     # "first:N" (layers 0 to N-1). true/false (the old boolean) read as all/none.
     activation_checkpoint: str = "none"
     compile: bool = False
+    # Where compiled code is kept (Inductor's caches, TORCHINDUCTOR_CACHE_DIR), so a restarted
+    # process loads it instead of compiling again: a node-local directory that outlives the
+    # process (HPTRAIN_COMPILE_CACHE_DIR in a job). "" = torch's default, under /tmp.
+    compile_cache_dir: str = ""
 
 
 @dataclass
@@ -131,6 +139,16 @@ class FaultConfig:
     watchdog_s: float = 600.0
     # After SIGTERM: finish the step, save, exit 0; hard exit if this is exceeded.
     sigterm_grace_s: float = 120.0
+    # What a dead rank costs: "restart" (every rank restarts from a checkpoint tier) or
+    # "in_process" (the others keep their processes and the replacement receives its state
+    # from an HSDP replica, training/recovery; needs parallel.dp_replicate >= 2).
+    recovery: str = "restart"
+    # In-process recovery's bounds, seconds: a collective blocked on a peer that has given up;
+    # a rank silent this long (no heartbeat) while the others vote on a step is dead; the wait
+    # for the replacement to join (its process start included).
+    recovery_collective_s: float = 30.0
+    recovery_silence_s: float = 20.0
+    recovery_rendezvous_s: float = 300.0
 
 
 @dataclass
@@ -228,6 +246,11 @@ class JobConfig:
         if (m.dim // m.n_heads) % 2:
             raise ConfigError("head dim (model.dim / model.n_heads) must be even for RoPE")
         tp = self.parallel.tp
+        if t.float8 and tp > 1:
+            raise ConfigError(
+                f"training.float8=true needs parallel.tp=1 (got {tp}): the tensor-parallel "
+                "plan has no FP8 layouts; set parallel.tp=1 or training.float8=false"
+            )
         if m.n_heads % tp or kv % tp:
             raise ConfigError(
                 f"parallel.tp={tp} must divide model.n_heads={m.n_heads} and the key/value "
@@ -259,6 +282,8 @@ class JobConfig:
         self.checkpoint.validate()
         if self.fault.watchdog_s < 0 or self.fault.sigterm_grace_s <= 0:
             raise ConfigError("fault.watchdog_s must be >= 0 and fault.sigterm_grace_s > 0")
+        if self.fault.recovery not in RECOVERY_MODES:
+            raise ConfigError(f"fault.recovery must be one of {', '.join(RECOVERY_MODES)}")
         port = self.metrics.port
         if port != 0 and not METRICS_PORTS[0] <= port <= METRICS_PORTS[1]:
             raise ConfigError(
@@ -299,6 +324,7 @@ class JobConfig:
         runs the batch it is given: a batch the world does not split is refused, naming the
         one `batch_for_world` picks (what `hpctl job render` passes)."""
         self.check_sharding(world_size)
+        self.check_recovery(world_size)
         batch = self.training.global_batch_size
         replicas = self.data_parallel_size(world_size)
         if batch % replicas:
@@ -330,6 +356,17 @@ class JobConfig:
                 f"{f' x tp={p.tp}' if p.tp > 1 else ''} does not match world size {world_size}"
             )
         return replicate, shard, p.tp
+
+    def check_recovery(self, world_size: int) -> None:
+        """In-process recovery copies a lost shard from another replica of it: the mesh needs
+        a replica dimension."""
+        replicate = self.mesh_shape(world_size)[0]
+        if self.fault.recovery == IN_PROCESS and replicate < 2:
+            raise ConfigError(
+                f"fault.recovery=in_process needs parallel.dp_replicate >= 2 (a replica of every "
+                f"shard to recover from), got {replicate} on {world_size} ranks; set "
+                "parallel.dp_replicate=2 or fault.recovery=restart"
+            )
 
     def check_sharding(self, world_size: int) -> None:
         """The parallel settings split a world of `world_size` ranks (`mesh_shape`)."""
@@ -439,6 +476,10 @@ def output_dirs(cfg: JobConfig, out: Path) -> dict[str, Path]:
     return {"--out": out, **{tier_key(name, "dir"): root for name, root in roots.items()}}
 
 
+# fault.recovery values: a restart from a checkpoint tier, or in-process from a peer replica.
+IN_PROCESS = "in_process"
+RECOVERY_MODES = ("restart", IN_PROCESS)
+
 # data.source values (training/data.py build_source).
 DATA_SOURCES = ("synthetic", "memmap", "s3")
 
@@ -479,6 +520,9 @@ _RANGES: list[tuple[str, float, bool, float | None, bool]] = [
     ("parallel.tp", 1, True, None, False),
     ("fault.watchdog_s", 0, True, None, False),
     ("fault.sigterm_grace_s", 0, False, None, False),
+    ("fault.recovery_collective_s", 0, False, None, False),
+    ("fault.recovery_silence_s", 0, False, None, False),
+    ("fault.recovery_rendezvous_s", 0, False, None, False),
 ]
 _OPTIONAL = {"model.n_kv_heads", "model.ffn_hidden"}
 

@@ -211,8 +211,10 @@ def read_records(out: Path) -> list[AttemptRecord]:
 
 
 def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
-    """Per restart: steps lost (last step reached before the fault minus the resume step) and
-    recovery time (fault, else last progress, to the first step of the next attempt)."""
+    """Per restart: steps lost (last step reached before the fault minus the resume step),
+    recovery time (fault, else last progress, to the first step of the next attempt), the tier
+    it resumed from ("none": from step 0) and its phases: `restart` (the fault to the new
+    attempt's start) and `first_step` (that start to its first step: start-up and resume)."""
     out = []
     ordered = sorted(records, key=lambda r: r.attempt)
     for prev, cur in itertools.pairwise(ordered):
@@ -220,8 +222,16 @@ def recovery_stats(records: list[AttemptRecord]) -> list[dict[str, Any]]:
         # A fault injected during step k means k - 1 steps were complete, even if the last
         # ledger write before the kill did not get out.
         reached = max([prev.last_step] + [int(f["step"]) - 1 for f in prev.faults if "step" in f])
+        phases = {}
+        if fault_unix is not None:
+            phases["restart"] = cur.started_unix - fault_unix
+        if cur.first_step_unix is not None:
+            phases["first_step"] = cur.first_step_unix - cur.started_unix
         out.append(
             {
+                "kind": "restart",
+                "state_source": cur.resumed_from,
+                "phases_s": phases,
                 "attempt": cur.attempt,
                 "failed_at_step": reached,
                 "resumed_step": cur.resumed_step,

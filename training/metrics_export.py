@@ -69,6 +69,17 @@ CHECKPOINTS_COMMITTED: Final = MetricSpec(
 CHECKPOINTS_FAILED: Final = MetricSpec(
     "hptrain_checkpoints_failed_total", "counter", "Checkpoints that failed in this process."
 )
+# The last in-process recovery's seconds per phase (training/recovery/record.py), one
+# gauge each: the catalogue's trainer rows carry no labels of their own.
+RECOVERY_PHASES: Final = ("detect", "abort", "rendezvous", "state_transfer", "first_step")
+RECOVERY_PHASE_SECONDS: Final = {
+    phase: MetricSpec(
+        f"hptrain_recovery_{phase}_seconds",
+        "gauge",
+        f"Seconds of the {phase} phase of the last in-process recovery.",
+    )
+    for phase in RECOVERY_PHASES
+}
 METRICS: Final[tuple[MetricSpec, ...]] = (
     STEP_SECONDS,
     TOKENS_PER_SECOND,
@@ -76,6 +87,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     CHECKPOINT_BLOCKING_SECONDS,
     CHECKPOINTS_COMMITTED,
     CHECKPOINTS_FAILED,
+    *RECOVERY_PHASE_SECONDS.values(),
 )
 
 _COUNTER_SUFFIX: Final = "_total"
@@ -118,6 +130,16 @@ class TrainingMetrics:
         with self._lock:
             self._gauges[CHECKPOINT_BLOCKING_SECONDS.name] = blocking_s
             self._counters[counter.name] += 1
+
+    def record_recovery(self, phases_s: dict[str, float]) -> None:
+        """The phases of the last in-process recovery, replacing the one before."""
+        if not self.publish:
+            return
+        with self._lock:
+            for phase, spec in RECOVERY_PHASE_SECONDS.items():
+                self._gauges.pop(spec.name, None)
+                if phase in phases_s:
+                    self._gauges[spec.name] = phases_s[phase]
 
     # ---- the prometheus_client collector interface ------------------------------------------
 

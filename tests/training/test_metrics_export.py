@@ -70,9 +70,16 @@ def test_serves_the_catalogue_series_over_http(served: TrainingMetrics) -> None:
     served.record_checkpoint(1.5, committed=True)
     served.record_checkpoint(2.5, committed=False)
     served.record_checkpoint(0.5, committed=True)
+    served.record_recovery({"detect": 9.0, "abort": 9.0, "rendezvous": 9.0})
+    # The last recovery's phases replace the one before's, a phase it lacks included.
+    served.record_recovery(
+        {"detect": 2.0, "abort": 0.25, "state_transfer": 1.5, "first_step": 0.75}
+    )
     assert served.port is not None
     samples = _scrape(served.port)
-    assert set(samples) == {s for row in TRAINER_ROWS.values() for s in row.series()}
+    assert set(samples) == {s for row in TRAINER_ROWS.values() for s in row.series()} - {
+        "hptrain_recovery_rendezvous_seconds"
+    }
     assert samples == {
         "hptrain_step_seconds": ("gauge", 0.25),
         "hptrain_tokens_per_second": ("gauge", 32768.0),
@@ -80,6 +87,10 @@ def test_serves_the_catalogue_series_over_http(served: TrainingMetrics) -> None:
         "hptrain_checkpoint_blocking_seconds": ("gauge", 0.5),  # the last checkpoint's
         "hptrain_checkpoints_committed_total": ("counter", 2.0),
         "hptrain_checkpoints_failed_total": ("counter", 1.0),
+        "hptrain_recovery_detect_seconds": ("gauge", 2.0),
+        "hptrain_recovery_abort_seconds": ("gauge", 0.25),
+        "hptrain_recovery_state_transfer_seconds": ("gauge", 1.5),
+        "hptrain_recovery_first_step_seconds": ("gauge", 0.75),
     }
 
 
