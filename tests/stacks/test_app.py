@@ -31,6 +31,12 @@ def cdk_synth(*args: str, outdir: Path, home: Path) -> subprocess.CompletedProce
         "CDK_DISABLE_CLI_TELEMETRY": "true",
         "NPM_CONFIG_LOGLEVEL": "error",
         "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+        # The library code jsii unpacked for this process (no credentials in it): without
+        # it, the fresh HOME makes the first synth unpack aws-cdk-lib again (seconds).
+        "JSII_RUNTIME_PACKAGE_CACHE_ROOT": os.environ.get(
+            "JSII_RUNTIME_PACKAGE_CACHE_ROOT",
+            str(Path.home() / ".cache" / "aws" / "jsii" / "package-cache"),
+        ),
     }
     return subprocess.run(
         [str(BIN / "npx"), "cdk", "synth", *args, "--quiet", "--output", str(outdir)],
