@@ -150,8 +150,23 @@ class AdminHost(Construct):
             service="eks", resource="cluster", resource_name=cluster_name
         )
 
+        self.security_group = self._security_group(vpc, endpoint_security_group, s3_prefix_list_id)
+        bundle = kubectl_bundle()
+        self.tools = s3_assets.Asset(
+            self, "KubectlBundle", path=str(bundle.path), asset_hash=bundle.asset_hash
+        )
+        self.role = self._role(cluster_name)
+        self.instance = self._instance(vpc, subnet, instance_type, stack.region)
+        self.instance_id = self.instance.instance_id
+
+    def _security_group(
+        self,
+        vpc: ec2.IVpc,
+        endpoint_security_group: ec2.ISecurityGroup,
+        s3_prefix_list_id: str,
+    ) -> ec2.SecurityGroup:
         # No ingress rule at all: sessions arrive over the agent's own outbound connection.
-        self.security_group = ec2.SecurityGroup(
+        security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
@@ -159,17 +174,16 @@ class AdminHost(Construct):
             allow_all_outbound=False,
         )
         # Inline (see InlinePrefixList): EC2's default allow-all egress never stays behind.
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             InlinePrefixList(s3_prefix_list_id), HTTPS, "kubectl bundle (S3 gateway endpoint)"
         )
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             endpoint_security_group, HTTPS, "Session Manager and EKS APIs (interface endpoints)"
         )
+        return security_group
 
-        bundle = kubectl_bundle()
-        self.tools = s3_assets.Asset(
-            self, "KubectlBundle", path=str(bundle.path), asset_hash=bundle.asset_hash
-        )
+    def _role(self, cluster_name: str) -> iam.Role:
+        """Session Manager, the kubectl bundle and, with cluster access, DescribeCluster."""
         statements = [
             iam.PolicyStatement(actions=list(SESSION_MANAGER_ACTIONS), resources=["*"]),
             iam.PolicyStatement(
@@ -182,7 +196,7 @@ class AdminHost(Construct):
             statements.append(
                 iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[self.cluster_arn])
             )
-        self.role = iam.Role(
+        role = iam.Role(
             self,
             "Role",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -190,15 +204,19 @@ class AdminHost(Construct):
             inline_policies={"AdminHost": iam.PolicyDocument(statements=statements)},
         )
         acknowledge(
-            self.role,
+            role,
             "IAM5",
             "The five Session Manager actions of AWS's minimal instance policy "
             "(ssm:UpdateInstanceInformation, ssmmessages:*Channel) take no resource ARN; "
             "nothing else in the role has a wildcard",
             finding="Resource::*",
         )
+        return role
 
-        self.instance = ec2.Instance(
+    def _instance(
+        self, vpc: ec2.IVpc, subnet: ec2.ISubnet, instance_type: str, region: str
+    ) -> ec2.Instance:
+        instance = ec2.Instance(
             self,
             "Instance",
             vpc=vpc,
@@ -209,7 +227,7 @@ class AdminHost(Construct):
             ),
             security_group=self.security_group,
             role=self.role,
-            user_data=self._user_data(stack.region),
+            user_data=self._user_data(region),
             associate_public_ip_address=False,
             http_endpoint=True,
             http_tokens=ec2.HttpTokens.REQUIRED,
@@ -228,23 +246,23 @@ class AdminHost(Construct):
         )
         # The subnet fixes the AZ; stating it again is what CloudFormation's template
         # check flags as a hard-coded AZ (W3010).
-        default_resource(self.instance, ec2.CfnInstance).add_property_deletion_override(
+        default_resource(instance, ec2.CfnInstance).add_property_deletion_override(
             "AvailabilityZone"
         )
         acknowledge(
-            self.instance,
+            instance,
             "EC28",
             "The admin host is a stateless Session Manager relay that nothing alarms on; "
             "five-minute basic monitoring is enough and detailed monitoring would only add cost",
         )
         acknowledge(
-            self.instance,
+            instance,
             "EC29",
             "The admin host is stateless and replaced on purpose (each new Amazon Linux AMI "
             "replaces it on deploy); termination protection would block that replacement and "
             "an Auto Scaling group would only re-create what a deploy re-creates",
         )
-        self.instance_id = self.instance.instance_id
+        return instance
 
     def _user_data(self, region: str) -> ec2.UserData:
         """Fetch kubectl and helm from the bundle (S3 gateway endpoint, retried while the

@@ -115,58 +115,10 @@ class EksCluster(Construct):
         # ENIs with it), security group and key access stay with it.
         retain_with_cluster(self, removal)
 
-        # Envelope encryption of Kubernetes secrets. Retained with the cluster: losing the
-        # key would make every secret in a retained cluster unreadable.
-        self.secrets_key = kms.Key(
-            self,
-            "SecretsKey",
-            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
-            enable_key_rotation=True,
-            removal_policy=removal,
-        )
-
-        # EKS writes control-plane logs to this fixed group name and creates it, unencrypted
-        # and never expiring, if it is missing (EKS User Guide, "Send control plane logs to
-        # CloudWatch Logs"); created first, its key and retention are ours, as
-        # terraform-aws-modules/terraform-aws-eks does (`cloudwatch_log_group_kms_key_id`).
+        self.secrets_key = self._secrets_key(cluster_name, removal)
         self.log_key = stack_log_key(self, removal_policy=removal)
-        self.log_group = logs.CfnLogGroup(
-            self,
-            "ControlPlaneLogs",
-            log_group_name=f"/aws/eks/{cluster_name}/cluster",
-            retention_in_days=log_retention_days,
-            kms_key_id=self.log_key.key_arn,
-        )
-        self.log_group.apply_removal_policy(removal)
-
-        self.role = iam.Role(
-            self,
-            "ClusterRole",
-            assumed_by=iam.ServicePrincipal("eks.amazonaws.com"),
-            description=f"EKS control plane of {cluster_name}",
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSClusterPolicy")
-            ],
-        )
-        acknowledge(
-            self.role,
-            "IAM4",
-            "AmazonEKSClusterPolicy is the AWS-maintained service-role policy EKS documents for "
-            "the cluster role; AWS updates it as the control plane needs new actions",
-            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy",
-        )
-        # What EKS needs on the key to wrap and unwrap data keys for secrets.
-        key_access = iam.Policy(
-            self,
-            "SecretsKeyAccess",
-            roles=[self.role],
-            statements=[
-                iam.PolicyStatement(
-                    actions=["kms:Encrypt", "kms:Decrypt", "kms:DescribeKey", "kms:CreateGrant"],
-                    resources=[self.secrets_key.key_arn],
-                )
-            ],
-        )
+        self.log_group = self._control_plane_logs(cluster_name, log_retention_days, removal)
+        self.role, key_access = self._cluster_role()
 
         # Only the kubectl provider's SG (added by its owner) may reach the API privately,
         # besides the nodes' group passed in `security_groups`.
@@ -179,10 +131,105 @@ class EksCluster(Construct):
         )
 
         public = list(public_access_cidrs)
-        self.resource = eks.CfnCluster(
+        self.resource = self._cluster(
+            kubernetes_version, control_plane_subnets, security_groups, public, removal
+        )
+        self.resource.apply_removal_policy(removal)
+        self.resource.node.add_dependency(self.log_group)
+        # The key permissions must be attached before EKS validates the encryption key.
+        self.resource.node.add_dependency(key_access)
+        if public:
+            acknowledge(
+                self.resource,
+                "EKS1",
+                "The public API endpoint is enabled only because eks.public_access_cidrs lists "
+                "operator networks, and it is restricted to exactly those CIDRs",
+            )
+
+        self.cluster_arn = self.resource.attr_arn
+        # The security group EKS creates and attaches to the control plane ENIs.
+        self.cluster_security_group_id = self.resource.attr_cluster_security_group_id
+
+        # Keyed by principal, never by list position: PrincipalArn cannot change in place, so
+        # a position-keyed entry would be "replaced" by another admin's ARN whenever the list
+        # shifts, and the new entry would collide with the one still holding that principal.
+        self.admin_access_entries = [
+            self.grant_cluster_admin(admin_access_entry_id(arn), arn) for arn in admin_role_arns
+        ]
+
+    def _secrets_key(self, cluster_name: str, removal_policy: cdk.RemovalPolicy) -> kms.Key:
+        # Envelope encryption of Kubernetes secrets. Retained with the cluster: losing the
+        # key would make every secret in a retained cluster unreadable.
+        return kms.Key(
+            self,
+            "SecretsKey",
+            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+        )
+
+    def _control_plane_logs(
+        self, cluster_name: str, retention_days: int, removal_policy: cdk.RemovalPolicy
+    ) -> logs.CfnLogGroup:
+        # EKS writes control-plane logs to this fixed group name and creates it, unencrypted
+        # and never expiring, if it is missing (EKS User Guide, "Send control plane logs to
+        # CloudWatch Logs"); created first, its key (the stack's log key) and retention are
+        # ours, as terraform-aws-modules/terraform-aws-eks does
+        # (`cloudwatch_log_group_kms_key_id`).
+        log_group = logs.CfnLogGroup(
+            self,
+            "ControlPlaneLogs",
+            log_group_name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=retention_days,
+            kms_key_id=self.log_key.key_arn,
+        )
+        log_group.apply_removal_policy(removal_policy)
+        return log_group
+
+    def _cluster_role(self) -> tuple[iam.Role, iam.Policy]:
+        """The control plane's role and its access to the secrets key."""
+        role = iam.Role(
+            self,
+            "ClusterRole",
+            assumed_by=iam.ServicePrincipal("eks.amazonaws.com"),
+            description=f"EKS control plane of {self.cluster_name}",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSClusterPolicy")
+            ],
+        )
+        acknowledge(
+            role,
+            "IAM4",
+            "AmazonEKSClusterPolicy is the AWS-maintained service-role policy EKS documents for "
+            "the cluster role; AWS updates it as the control plane needs new actions",
+            finding="Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy",
+        )
+        # What EKS needs on the key to wrap and unwrap data keys for secrets.
+        key_access = iam.Policy(
+            self,
+            "SecretsKeyAccess",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    actions=["kms:Encrypt", "kms:Decrypt", "kms:DescribeKey", "kms:CreateGrant"],
+                    resources=[self.secrets_key.key_arn],
+                )
+            ],
+        )
+        return role, key_access
+
+    def _cluster(
+        self,
+        kubernetes_version: str,
+        control_plane_subnets: Sequence[ec2.ISubnet],
+        security_groups: Sequence[ec2.ISecurityGroup],
+        public: list[str],
+        removal_policy: cdk.RemovalPolicy,
+    ) -> eks.CfnCluster:
+        return eks.CfnCluster(
             self,
             "Resource",
-            name=cluster_name,
+            name=self.cluster_name,
             version=kubernetes_version,
             role_arn=self.role.role_arn,
             access_config=eks.CfnCluster.AccessConfigProperty(
@@ -219,28 +266,6 @@ class EksCluster(Construct):
             ),
             deletion_protection=removal_policy == cdk.RemovalPolicy.RETAIN,
         )
-        self.resource.apply_removal_policy(removal)
-        self.resource.node.add_dependency(self.log_group)
-        # The key permissions must be attached before EKS validates the encryption key.
-        self.resource.node.add_dependency(key_access)
-        if public:
-            acknowledge(
-                self.resource,
-                "EKS1",
-                "The public API endpoint is enabled only because eks.public_access_cidrs lists "
-                "operator networks, and it is restricted to exactly those CIDRs",
-            )
-
-        self.cluster_arn = self.resource.attr_arn
-        # The security group EKS creates and attaches to the control plane ENIs.
-        self.cluster_security_group_id = self.resource.attr_cluster_security_group_id
-
-        # Keyed by principal, never by list position: PrincipalArn cannot change in place, so
-        # a position-keyed entry would be "replaced" by another admin's ARN whenever the list
-        # shifts, and the new entry would collide with the one still holding that principal.
-        self.admin_access_entries = [
-            self.grant_cluster_admin(admin_access_entry_id(arn), arn) for arn in admin_role_arns
-        ]
 
     def grant_cluster_admin(self, construct_id: str, principal_arn: str) -> eks.CfnAccessEntry:
         """Access entry binding `principal_arn` to AmazonEKSClusterAdminPolicy, cluster scope."""

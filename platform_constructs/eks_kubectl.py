@@ -78,10 +78,39 @@ class KubectlAccess(Construct):
         super().__init__(scope, construct_id)
         check_kubectl_skew(kubernetes_version)
 
+        self.security_group = self._security_group(
+            cluster, vpc, endpoint_security_group, s3_prefix_list_id
+        )
+        role = self._handler_role(cluster)
+        self.provider = self._provider(cluster, vpc, subnets, role)
+        self._acknowledge_provider_findings()
+        self._remove_unused_ecr_public_condition()
+        for function in (
+            self.provider.node.find_child("Handler"),
+            self.provider.node.find_child("Provider").node.find_child("framework-onEvent"),
+        ):
+            ignore_redundant_role_dependency(function)
+
+        self.access_entry = cluster.grant_cluster_admin("KubectlProviderAccess", role.role_arn)
+        self.kubernetes = eks_v2.Cluster.from_cluster_attributes(
+            self,
+            "Kubernetes",
+            cluster_name=cluster.resource.ref,
+            vpc=vpc,
+            kubectl_provider=self.provider,
+        )
+
+    def _security_group(
+        self,
+        cluster: EksCluster,
+        vpc: ec2.IVpc,
+        endpoint_security_group: ec2.ISecurityGroup,
+        s3_prefix_list_id: str,
+    ) -> ec2.SecurityGroup:
         # The endpoint is private: the handler runs in the VPC and is the only client the
         # control-plane group admits besides the nodes. Egress is HTTPS to exactly the three
         # places the functions talk to (see the module docstring), nothing else.
-        self.security_group = ec2.SecurityGroup(
+        security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
@@ -90,21 +119,23 @@ class KubectlAccess(Construct):
         )
         # Inline (see InlinePrefixList): the group always has an inline egress rule, so EC2's
         # default allow-all egress never stays behind.
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             InlinePrefixList(s3_prefix_list_id),
             HTTPS,
             "CloudFormation responses (S3 gateway endpoint)",
         )
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             endpoint_security_group, HTTPS, "EKS and Lambda APIs (interface endpoints)"
         )
-        self.security_group.add_egress_rule(
+        security_group.add_egress_rule(
             cluster.control_plane_security_group, HTTPS, "Kubernetes API (private endpoint)"
         )
         cluster.control_plane_security_group.add_ingress_rule(
-            self.security_group, HTTPS, "kubectl provider to the Kubernetes API"
+            security_group, HTTPS, "kubectl provider to the Kubernetes API"
         )
+        return security_group
 
+    def _handler_role(self, cluster: EksCluster) -> iam.Role:
         # An explicit role keeps the handler's permissions to what applying manifests needs:
         # the provider would otherwise attach ECR read-only policies for OCI Helm charts,
         # which this platform does not install.
@@ -136,13 +167,21 @@ class KubectlAccess(Construct):
             "private API endpoint",
             finding="Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
         )
+        return role
 
+    def _provider(
+        self,
+        cluster: EksCluster,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        role: iam.Role,
+    ) -> eks_v2.KubectlProvider:
         # The provider needs an ICluster for the handler's eks:DescribeCluster scope and
         # the VPC placement; a reference by name is all it uses.
         reference = eks_v2.Cluster.from_cluster_attributes(
             self, "ClusterReference", cluster_name=cluster.resource.ref, vpc=vpc
         )
-        self.provider = eks_v2.KubectlProvider(
+        return eks_v2.KubectlProvider(
             self,
             "Provider",
             cluster=reference,
@@ -151,22 +190,6 @@ class KubectlAccess(Construct):
             security_groups=[self.security_group],
             # Immutable: the provider cannot widen it behind our back.
             role=role.without_policy_updates(),
-        )
-        self._acknowledge_provider_findings()
-        self._remove_unused_ecr_public_condition()
-        for function in (
-            self.provider.node.find_child("Handler"),
-            self.provider.node.find_child("Provider").node.find_child("framework-onEvent"),
-        ):
-            ignore_redundant_role_dependency(function)
-
-        self.access_entry = cluster.grant_cluster_admin("KubectlProviderAccess", role.role_arn)
-        self.kubernetes = eks_v2.Cluster.from_cluster_attributes(
-            self,
-            "Kubernetes",
-            cluster_name=cluster.resource.ref,
-            vpc=vpc,
-            kubectl_provider=self.provider,
         )
 
     def depend_on_access(self, construct: Construct) -> None:

@@ -140,8 +140,35 @@ class HyperPodCluster(Construct):
         self._lifecycle = lifecycle
         self.volume_key = self._volume_key(props, removal_policy)
 
+        self.resource = self._cluster_resource(
+            cluster_name, props, eks_cluster_arn, autoscaling_role
+        )
+        self.resource.override_logical_id(CLUSTER_LOGICAL_ID)
+        if self.volume_key is not None:
+            # Nodes launch while the cluster is created: the role must hold the key first.
+            self._volume_key_grant.apply_before(self.resource)
+        self.resource.apply_removal_policy(removal_policy)
+        # Nodes download the scripts while the cluster is created: they must be in S3 first.
+        self.resource.node.add_dependency(lifecycle.deployment)
+        self._grant_rollback_alarms(props.instance_groups)
+        if any(g.image_release_version is not None for g in props.instance_groups):
+            _acknowledge_image_release_version(self.resource)
+        self.cluster_name = cluster_name
+        self.cluster_arn = self.resource.attr_cluster_arn
+        self.log_retention = self._log_retention(
+            cluster_name, props.log_retention_days, removal_policy
+        )
+        self._acknowledge_log_retention_handler()
+
+    def _cluster_resource(
+        self,
+        cluster_name: str,
+        props: HyperPodClusterProps,
+        eks_cluster_arn: str,
+        autoscaling_role: iam.IRole | None,
+    ) -> sagemaker.CfnCluster:
         tiered_percent = props.tiered_storage_percent
-        self.resource = sagemaker.CfnCluster(
+        return sagemaker.CfnCluster(
             self,
             "Resource",
             cluster_name=cluster_name,
@@ -179,22 +206,14 @@ class HyperPodCluster(Construct):
             if props.autoscaling and autoscaling_role is not None
             else None,
         )
-        self.resource.override_logical_id(CLUSTER_LOGICAL_ID)
-        if self.volume_key is not None:
-            # Nodes launch while the cluster is created: the role must hold the key first.
-            self._volume_key_grant.apply_before(self.resource)
-        self.resource.apply_removal_policy(removal_policy)
-        # Nodes download the scripts while the cluster is created: they must be in S3 first.
-        self.resource.node.add_dependency(lifecycle.deployment)
-        self._grant_rollback_alarms(props.instance_groups)
-        if any(g.image_release_version is not None for g in props.instance_groups):
-            _acknowledge_image_release_version(self.resource)
-        self.cluster_name = cluster_name
-        self.cluster_arn = self.resource.attr_cluster_arn
+
+    def _log_retention(
+        self, cluster_name: str, retention_days: int, removal_policy: cdk.RemovalPolicy
+    ) -> logs.LogRetention:
         # HyperPod creates /aws/sagemaker/Clusters/<name>/<cluster id> (node logs and the
         # lifecycle scripts' output) with no retention; the ID exists only once the cluster
         # does, so CDK's LogRetention (create if missing, then set) runs after it.
-        self.log_retention = logs.LogRetention(
+        return logs.LogRetention(
             self,
             "LogRetention",
             log_group_name=cdk.Fn.join(
@@ -204,10 +223,9 @@ class HyperPodCluster(Construct):
                     cdk.Fn.select(1, cdk.Fn.split("/", self.cluster_arn)),
                 ],
             ),
-            retention=RETENTION_DAYS[props.log_retention_days],
+            retention=RETENTION_DAYS[retention_days],
             removal_policy=removal_policy,
         )
-        self._acknowledge_log_retention_handler()
 
     def _acknowledge_log_retention_handler(self) -> None:
         """LogRetention's handler is CDK's per-stack singleton; its findings are accepted on
