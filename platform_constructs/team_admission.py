@@ -215,6 +215,38 @@ def _validation(expression: str, message: str) -> dict[str, str]:
 
 def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy of `admission`'s namespace."""
+    return {
+        "apiVersion": ADMISSION_API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy_name(admission.team)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [group],
+                        "apiVersions": [version],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": [plural],
+                    }
+                    for group, version, plural, _ in MATCHED
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "not-being-deleted",
+                    "expression": "!has(object.metadata.deletionTimestamp)",
+                },
+                {"name": "asks-for-accelerators", "expression": ASKS_FOR_ACCELERATORS},
+            ],
+            "variables": [{"name": "podSpecs", "expression": POD_SPECS}],
+            "validations": _validations(admission),
+        },
+    }
+
+
+def _validations(admission: TeamAdmission) -> list[dict[str, str]]:
+    """The policy's rules, each with the one-line message that names the fix."""
     team, queue = admission.team, admission.queue
     subject = f"request.kind.kind + ' in ' + {_str(admission.namespace)}"
     asks = f" asks for accelerators ({', '.join(ACCELERATOR_RESOURCES)})"
@@ -227,7 +259,7 @@ def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
         return f"{subject} + {_str(asks + ' with ')} + {found} + {_str(text)}"
 
     not_pod = "request.kind.kind != 'Pod'"
-    validations = [
+    return [
         _validation(
             # Where a pod comes from is settled when it is created; later updates (a label, an
             # annotation, by anyone) meet only the node and toleration rules.
@@ -274,34 +306,6 @@ def admission_policy(admission: TeamAdmission) -> dict[str, Any]:
             ),
         ),
     ]
-    return {
-        "apiVersion": ADMISSION_API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy_name(team)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [group],
-                        "apiVersions": [version],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": [plural],
-                    }
-                    for group, version, plural, _ in MATCHED
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "not-being-deleted",
-                    "expression": "!has(object.metadata.deletionTimestamp)",
-                },
-                {"name": "asks-for-accelerators", "expression": ASKS_FOR_ACCELERATORS},
-            ],
-            "variables": [{"name": "podSpecs", "expression": POD_SPECS}],
-            "validations": validations,
-        },
-    }
 
 
 def _runs_as(admission: TeamAdmission) -> str:

@@ -144,6 +144,15 @@ def _tcp(port: int) -> dict[str, Any]:
 
 def network_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]]:
     """The NetworkPolicies of one team namespace: deny all, then the allows above."""
+    return [
+        *_isolation_policies(namespace),
+        *_ingress_policies(namespace, network),
+        *_egress_policies(namespace, network),
+    ]
+
+
+def _isolation_policies(namespace: str) -> list[dict[str, Any]]:
+    """Nothing in or out, but the namespace's pods among themselves."""
     every_pod: dict[str, Any] = {}
     return [
         _policy(
@@ -159,6 +168,13 @@ def network_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]
                 "egress": [{"to": [{"podSelector": {}}]}],
             },
         ),
+    ]
+
+
+def _ingress_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]]:
+    """The training operator to the elastic agents, the managed collector to the metrics."""
+    every_pod: dict[str, Any] = {}
+    return [
         _policy(
             "allow-training-operator",
             namespace,
@@ -193,6 +209,14 @@ def network_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]
                 ],
             },
         ),
+    ]
+
+
+def _egress_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]]:
+    """DNS, AWS APIs over HTTPS (not instance metadata), the Pod Identity agent and the node
+    daemons."""
+    every_pod: dict[str, Any] = {}
+    return [
         _policy(
             "allow-dns",
             namespace,
