@@ -66,7 +66,7 @@ def _arena_slice(
     whole storage): a second copy of the whole state, into fresh memory, every checkpoint."""
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    window = memoryview(arena.numpy()).cast("B")[offset : offset + nbytes]
+    window = arena.numpy().data.cast("B")[offset : offset + nbytes]
     return torch.frombuffer(window, dtype=dtype).view(shape)
 
 
