@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -213,15 +214,8 @@ def plan_network(
     any of `cluster_level_azs` (default: all AZs) and count in each of them.
     """
     azs = list(availability_zones)
+    _check_az_slots(azs)
     slot = {az: az_slot(az) for az in azs}
-    slots = AZ_SLOTS
-    beyond = [az for az in azs if not 0 <= slot[az] < slots]
-    if beyond:
-        raise CapacityError(
-            "network.availability_zones",
-            f"{beyond[0]}: only AZ letters a-{MAX_AZ_LETTER} have subnet slots; "
-            f"use AZs a to {MAX_AZ_LETTER}",
-        )
     unpinned_azs = set(cluster_level_azs if cluster_level_azs is not None else azs)
     small_block = (
         vpc_cidr if cluster_cidr is not None else _nth_subnet(vpc_cidr, vpc_cidr.prefixlen + 1, 0)
@@ -232,7 +226,52 @@ def plan_network(
         else _nth_subnet(vpc_cidr, vpc_cidr.prefixlen + 1, 1)
     )
     field_big = "network.cluster_cidr" if cluster_cidr is not None else "network.vpc_cidr"
+    public, infra = _small_subnets(small_block, slot, public_prefix, infra_prefix)
 
+    largest_split = big_block.prefixlen + int(math.log2(AZ_SLOTS))
+    field_size = "network.cluster_subnet_prefix" if cluster_prefix is not None else field_big
+    prefix = _cluster_subnet_prefix(big_block, cluster_prefix, largest_split, field_size)
+    cluster: dict[str, SubnetPlan] = {}
+    for az in azs:
+        members = tuple(
+            g
+            for g in groups
+            if g.availability_zone == az or (g.availability_zone is None and az in unpinned_azs)
+        )
+        cluster[az] = SubnetPlan(
+            availability_zone=az, cidr=_nth_subnet(big_block, prefix, slot[az]), groups=members
+        )
+    for subnet in cluster.values():
+        _check_subnet_holds_its_groups(
+            subnet, cluster_prefix=cluster_prefix, largest_split=largest_split, field=field_size
+        )
+    return NetworkLayout(
+        vpc_cidr=vpc_cidr,
+        cluster_cidr=cluster_cidr,
+        public=public,
+        infra=infra,
+        cluster=cluster,
+    )
+
+
+def _check_az_slots(azs: list[str]) -> None:
+    beyond = [az for az in azs if not 0 <= az_slot(az) < AZ_SLOTS]
+    if beyond:
+        raise CapacityError(
+            "network.availability_zones",
+            f"{beyond[0]}: only AZ letters a-{MAX_AZ_LETTER} have subnet slots; "
+            f"use AZs a to {MAX_AZ_LETTER}",
+        )
+
+
+def _small_subnets(
+    small_block: ipaddress.IPv4Network,
+    slot: Mapping[str, int],
+    public_prefix: int,
+    infra_prefix: int,
+) -> tuple[dict[str, ipaddress.IPv4Network], dict[str, ipaddress.IPv4Network]]:
+    """Each AZ's public and infrastructure subnet in `small_block`."""
+    slots = AZ_SLOTS
     public_size = 1 << (32 - public_prefix)
     infra_size = 1 << (32 - infra_prefix)
     # Infrastructure slots start after all public slots, aligned to their own size.
@@ -251,14 +290,24 @@ def plan_network(
             f"infrastructure /{infra_prefix} subnet slots; use a larger vpc_cidr or longer "
             "subnet prefixes",
         )
-    public = {az: _nth_subnet(small_block, public_prefix, slot[az]) for az in azs}
+    public = {az: _nth_subnet(small_block, public_prefix, index) for az, index in slot.items()}
     infra = {
-        az: ipaddress.IPv4Network((infra_base + slot[az] * infra_size, infra_prefix)) for az in azs
+        az: ipaddress.IPv4Network((infra_base + index * infra_size, infra_prefix))
+        for az, index in slot.items()
     }
+    return public, infra
 
-    largest_split = big_block.prefixlen + int(math.log2(slots))
+
+def _cluster_subnet_prefix(
+    big_block: ipaddress.IPv4Network,
+    cluster_prefix: int | None,
+    largest_split: int,
+    field_size: str,
+) -> int:
+    """The cluster subnets' prefix: the configured one, else `big_block` split into the AZ
+    slots; never beyond AWS's largest subnet."""
+    slots = AZ_SLOTS
     prefix = cluster_prefix if cluster_prefix is not None else largest_split
-    field_size = "network.cluster_subnet_prefix" if cluster_prefix is not None else field_big
     if prefix < largest_split:
         raise CapacityError(
             "network.cluster_subnet_prefix",
@@ -271,43 +320,31 @@ def plan_network(
             f"{big_block} split into {slots} AZ slots gives /{prefix} subnets, smaller than "
             f"AWS's /{MAX_SUBNET_PREFIX} minimum; use a CIDR of /{MAX_SUBNET_PREFIX - 3} or larger",
         )
-    prefix = max(prefix, MIN_SUBNET_PREFIX)
+    return max(prefix, MIN_SUBNET_PREFIX)
 
-    cluster: dict[str, SubnetPlan] = {}
-    for az in azs:
-        members = tuple(
-            g
-            for g in groups
-            if g.availability_zone == az or (g.availability_zone is None and az in unpinned_azs)
+
+def _check_subnet_holds_its_groups(
+    subnet: SubnetPlan, *, cluster_prefix: int | None, largest_split: int, field: str
+) -> None:
+    if subnet.required <= subnet.usable:
+        return
+    slots = AZ_SLOTS
+    need = smallest_prefix(subnet.required)
+    names = ", ".join(
+        f"{g.name} {g.count}+{g.headroom_nodes} x {g.instance_type} = {g.ips_total}"
+        for g in subnet.groups
+    )
+    if cluster_prefix is not None and need >= largest_split:
+        fix = f"set network.cluster_subnet_prefix to /{need} or shorter"
+    elif need >= MIN_SUBNET_PREFIX:
+        fix = (
+            f"use a cluster subnet of /{need} or larger (a CIDR of at least "
+            f"/{max(need - int(math.log2(slots)), 0)} for {slots} AZ slots)"
         )
-        cluster[az] = SubnetPlan(
-            availability_zone=az, cidr=_nth_subnet(big_block, prefix, slot[az]), groups=members
-        )
-    for az, subnet in cluster.items():
-        if subnet.required > subnet.usable:
-            need = smallest_prefix(subnet.required)
-            names = ", ".join(
-                f"{g.name} {g.count}+{g.headroom_nodes} x {g.instance_type} = {g.ips_total}"
-                for g in subnet.groups
-            )
-            if cluster_prefix is not None and need >= largest_split:
-                fix = f"set network.cluster_subnet_prefix to /{need} or shorter"
-            elif need >= MIN_SUBNET_PREFIX:
-                fix = (
-                    f"use a cluster subnet of /{need} or larger (a CIDR of at least "
-                    f"/{max(need - int(math.log2(slots)), 0)} for {slots} AZ slots)"
-                )
-            else:
-                fix = "lower the counts or the headroom: one subnet cannot exceed /16"
-            raise CapacityError(
-                field_size,
-                f"cluster subnet {subnet.cidr} in {az} has {subnet.usable} usable addresses but "
-                f"the plan needs {subnet.required} ({names}); {fix}",
-            )
-    return NetworkLayout(
-        vpc_cidr=vpc_cidr,
-        cluster_cidr=cluster_cidr,
-        public=public,
-        infra=infra,
-        cluster=cluster,
+    else:
+        fix = "lower the counts or the headroom: one subnet cannot exceed /16"
+    raise CapacityError(
+        field,
+        f"cluster subnet {subnet.cidr} in {subnet.availability_zone} has {subnet.usable} usable "
+        f"addresses but the plan needs {subnet.required} ({names}); {fix}",
     )

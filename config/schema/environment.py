@@ -142,6 +142,47 @@ class EnvironmentConfig(Strict):
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
         network_azs = self.network.availability_zones
+        self._check_network_availability_zones()
+        for index, az in enumerate(self.hyperpod.availability_zones):
+            if az not in network_azs:
+                raise FieldError(
+                    f"hyperpod.availability_zones[{index}]",
+                    f"{az} has no cluster subnet; add it to network.availability_zones "
+                    f"({', '.join(network_azs)}) or remove it",
+                )
+        fsx_az = self.storage.fsx.availability_zone
+        if fsx_az not in network_azs:
+            raise FieldError(
+                "storage.fsx.availability_zone",
+                f"{fsx_az} has no cluster subnet; use one of {', '.join(network_azs)}",
+            )
+        self._one_access_entry_per_principal()
+        if self.environment == "prod" and not self.retain_stateful:
+            raise FieldError(
+                "retain_stateful", "prod must retain FSx, buckets and the cluster; set it to true"
+            )
+        self._check_training_plans(fsx_az)
+        for path, message in image_problems(
+            region=self.region,
+            accelerators={
+                INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups
+            },
+            efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
+            overrides=dict(self.eks.image_overrides),
+            https_egress=bool(self.network.https_egress_cidrs),
+            teams=self.governance is not None,
+            account=self.account,
+        ):
+            raise FieldError(path, message)
+        if self.governance is not None:
+            self._check_governance(self.governance)
+        if self.observability is not None:
+            self._check_observability(self.observability)
+        return self
+
+    def _check_network_availability_zones(self) -> None:
+        """Each network AZ is one of the region's, with a letter that owns a subnet slot."""
+        network_azs = self.network.availability_zones
         for index, az in enumerate(network_azs):
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", az):
                 raise FieldError(
@@ -162,24 +203,11 @@ class EnvironmentConfig(Strict):
                     f"{az} does not exist: {self.region} has {', '.join(region_azs)}; "
                     "use one of those",
                 )
-        for index, az in enumerate(self.hyperpod.availability_zones):
-            if az not in network_azs:
-                raise FieldError(
-                    f"hyperpod.availability_zones[{index}]",
-                    f"{az} has no cluster subnet; add it to network.availability_zones "
-                    f"({', '.join(network_azs)}) or remove it",
-                )
-        fsx_az = self.storage.fsx.availability_zone
-        if fsx_az not in network_azs:
-            raise FieldError(
-                "storage.fsx.availability_zone",
-                f"{fsx_az} has no cluster subnet; use one of {', '.join(network_azs)}",
-            )
-        self._one_access_entry_per_principal()
-        if self.environment == "prod" and not self.retain_stateful:
-            raise FieldError(
-                "retain_stateful", "prod must retain FSx, buckets and the cluster; set it to true"
-            )
+
+    def _check_training_plans(self, fsx_az: str) -> None:
+        """A group's training plan is of this account and region, in a network AZ, and in
+        the file system's AZ."""
+        network_azs = self.network.availability_zones
         for index, group in enumerate(self.hyperpod.instance_groups):
             where = f"hyperpod.instance_groups[{index}]"
             plan = group.training_plan
@@ -207,23 +235,6 @@ class EnvironmentConfig(Strict):
                     f"storage.fsx.availability_zone {fsx_az} (FSx and EFA stay in one AZ); "
                     f"buy the plan in {fsx_az}",
                 )
-        for path, message in image_problems(
-            region=self.region,
-            accelerators={
-                INSTANCE_TYPES[g.instance_type].accelerator for g in self.hyperpod.instance_groups
-            },
-            efa=any(g.interface is not None for g in self.hyperpod.instance_groups),
-            overrides=dict(self.eks.image_overrides),
-            https_egress=bool(self.network.https_egress_cidrs),
-            teams=self.governance is not None,
-            account=self.account,
-        ):
-            raise FieldError(path, message)
-        if self.governance is not None:
-            self._check_governance(self.governance)
-        if self.observability is not None:
-            self._check_observability(self.observability)
-        return self
 
     def _check_observability(self, observability: ObservabilityConfig) -> None:
         # Nodes have no internet egress: remote write goes through the workspace endpoint.
