@@ -8,24 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.instance_types import lookup
 from config.node_model import (
     EVICTION_HARD_MEMORY_MIB,
     SYSTEM_RESERVED_CPU_MILLICORES,
     SYSTEM_RESERVED_MEMORY_MIB,
     format_cpu,
     format_memory,
-    node_models,
     system_fit_problem,
-    system_pods,
 )
+from config.plan import PlatformPlan
+from config.plan import plan as plan_of
 from config.schema import EnvironmentConfig
 from hpctl.options import text_table
 
 
-def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
+def nodes_report(config: EnvironmentConfig, plan: PlatformPlan | None = None) -> dict[str, Any]:
     """The environment's node model as plain data (the `--json` object): CPU in millicores,
-    memory in MiB."""
+    memory in MiB. `plan`: the environment's (config.plan), planned here when not given."""
+    plan = plan if plan is not None else plan_of(config)
+    models = list(plan.node_models.values())
     groups = [
         {
             "instance_group": m.group,
@@ -63,9 +64,9 @@ def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
                 "hugepages_2mi_mib": m.job.hugepages_2mi_mib,
             },
         }
-        for m in node_models(config)
+        for m in models
     ]
-    problem = system_fit_problem(node_models(config), system_pods(config))
+    problem = system_fit_problem(models, plan.system_pods)
     return {
         "environment": config.environment,
         "groups": groups,
@@ -76,14 +77,10 @@ def nodes_report(config: EnvironmentConfig) -> dict[str, Any]:
                 "cpu_millicores": p.cpu_millicores,
                 "memory_mib": p.memory_mib,
             }
-            for p in system_pods(config)
+            for p in plan.system_pods
         ],
         # The groups the system pods run on; none: they share the accelerated nodes.
-        "system_groups": [
-            g.name
-            for g in config.hyperpod.instance_groups
-            if not lookup(g.instance_type).has_accelerators
-        ],
+        "system_groups": [m.group for m in models if not m.instance.has_accelerators],
         "system_pods_fit": None if problem is None else f"{problem[0]}: {problem[1]}",
     }
 

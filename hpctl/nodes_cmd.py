@@ -19,7 +19,13 @@ import typer
 
 from hpctl.errors import OneLineUsageErrors, deprecated
 from hpctl.nodes import format_report, nodes_report
-from hpctl.options import DEPRECATED_COMMANDS, EnvOption, JsonObjectOption, required_environment
+from hpctl.options import (
+    DEPRECATED_COMMANDS,
+    EnvOption,
+    JsonObjectOption,
+    loaded_environment_option,
+    required_env,
+)
 
 app = typer.Typer()
 
@@ -33,7 +39,8 @@ def node_model(
     """What a node of each instance group offers pods, and what a job may request there.
 
     Offline, from the environment's config; the cluster's own nodes are hpctl cluster nodes."""
-    report = nodes_report(required_environment(ctx, env))
+    loaded = loaded_environment_option(ctx, required_env(ctx, env))
+    report = nodes_report(loaded.config, loaded.plan)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:

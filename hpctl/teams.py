@@ -7,16 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from config.kubernetes import local_queue, priority_class, team_namespace
+from config.plan import PlatformPlan
+from config.plan import plan as plan_of
 from config.schema import EnvironmentConfig
-from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT, team_capacity
+from config.teams import SERVICE_DEFAULT_BORROW_LIMIT_PERCENT
 from hpctl.errors import InputError
 from hpctl.job.environment import nodes_figure
 from hpctl.options import text_table
 
 
-def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
+def teams_report(config: EnvironmentConfig, plan: PlatformPlan | None = None) -> dict[str, Any]:
     """The environment's governance as plain data (the `--json` object), keys in a fixed
-    order. The environment must have a governance section."""
+    order. The environment must have a governance section. `plan`: the environment's
+    (config.plan), planned here when not given."""
     governance = config.governance
     if governance is None:
         name = config.environment
@@ -24,9 +27,10 @@ def teams_report(config: EnvironmentConfig) -> dict[str, Any]:
             f"--env: {name} has no governance section, so it has no teams or priority "
             f"classes; add one to config/{name}.yaml or use an environment with task governance"
         )
+    plan = plan if plan is not None else plan_of(config)
     teams = []
     for team in governance.teams_by_name():
-        capacity = team_capacity(governance, team, config.hyperpod.instance_groups)
+        capacity = plan.team_capacity[team.name]
         borrow_limit = (
             team.borrow_limit_percent or SERVICE_DEFAULT_BORROW_LIMIT_PERCENT
             if team.sharing == "LendAndBorrow"

@@ -13,7 +13,7 @@ import json
 import typer
 
 from hpctl.errors import OneLineUsageErrors
-from hpctl.options import EnvOption, JsonObjectOption, required_environment
+from hpctl.options import EnvOption, JsonObjectOption, loaded_environment_option, required_env
 from hpctl.teams import format_report, teams_report
 
 app = typer.Typer()
@@ -26,7 +26,8 @@ def teams(
     as_json: JsonObjectOption = False,
 ) -> None:
     """Teams, quotas (guaranteed, borrowable, largest job) and priority classes."""
-    report = teams_report(required_environment(ctx, env))
+    loaded = loaded_environment_option(ctx, required_env(ctx, env))
+    report = teams_report(loaded.config, loaded.plan)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:

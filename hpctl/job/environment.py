@@ -18,17 +18,17 @@ from typing import Any, Final
 from pydantic import TypeAdapter, ValidationError
 
 from config.errors import Location, problem_lines
-from config.instance_types import lookup
 from config.kubernetes import (
     DNS_LABEL_MAX,
     PRIORITY_CLASS_SUFFIX,
     TEAM_NAMESPACE_PREFIX,
 )
 from config.plan import PlatformPlan
+from config.plan import plan as plan_of
 from config.schema import EnvironmentConfig
 from config.schema.governance import TeamConfig
 from config.schema.hyperpod import InstanceGroupConfig
-from config.teams import GroupCapacity, team_capacity
+from config.teams import GroupCapacity
 from hpctl.job.entry_points import CommandEntryPoint, EntryPoint, ModuleEntryPoint
 from hpctl.job.platform import PLATFORM_FIELDS, platform_for
 from hpctl.job.spec import JobSpec, NonNegativeInt, PositiveInt
@@ -117,8 +117,8 @@ def _unknown(option: str, what: str, value: str, known: list[str], env: str, hin
     return f"{option}: unknown {what} {value!r} in {env}; {fix}"
 
 
-def _accelerated(instance_type: str) -> bool:
-    return lookup(instance_type).has_accelerators
+def _accelerated(plan: PlatformPlan, group: str) -> bool:
+    return plan.node_model(group).instance.has_accelerators
 
 
 def _quota_problem(
@@ -216,7 +216,8 @@ def spec_for_environment(
     derived = sorted(DERIVED_FIELDS & choices.keys())
     if derived:
         raise TypeError(f"{', '.join(derived)}: decided by the environment's config, not a choice")
-    chosen_team, group, priority = _placement(config, team, instance_group, priority)
+    plan = plan if plan is not None else plan_of(config)
+    chosen_team, group, priority = _placement(config, plan, team, instance_group, priority)
     preset = choices.get("preset", JobSpec.model_fields["preset"].default)
     entry_point = choices.get("entry_point")
     tag = entry_point.name_tag if entry_point is not None else str(preset)
@@ -232,7 +233,7 @@ def spec_for_environment(
     }
     # The quota first: a job the team may not run at all needs another size before anything
     # else about it matters (a size the preset cannot split is a --nodes problem as well).
-    quota = _quota_problems(config, chosen_team, group, nodes, choices)
+    quota = _quota_problems(config, plan, chosen_team, group, nodes, choices)
     try:
         spec = JobSpec.model_validate(fields)
     except ValidationError as error:
@@ -250,7 +251,11 @@ def spec_for_environment(
 
 
 def _placement(
-    config: EnvironmentConfig, team: str, instance_group: str, priority: str | None
+    config: EnvironmentConfig,
+    plan: PlatformPlan,
+    team: str,
+    instance_group: str,
+    priority: str | None,
 ) -> tuple[TeamConfig, InstanceGroupConfig, str]:
     """The team, the accelerated instance group and the priority class (default: the
     lowest-weight one) a job asks for, or JobRequestError naming each that is not there."""
@@ -269,8 +274,8 @@ def _placement(
         problems.append(
             _unknown("--instance-group", "instance group", instance_group, sorted(groups), env, "")
         )
-    elif not _accelerated(group.instance_type):
-        accelerated = sorted(n for n, g in groups.items() if _accelerated(g.instance_type))
+    elif not _accelerated(plan, group.name):
+        accelerated = sorted(n for n in groups if _accelerated(plan, n))
         fix = (
             f"use a GPU or Trainium group ({', '.join(accelerated)})"
             if accelerated
@@ -295,6 +300,7 @@ def _placement(
 
 def _quota_problems(
     config: EnvironmentConfig,
+    plan: PlatformPlan,
     team: TeamConfig,
     group: InstanceGroupConfig,
     nodes: object,
@@ -305,9 +311,11 @@ def _quota_problems(
     counts = _counts(nodes, choices.get("spares", JobSpec.model_fields["spares"].default))
     if counts is None or config.governance is None:
         return []
-    capacity = team_capacity(config.governance, team, config.hyperpod.instance_groups)
+    capacity = plan.team_capacity[team.name]
     usable = [
-        c.instance_group for c in capacity if c.max_job_nodes > 0 and _accelerated(c.instance_type)
+        c.instance_group
+        for c in capacity
+        if c.max_job_nodes > 0 and _accelerated(plan, c.instance_group)
     ]
     (on_group,) = (c for c in capacity if c.instance_group == group.name)
     problem = _quota_problem(team.name, on_group, usable, *counts)

@@ -20,7 +20,7 @@ from config.addons import (
 )
 from config.instance_types import InstanceType, lookup
 from config.kubernetes import Taint, is_dns1123_subdomain
-from config.node_model import JobAllocation, node_model
+from config.node_model import JobAllocation
 from config.plan import PlatformPlan
 from config.schema import EnvironmentConfig
 from config.schema.hyperpod import InstanceGroupConfig
@@ -105,12 +105,12 @@ def addon_offers(config: EnvironmentConfig, addon: str, minimum: Version) -> boo
 
 
 def platform_for(
-    config: EnvironmentConfig, group: InstanceGroupConfig, plan: PlatformPlan | None = None
+    config: EnvironmentConfig, group: InstanceGroupConfig, plan: PlatformPlan
 ) -> JobPlatform:
     """The platform's facts for a job on `group` of the environment `config`, read once for
     every check and the render that follow: the node from the environment's frozen plan
-    (config.plan) where the caller has it, else a node model built here."""
-    node = plan.node_model(group.name) if plan is not None else node_model(config, group)
+    (config.plan)."""
+    node = plan.node_model(group.name)
     return JobPlatform(
         instance_type=group.instance_type,
         taints=tuple(group.taints),
