@@ -16,6 +16,9 @@ JOB_NAME_ENV = "HPTRAIN_JOB_NAME"
 # The platform's MLflow tracking server, set in jobs from the team ConfigMap
 # (hpctl/job/render.py): what an empty tracking.mlflow_uri means (JobConfig.tracking_uri).
 MLFLOW_TRACKING_URI_ENV = "HPTRAIN_MLFLOW_TRACKING_URI"
+# A node-local directory for compiled code (parallel.compile_cache_dir), which a restarted
+# rank on the same node finds: its first step then loads rather than compiles.
+COMPILE_CACHE_DIR_ENV = "HPTRAIN_COMPILE_CACHE_DIR"
 
 
 def environment_tiers(c: CheckpointConfig) -> dict[str, str]:
@@ -35,5 +38,6 @@ def environment_keys(c: CheckpointConfig) -> dict[str, str]:
         METRICS_PORT_ENV: "metrics.port",
         MANAGED_S3_PATH_ENV: "checkpoint.managed_s3_path",
         JOB_NAME_ENV: "checkpoint.managed_namespace",
+        COMPILE_CACHE_DIR_ENV: "parallel.compile_cache_dir",
         **{env: tier_key(tier, "dir") for env, tier in environment_tiers(c).items()},
     }

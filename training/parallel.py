@@ -36,6 +36,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from training import float8
 from training.config import JobConfig, checkpointed_layers
 from training.model import Transformer
 
@@ -148,9 +149,14 @@ def use_bf16(cfg: JobConfig, device: torch.device) -> bool:
 def apply_parallelism(
     model: Transformer, cfg: JobConfig, mesh: DeviceMesh, device: torch.device
 ) -> Transformer:
-    """Tensor parallelism, activation checkpointing, chunked loss, per-block compile and
-    FSDP2 sharding on the data-parallel sub-mesh, in that order (FSDP wraps the
+    """FP8 layers, tensor parallelism, activation checkpointing, chunked loss, per-block
+    compile and FSDP2 sharding on the data-parallel sub-mesh, in that order (FSDP wraps the
     tensor-parallel parameters into DTensors over both meshes)."""
+    if cfg.training.float8:
+        float8.require_support(device)
+        float8.convert(model)
+    if cfg.parallel.compile and cfg.parallel.compile_cache_dir:
+        use_compile_cache(cfg.parallel.compile_cache_dir)
     if tensor_parallel_size(mesh) > 1:
         apply_tensor_parallel(model, mesh[TP])
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpoint)
@@ -177,6 +183,14 @@ def apply_parallelism(
         )
     fully_shard(model, mesh=dp_mesh, mp_policy=mp)
     return model
+
+
+def use_compile_cache(directory: str) -> None:
+    """Keeps Inductor's caches (compiled graphs, AOT autograd's, Triton's kernels) in
+    `directory`, where a restarted process on the same node finds them: its first step loads
+    compiled code instead of compiling. Read when compile first runs, so set before it."""
+    os.makedirs(directory, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(directory)
 
 
 def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
