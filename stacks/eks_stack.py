@@ -58,20 +58,8 @@ class EksStack(cdk.Stack):
         control_plane_subnets = [infra_subnets[az] for az in sorted(infra_subnets)]
         self.control_plane_subnets = control_plane_subnets
 
-        self.cluster = EksCluster(
-            self,
-            "Cluster",
-            cluster_name=cluster_name,
-            kubernetes_version=eks.kubernetes_version,
-            vpc=vpc,
-            control_plane_subnets=control_plane_subnets,
-            # Nodes use this self-referencing group; on the control plane too it lets the API
-            # server and kubelets reach each other without any rule open to the VPC.
-            security_groups=[node_security_group],
-            admin_role_arns=eks.admin_role_arns,
-            public_access_cidrs=[str(cidr) for cidr in eks.public_access_cidrs],
-            log_retention_days=eks.log_retention_days,
-            removal_policy=removal_policy,
+        self.cluster = self._cluster(
+            eks, cluster_name, vpc, control_plane_subnets, node_security_group, removal_policy
         )
         # The admin host (network stack) reaches the private endpoint; its role gets an
         # access entry scoped by network.admin_host.kubernetes_access.
@@ -101,7 +89,47 @@ class EksStack(cdk.Stack):
         self.addons: dict[str, PinnedAddon] = placed.addons
         self.identities: dict[str, AddonWithPodIdentity] = placed.identities
 
-        self.hyperpod_dependencies = HyperPodDependencies(
+        self.hyperpod_dependencies = self._hyperpod_dependencies(eks, node_groups, removal_policy)
+
+        self.cluster_name: str = self.cluster.resource.ref
+        self.cluster_arn: str = self.cluster.cluster_arn
+        self.cluster_security_group_id: str = self.cluster.cluster_security_group_id
+        self.kubernetes: eks_v2.ICluster = self.kubectl.kubernetes
+
+        self._outputs()
+
+    def _cluster(
+        self,
+        eks: EksConfig,
+        cluster_name: str,
+        vpc: ec2.IVpc,
+        control_plane_subnets: Sequence[ec2.ISubnet],
+        node_security_group: ec2.ISecurityGroup,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> EksCluster:
+        return EksCluster(
+            self,
+            "Cluster",
+            cluster_name=cluster_name,
+            kubernetes_version=eks.kubernetes_version,
+            vpc=vpc,
+            control_plane_subnets=control_plane_subnets,
+            # Nodes use this self-referencing group; on the control plane too it lets the API
+            # server and kubelets reach each other without any rule open to the VPC.
+            security_groups=[node_security_group],
+            admin_role_arns=eks.admin_role_arns,
+            public_access_cidrs=[str(cidr) for cidr in eks.public_access_cidrs],
+            log_retention_days=eks.log_retention_days,
+            removal_policy=removal_policy,
+        )
+
+    def _hyperpod_dependencies(
+        self,
+        eks: EksConfig,
+        node_groups: Sequence[NodeGroup],
+        removal_policy: cdk.RemovalPolicy,
+    ) -> HyperPodDependencies:
+        dependencies = HyperPodDependencies(
             self,
             "HyperPodDependencies",
             cluster=self.kubectl.kubernetes,
@@ -110,14 +138,11 @@ class EksStack(cdk.Stack):
             image_overrides=eks.image_overrides,
             removal_policy=removal_policy,
         )
-        for manifest in self.hyperpod_dependencies.manifests.values():
+        for manifest in dependencies.manifests.values():
             self.kubectl.depend_on_access(manifest)
+        return dependencies
 
-        self.cluster_name: str = self.cluster.resource.ref
-        self.cluster_arn: str = self.cluster.cluster_arn
-        self.cluster_security_group_id: str = self.cluster.cluster_security_group_id
-        self.kubernetes: eks_v2.ICluster = self.kubectl.kubernetes
-
+    def _outputs(self) -> None:
         cdk.CfnOutput(self, "ClusterName", value=self.cluster_name)
         cdk.CfnOutput(
             self,

@@ -28,6 +28,7 @@ from platform_constructs.eks_addons import (
     AddonWithPodIdentity,
     IdentityContext,
     PinnedAddon,
+    PlacedAddons,
     place_addons,
 )
 from platform_constructs.eks_fsx_volume import LustreFileSystem
@@ -102,11 +103,6 @@ class ObservabilityStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        rule_documents = {path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
-        if team_gpu_quotas:
-            # Each team's GPU quota, from config: the accounting rules (rules/teams.yaml)
-            # compare GPU-hours with it.
-            rule_documents[QUOTA_NAMESPACE] = team_quota_rules(team_gpu_quotas)
         alarm_topic = AlarmTopic(
             self, "AlarmTopic", emails=observability.alarm_emails, removal_policy=removal_policy
         )
@@ -116,7 +112,7 @@ class ObservabilityStack(cdk.Stack):
             "Prometheus",
             key=alarm_topic.key,
             topic=self.topic,
-            rules=RuleGroups(files=rule_documents),
+            rules=RuleGroups(files=_rule_documents(team_gpu_quotas)),
             retention_days=observability.prometheus_retention_days,
             log_retention_days=WORKSPACE_LOG_RETENTION_DAYS,
             removal_policy=removal_policy,
@@ -131,7 +127,43 @@ class ObservabilityStack(cdk.Stack):
             encryption_key=stack_log_key(self, removal_policy=removal_policy),
             removal_policy=removal_policy,
         )
-        placed = place_addons(
+        placed = self._place_addons(observability, addons, eks_cluster_name, removal_policy)
+        self.addons: dict[str, PinnedAddon] = placed.addons
+        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
+        self._let_fluent_bit_write_container_logs()
+        self.scraper = TrainingMetricsScraper(
+            self,
+            "TrainerScraper",
+            cluster_arn=eks_cluster_arn,
+            workspace_arn=self.workspace.arn,
+            vpc=vpc,
+            subnets=scraper_subnets,
+            pod_security_group=pod_security_group,
+            api_security_group=api_security_group,
+            scrape_interval_s=observability.scrape_interval_s,
+        )
+        self.grafana = self._grafana(observability.grafana)
+        self.alarms = PlatformAlarms(
+            self,
+            "Alarms",
+            topic=self.topic,
+            eks_cluster_name=eks_cluster_name,
+            file_system_id=file_system.file_system_id,
+            file_system_capacity_gib=file_system.capacity_gib,
+            fsx_free_percent=observability.fsx_free_capacity_percent,
+            nat_gateway_ids=nat_gateway_ids,
+        )
+
+    def _place_addons(
+        self,
+        observability: ObservabilityConfig,
+        addons: Sequence[Addon],
+        eks_cluster_name: str,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> PlacedAddons:
+        """The add-ons, their identities scoped to the workspace and the container log
+        groups, the observability add-on configured to write to the workspace."""
+        return place_addons(
             self,
             addons,
             cluster_name=eks_cluster_name,
@@ -148,8 +180,10 @@ class ObservabilityStack(cdk.Stack):
                 )
             },
         )
-        self.addons: dict[str, PinnedAddon] = placed.addons
-        self.identities: dict[str, AddonWithPodIdentity] = placed.identities
+
+    def _let_fluent_bit_write_container_logs(self) -> None:
+        """The CloudWatch Observability add-on's identity waits for its log groups and may
+        create streams in them only."""
         container_logs_identity = self.identities[CLOUDWATCH_OBSERVABILITY]
         container_logs_identity.node.add_dependency(self.container_logs)
         for arn in self.container_logs.stream_arns:
@@ -160,37 +194,27 @@ class ObservabilityStack(cdk.Stack):
                 "log groups; the streams' names are only known on the nodes",
                 resource=arn,
             )
-        self.scraper = TrainingMetricsScraper(
+
+    def _grafana(self, wanted: bool) -> GrafanaWorkspace | None:
+        if not wanted:
+            return None
+        grafana = GrafanaWorkspace(self, "Grafana", prometheus_workspace_arn=self.workspace.arn)
+        cdk.CfnOutput(
             self,
-            "TrainerScraper",
-            cluster_arn=eks_cluster_arn,
-            workspace_arn=self.workspace.arn,
-            vpc=vpc,
-            subnets=scraper_subnets,
-            pod_security_group=pod_security_group,
-            api_security_group=api_security_group,
-            scrape_interval_s=observability.scrape_interval_s,
+            GRAFANA_ENDPOINT_OUTPUT,
+            value=grafana.workspace.attr_endpoint,
+            description="Grafana workspace endpoint; hpctl job describe links the per-job "
+            "dashboard on it",
         )
-        self.grafana = (
-            GrafanaWorkspace(self, "Grafana", prometheus_workspace_arn=self.workspace.arn)
-            if observability.grafana
-            else None
-        )
-        if self.grafana is not None:
-            cdk.CfnOutput(
-                self,
-                GRAFANA_ENDPOINT_OUTPUT,
-                value=self.grafana.workspace.attr_endpoint,
-                description="Grafana workspace endpoint; hpctl job describe links the per-job "
-                "dashboard on it",
-            )
-        self.alarms = PlatformAlarms(
-            self,
-            "Alarms",
-            topic=self.topic,
-            eks_cluster_name=eks_cluster_name,
-            file_system_id=file_system.file_system_id,
-            file_system_capacity_gib=file_system.capacity_gib,
-            fsx_free_percent=observability.fsx_free_capacity_percent,
-            nat_gateway_ids=nat_gateway_ids,
-        )
+        return grafana
+
+
+def _rule_documents(team_gpu_quotas: Mapping[str, float] | None) -> dict[str, str]:
+    """Rule groups namespace -> its rules: the repository's files and, with quotas, the
+    generated team quota rules."""
+    rule_documents = {path.stem: path.read_text(encoding="utf-8") for path in rule_files()}
+    if team_gpu_quotas:
+        # Each team's GPU quota, from config: the accounting rules (rules/teams.yaml)
+        # compare GPU-hours with it.
+        rule_documents[QUOTA_NAMESPACE] = team_quota_rules(team_gpu_quotas)
+    return rule_documents

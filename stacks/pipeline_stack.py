@@ -259,7 +259,22 @@ class PipelineStack(cdk.Stack):
             removal_policy=cdk.RemovalPolicy.RETAIN,
             encryption_key=stack_log_key(self, removal_policy=cdk.RemovalPolicy.RETAIN),
         )
-        self.pipeline = pipelines.CodePipeline(
+        self.pipeline = self._code_pipeline(source)
+        self.stages = self._add_stages(pipeline, environments, source)
+        self.pipeline.build_pipeline()
+        self._log_artifact_access()
+        self._acknowledge_generated_grants()
+        self.pull_request_roles = self._pull_request_roles(pipeline, environments)
+        # CDK Pipelines writes the cross-account action role ARNs with Fn::Join (cfn-lint
+        # prefers Fn::Sub, same value) and a DependsOn on the role it also references.
+        ignore_cfn_lint(
+            default_resource(self.pipeline.pipeline, codepipeline.CfnPipeline), "E3703", "W3005"
+        )
+
+        self.topic = self._notifications(pipeline)
+
+    def _code_pipeline(self, source: pipelines.CodePipelineSource) -> pipelines.CodePipeline:
+        return pipelines.CodePipeline(
             self,
             "Pipeline",
             synth=pipelines.ShellStep(
@@ -280,7 +295,15 @@ class PipelineStack(cdk.Stack):
                 ),
             ),
         )
-        self.stages: dict[str, PlatformStage] = {}
+
+    def _add_stages(
+        self,
+        pipeline: PipelineConfig,
+        environments: Sequence[LoadedEnvironment],
+        source: pipelines.CodePipelineSource,
+    ) -> dict[str, PlatformStage]:
+        """A Stage per environment, after its guard and, where configured, an approval."""
+        stages: dict[str, PlatformStage] = {}
         for loaded in environments:
             name = loaded.config.environment
             stage = PlatformStage(self, name, pipeline=pipeline, loaded=loaded)
@@ -295,17 +318,11 @@ class PipelineStack(cdk.Stack):
                 approval.add_step_dependency(guard)
                 pre.append(approval)
             self.pipeline.add_stage(stage, pre=pre)
-            self.stages[name] = stage
-        self.pipeline.build_pipeline()
-        self._log_artifact_access()
-        self._acknowledge_generated_grants()
-        self.pull_request_roles = self._pull_request_roles(pipeline, environments)
-        # CDK Pipelines writes the cross-account action role ARNs with Fn::Join (cfn-lint
-        # prefers Fn::Sub, same value) and a DependsOn on the role it also references.
-        ignore_cfn_lint(
-            default_resource(self.pipeline.pipeline, codepipeline.CfnPipeline), "E3703", "W3005"
-        )
+            stages[name] = stage
+        return stages
 
+    def _notifications(self, pipeline: PipelineConfig) -> sns.Topic:
+        """The encrypted topic the pipeline's events go to, with the configured emails."""
         key = kms.Key(
             self,
             "NotificationKey",
@@ -318,17 +335,18 @@ class PipelineStack(cdk.Stack):
             "kms:GenerateDataKey*",
             "kms:Decrypt",
         )
-        self.topic = sns.Topic(self, "Notifications", master_key=key, enforce_ssl=True)
+        topic = sns.Topic(self, "Notifications", master_key=key, enforce_ssl=True)
         for email in pipeline.notify.emails:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+            topic.add_subscription(subscriptions.EmailSubscription(email))
         notifications.NotificationRule(
             self,
             "PipelineEvents",
             source=self.pipeline.pipeline,
             events=list(NOTIFIED_EVENTS),
-            targets=[self.topic],
+            targets=[topic],
             detail_type=notifications.DetailType.BASIC,
         )
+        return topic
 
     def _log_artifact_access(self) -> None:
         """Server access logs for the generated artifact bucket (it takes no log bucket)."""
