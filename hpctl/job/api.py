@@ -7,6 +7,7 @@ command is a thin face over these calls, so a notebook gets what the command lin
     dev = api.environment("dev")  # config/dev.yaml, validated and planned
     spec = api.spec(dev, team="sandbox", instance_group="gpu-g5", nodes=1, image=IMAGE)
     manifest = api.render(spec)  # the HyperPodPyTorchJob, a plain dict
+    world = api.plan(spec).world_size  # what the render derived: mesh, tiers, batch
     jobs = api.connect(dev)  # through the kubeconfig `hpctl kubeconfig --env dev` wrote
     created = jobs.submit(spec)
     jobs.wait_for_admission(created, progress=print)
@@ -43,6 +44,7 @@ from hpctl.job.environment import JobRequestError, entry_point_for, spec_for_env
 from hpctl.job.failures import JobOperationError
 from hpctl.job.kube import Cluster, KubeError, NotFoundError
 from hpctl.job.kube import connect as connect_cluster
+from hpctl.job.plan import JobPlan
 from hpctl.job.render import API_VERSION, KIND, render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from hpctl.kubeconfig import default_output as default_kubeconfig
@@ -109,6 +111,12 @@ def spec(
         clock=clock,
         **choices,
     )
+
+
+def plan(job: JobSpec) -> JobPlan:
+    """What follows from `job`'s choices, its platform and its preset: parallel settings,
+    placement, checkpoint tiers, world size and batch (what `render` writes)."""
+    return JobPlan(job)
 
 
 def render(job: JobSpec) -> dict[str, Any]:
