@@ -129,17 +129,7 @@ class GovernanceStack(cdk.Stack):
         )
         self.addons: dict[str, PinnedAddon] = placed.addons
         self.identities: dict[str, AddonWithPodIdentity] = placed.identities
-        self.scheduler_config = SchedulerConfig(
-            self,
-            "SchedulerConfig",
-            name=names.scheduler_config,
-            cluster_arn=hyperpod_cluster_arn,
-            priority_classes=[
-                PriorityClass(name=c.name, weight=c.weight) for c in governance.priority_classes
-            ],
-            fair_share=governance.fair_share,
-            idle_resource_sharing=governance.idle_resource_sharing,
-        )
+        self.scheduler_config = self._scheduler_config(governance, names, hyperpod_cluster_arn)
         # A scheduler config or quota created before Kueue serves fails to create: both wait
         # for its controller (platform_constructs/task_governance.py).
         self.kueue_ready = kueue_controller_available(
@@ -155,7 +145,55 @@ class GovernanceStack(cdk.Stack):
             )
             for team, admission in admissions.items()
         }
-        self.quotas: dict[str, ComputeQuota] = {}
+        self.quotas = self._quotas(governance, names, hyperpod_cluster_arn, quotas)
+
+        # One PV + claim per team namespace, all on the same file system.
+        self.fsx_volume = FsxStaticVolume(
+            self,
+            "FsxVolume",
+            cluster=kubernetes,
+            file_system=file_system,
+            namespaces=(),
+        )
+        self.workspaces = self._workspaces(
+            eks,
+            kubernetes,
+            eks_cluster_name,
+            checkpoint_bucket,
+            data_bucket,
+            tolerations=tolerations,
+            mlflow_server_arn=mlflow_server_arn,
+        )
+        self.isolation = self._isolation(governance, kubernetes, eks_cluster_name, pod_network)
+        if mlflow_server_arn is not None:
+            for workspace in self.workspaces.values():
+                workspace.identity.role.add_to_principal_policy(job_statement(mlflow_server_arn))
+
+    def _scheduler_config(
+        self, governance: GovernanceConfig, names: PlatformNames, hyperpod_cluster_arn: str
+    ) -> SchedulerConfig:
+        return SchedulerConfig(
+            self,
+            "SchedulerConfig",
+            name=names.scheduler_config,
+            cluster_arn=hyperpod_cluster_arn,
+            priority_classes=[
+                PriorityClass(name=c.name, weight=c.weight) for c in governance.priority_classes
+            ],
+            fair_share=governance.fair_share,
+            idle_resource_sharing=governance.idle_resource_sharing,
+        )
+
+    def _quotas(
+        self,
+        governance: GovernanceConfig,
+        names: PlatformNames,
+        hyperpod_cluster_arn: str,
+        quotas: Mapping[str, TeamQuota],
+    ) -> dict[str, ComputeQuota]:
+        """One compute quota per team, after the scheduler config and the team's admission
+        policy."""
+        created: dict[str, ComputeQuota] = {}
         for team in governance.teams_by_name():
             quota = ComputeQuota(
                 self,
@@ -167,19 +205,24 @@ class GovernanceStack(cdk.Stack):
             # Quotas name priority classes only through the jobs, but their queues are built
             # by the same controller: create them once the cluster policy exists.
             quota.node.add_dependency(self.scheduler_config, self.admission[team.name])
-            self.quotas[team.name] = quota
+            created[team.name] = quota
+        return created
 
-        # One PV + claim per team namespace, all on the same file system.
-        self.fsx_volume = FsxStaticVolume(
-            self,
-            "FsxVolume",
-            cluster=kubernetes,
-            file_system=file_system,
-            namespaces=(),
-        )
+    def _workspaces(
+        self,
+        eks: EksConfig,
+        kubernetes: eks_v2.ICluster,
+        eks_cluster_name: str,
+        checkpoint_bucket: s3.IBucket,
+        data_bucket: s3.IBucket,
+        *,
+        tolerations: Sequence[Mapping[str, str]],
+        mlflow_server_arn: str | None,
+    ) -> dict[str, TeamWorkspace]:
+        """Each team's workspace, in its namespace once the team's quota has created it."""
         gids = team_gids(self.quotas)
         images = {**pinned_images(self.region), **eks.image_overrides}
-        self.workspaces: dict[str, TeamWorkspace] = {
+        return {
             team: TeamWorkspace(
                 self,
                 f"Workspace-{team}",
@@ -201,10 +244,18 @@ class GovernanceStack(cdk.Stack):
             )
             for team, quota in self.quotas.items()
         }
+
+    def _isolation(
+        self,
+        governance: GovernanceConfig,
+        kubernetes: eks_v2.ICluster,
+        eks_cluster_name: str,
+        pod_network: PodNetwork,
+    ) -> dict[str, TeamIsolation]:
         # Each team namespace: default-deny NetworkPolicies, Pod Security labels and the
         # team's namespace-scoped access with the Role its group needs for `hpctl job`
         # (platform_constructs/team_network.py).
-        self.isolation: dict[str, TeamIsolation] = {
+        return {
             team.name: TeamIsolation(
                 self,
                 f"Isolation-{team.name}",
@@ -218,6 +269,3 @@ class GovernanceStack(cdk.Stack):
             )
             for team in governance.teams_by_name()
         }
-        if mlflow_server_arn is not None:
-            for workspace in self.workspaces.values():
-                workspace.identity.role.add_to_principal_policy(job_statement(mlflow_server_arn))

@@ -18,6 +18,8 @@ from constructs import Construct
 
 from config.loader import LoadedEnvironment
 from config.names import STACK_UNITS, StackUnit
+from config.schema.governance import GovernanceConfig
+from config.schema.observability import ObservabilityConfig
 from platform_constructs.log_groups import FunctionLogGroups
 from platform_constructs.retention import stateful_removal_policy
 from platform_constructs.team_network import PodNetwork
@@ -72,141 +74,53 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
     cdk.Validations.of(scope).add_plugins(AwsSolutionsChecks(scope))
     config, plan = loaded.config, loaded.plan
     names = config.names
-    env = cdk.Environment(account=config.account, region=config.region)
     # The one mapping of `retain_stateful`: every stateful resource takes this policy.
-    removal_policy = stateful_removal_policy(config.retain_stateful)
-
-    def stack_props(unit: StackUnit) -> dict[str, Any]:
-        """A stack's construct ID and name (the same) and its account and Region."""
-        name = names.stack(unit)
-        return {"construct_id": name, "stack_name": name, "env": env}
+    target = _Target(scope, loaded, stateful_removal_policy(config.retain_stateful))
 
     # Every Lambda function (all CDK's deploy-time handlers) logs to a group of its own
     # template. Their logs expire with the environment's flow logs, the retention the
     # prefix-list lookup's handler already had: short in dev, a year in prod.
     cdk.Aspects.of(scope).add(
         FunctionLogGroups(
-            retention_days=config.network.flow_log_retention_days, removal_policy=removal_policy
+            retention_days=config.network.flow_log_retention_days,
+            removal_policy=target.removal_policy,
         ),
         priority=cdk.AspectPriority.MUTATING,
     )
 
     network = NetworkStack(
         scope,
-        **stack_props("network"),
+        **target.stack_props("network"),
         network=config.network,
         layout=plan.layout,
         cluster_name=names.eks_cluster,
-        removal_policy=removal_policy,
+        removal_policy=target.removal_policy,
     )
     storage = StorageStack(
         scope,
-        **stack_props("storage"),
+        **target.stack_props("storage"),
         storage=config.storage,
         role_prefix=names.stack_prefix,
         subnet=network.cluster_subnets[config.training_availability_zone],
         security_group=network.efa_security_group,
-        removal_policy=removal_policy,
+        removal_policy=target.removal_policy,
         mlflow_server_name=names.mlflow_tracking_server,
     )
-    eks = EksStack(
-        scope,
-        **stack_props("eks"),
-        eks=config.eks,
-        addons=plan.addons_in("eks"),
-        cluster_name=names.eks_cluster,
-        node_groups=plan.node_groups,
-        vpc=network.vpc,
-        infra_subnets=network.infra_subnets,
-        node_security_group=network.efa_security_group,
-        endpoint_security_group=network.endpoint_security_group,
-        s3_prefix_list_id=network.s3_prefix_list_id,
-        admin_host=network.admin_host,
-        removal_policy=removal_policy,
+    eks = _eks_stack(target, network)
+    hyperpod = _hyperpod_stack(target, network, storage, eks)
+    cluster_addons = _cluster_addons_stack(target, storage, eks, hyperpod)
+    governance = (
+        _governance_stack(target, config.governance, storage, eks, hyperpod, cluster_addons)
+        if config.governance is not None
+        else None
     )
-    hyperpod = HyperPodStack(
-        scope,
-        **stack_props("hyperpod"),
-        hyperpod=config.hyperpod,
-        cluster_name=names.hyperpod_cluster,
-        fsx_efa_enabled=config.storage.fsx.efa_enabled,
-        eks_cluster_arn=eks.cluster_arn,
-        vpc=network.vpc,
-        cluster_subnets=network.cluster_subnets,
-        node_security_group=network.efa_security_group,
-        artifact_bucket=storage.artifact_bucket,
-        removal_policy=removal_policy,
-    )
-    # The table's `cluster-addons` rows deploy after the HyperPod cluster (AWS documents the
-    # training operator on a created cluster); what nodes boot with is in the EKS stack.
-    cluster_addons = ClusterAddonsStack(
-        scope,
-        **stack_props("cluster-addons"),
-        addons=plan.addons_in("cluster-addons"),
-        cluster_name=eks.cluster_name,
-        kubernetes=eks.kubernetes,
-        hyperpod_cluster_arn=hyperpod.cluster_arn,
-        file_system=storage.file_system,
-        removal_policy=removal_policy,
-    )
-    cluster_addons.add_stack_dependency(
-        hyperpod, "the training operator's permissions name the HyperPod cluster"
-    )
-    governance = None
-    if config.governance is not None:
-        governance = GovernanceStack(
-            scope,
-            **stack_props("governance"),
-            governance=config.governance,
-            eks=config.eks,
-            addons=plan.addons_in("governance"),
-            quotas=plan.team_quotas,
-            tolerations=plan.taint_tolerations,
-            admissions=plan.team_admissions,
-            names=names,
-            eks_cluster_name=eks.cluster_name,
-            kubernetes=eks.kubernetes,
-            hyperpod_cluster_arn=hyperpod.cluster_arn,
-            file_system=storage.file_system,
-            checkpoint_bucket=storage.checkpoint_bucket,
-            data_bucket=storage.data_bucket,
-            pod_network=PodNetwork(
-                # The managed collector's ENIs: the control-plane (infrastructure) subnets.
-                scraper_cidrs=[str(c) for _, c in sorted(plan.layout.infra.items())],
-                node_cidrs=[str(subnet.cidr) for _, subnet in sorted(plan.layout.cluster.items())],
-            ),
-            mlflow_server_arn=storage.mlflow_server_arn,
-            removal_policy=removal_policy,
+    observability = (
+        _observability_stack(
+            target, config.observability, network, storage, eks, cluster_addons, governance
         )
-        # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the
-        # team claims need the FSx CSI driver.
-        governance.add_stack_dependency(
-            cluster_addons, "Kueue runs on nodes with cluster DNS; claims need the FSx driver"
-        )
-    observability = None
-    if config.observability is not None:
-        observability = ObservabilityStack(
-            scope,
-            **stack_props("observability"),
-            observability=config.observability,
-            eks=config.eks,
-            addons=plan.addons_in("observability"),
-            eks_cluster_name=eks.cluster_name,
-            eks_cluster_arn=eks.cluster_arn,
-            vpc=network.vpc,
-            # The control plane's subnets: the trainer's collector reaches the API from there.
-            scraper_subnets=eks.control_plane_subnets,
-            pod_security_group=network.efa_security_group,
-            api_security_group=eks.cluster.control_plane_security_group,
-            file_system=storage.file_system,
-            nat_gateway_ids=network.nat_gateway_ids,
-            removal_policy=removal_policy,
-            team_gpu_quotas=plan.team_gpu_quotas,
-        )
-        # The collector runs on the nodes, next to the cluster add-ons it scrapes.
-        observability.add_stack_dependency(cluster_addons, "the collector needs running nodes")
-        if governance is not None:
-            observability.add_stack_dependency(governance, "Kueue metrics need Kueue")
+        if config.observability is not None
+        else None
+    )
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(
@@ -218,3 +132,156 @@ def build_platform(scope: Construct, loaded: LoadedEnvironment) -> PlatformStack
         governance=governance,
         observability=observability,
     )
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where and for which environment the stacks are built, with the removal policy of
+    every stateful resource."""
+
+    scope: Construct
+    loaded: LoadedEnvironment
+    removal_policy: cdk.RemovalPolicy
+
+    def stack_props(self, unit: StackUnit) -> dict[str, Any]:
+        """A stack's construct ID and name (the same) and its account and Region."""
+        config = self.loaded.config
+        name = config.names.stack(unit)
+        env = cdk.Environment(account=config.account, region=config.region)
+        return {"construct_id": name, "stack_name": name, "env": env}
+
+
+def _eks_stack(target: _Target, network: NetworkStack) -> EksStack:
+    config, plan = target.loaded.config, target.loaded.plan
+    return EksStack(
+        target.scope,
+        **target.stack_props("eks"),
+        eks=config.eks,
+        addons=plan.addons_in("eks"),
+        cluster_name=config.names.eks_cluster,
+        node_groups=plan.node_groups,
+        vpc=network.vpc,
+        infra_subnets=network.infra_subnets,
+        node_security_group=network.efa_security_group,
+        endpoint_security_group=network.endpoint_security_group,
+        s3_prefix_list_id=network.s3_prefix_list_id,
+        admin_host=network.admin_host,
+        removal_policy=target.removal_policy,
+    )
+
+
+def _hyperpod_stack(
+    target: _Target, network: NetworkStack, storage: StorageStack, eks: EksStack
+) -> HyperPodStack:
+    config = target.loaded.config
+    return HyperPodStack(
+        target.scope,
+        **target.stack_props("hyperpod"),
+        hyperpod=config.hyperpod,
+        cluster_name=config.names.hyperpod_cluster,
+        fsx_efa_enabled=config.storage.fsx.efa_enabled,
+        eks_cluster_arn=eks.cluster_arn,
+        vpc=network.vpc,
+        cluster_subnets=network.cluster_subnets,
+        node_security_group=network.efa_security_group,
+        artifact_bucket=storage.artifact_bucket,
+        removal_policy=target.removal_policy,
+    )
+
+
+def _cluster_addons_stack(
+    target: _Target, storage: StorageStack, eks: EksStack, hyperpod: HyperPodStack
+) -> ClusterAddonsStack:
+    plan = target.loaded.plan
+    # The table's `cluster-addons` rows deploy after the HyperPod cluster (AWS documents the
+    # training operator on a created cluster); what nodes boot with is in the EKS stack.
+    cluster_addons = ClusterAddonsStack(
+        target.scope,
+        **target.stack_props("cluster-addons"),
+        addons=plan.addons_in("cluster-addons"),
+        cluster_name=eks.cluster_name,
+        kubernetes=eks.kubernetes,
+        hyperpod_cluster_arn=hyperpod.cluster_arn,
+        file_system=storage.file_system,
+        removal_policy=target.removal_policy,
+    )
+    cluster_addons.add_stack_dependency(
+        hyperpod, "the training operator's permissions name the HyperPod cluster"
+    )
+    return cluster_addons
+
+
+def _governance_stack(
+    target: _Target,
+    governance_config: GovernanceConfig,
+    storage: StorageStack,
+    eks: EksStack,
+    hyperpod: HyperPodStack,
+    cluster_addons: ClusterAddonsStack,
+) -> GovernanceStack:
+    config, plan = target.loaded.config, target.loaded.plan
+    governance = GovernanceStack(
+        target.scope,
+        **target.stack_props("governance"),
+        governance=governance_config,
+        eks=config.eks,
+        addons=plan.addons_in("governance"),
+        quotas=plan.team_quotas,
+        tolerations=plan.taint_tolerations,
+        admissions=plan.team_admissions,
+        names=config.names,
+        eks_cluster_name=eks.cluster_name,
+        kubernetes=eks.kubernetes,
+        hyperpod_cluster_arn=hyperpod.cluster_arn,
+        file_system=storage.file_system,
+        checkpoint_bucket=storage.checkpoint_bucket,
+        data_bucket=storage.data_bucket,
+        pod_network=PodNetwork(
+            # The managed collector's ENIs: the control-plane (infrastructure) subnets.
+            scraper_cidrs=[str(c) for _, c in sorted(plan.layout.infra.items())],
+            node_cidrs=[str(subnet.cidr) for _, subnet in sorted(plan.layout.cluster.items())],
+        ),
+        mlflow_server_arn=storage.mlflow_server_arn,
+        removal_policy=target.removal_policy,
+    )
+    # Kueue's controller runs on the nodes, with the cluster DNS deployed there, and the
+    # team claims need the FSx CSI driver.
+    governance.add_stack_dependency(
+        cluster_addons, "Kueue runs on nodes with cluster DNS; claims need the FSx driver"
+    )
+    return governance
+
+
+def _observability_stack(
+    target: _Target,
+    observability_config: ObservabilityConfig,
+    network: NetworkStack,
+    storage: StorageStack,
+    eks: EksStack,
+    cluster_addons: ClusterAddonsStack,
+    governance: GovernanceStack | None,
+) -> ObservabilityStack:
+    config, plan = target.loaded.config, target.loaded.plan
+    observability = ObservabilityStack(
+        target.scope,
+        **target.stack_props("observability"),
+        observability=observability_config,
+        eks=config.eks,
+        addons=plan.addons_in("observability"),
+        eks_cluster_name=eks.cluster_name,
+        eks_cluster_arn=eks.cluster_arn,
+        vpc=network.vpc,
+        # The control plane's subnets: the trainer's collector reaches the API from there.
+        scraper_subnets=eks.control_plane_subnets,
+        pod_security_group=network.efa_security_group,
+        api_security_group=eks.cluster.control_plane_security_group,
+        file_system=storage.file_system,
+        nat_gateway_ids=network.nat_gateway_ids,
+        removal_policy=target.removal_policy,
+        team_gpu_quotas=plan.team_gpu_quotas,
+    )
+    # The collector runs on the nodes, next to the cluster add-ons it scrapes.
+    observability.add_stack_dependency(cluster_addons, "the collector needs running nodes")
+    if governance is not None:
+        observability.add_stack_dependency(governance, "Kueue metrics need Kueue")
+    return observability

@@ -11,7 +11,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config.schema import StorageConfig
+from config.schema import BucketsConfig, StorageConfig
 from config.schema.storage import DATA_BUCKET_OUTPUT
 from platform_constructs.eks_fsx_volume import LustreFileSystem
 from platform_constructs.mlflow import MlflowServerProps, MlflowTrackingServer
@@ -83,70 +83,11 @@ class StorageStack(cdk.Stack):
             retention_days=buckets.access_log_retention_days,
         )
         self.access_log_bucket: s3.IBucket = access_log_bucket
-        own_roles = environment_role_arns(self, role_prefix)
-        self.data_key = BucketKey(
-            self,
-            "DataKey",
-            purpose="data",
-            user_arns=[own_roles, fsx_s3_access_role_arns(self), *buckets.key_user_arns],
-            removal_policy=removal_policy,
+        self.data_key, self.checkpoint_key = self._bucket_keys(buckets, role_prefix, removal_policy)
+        self.data_bucket, self.checkpoint_bucket, self.artifact_bucket = self._buckets(
+            buckets, access_log_bucket, removal_policy
         )
-        self.checkpoint_key = BucketKey(
-            self,
-            "CheckpointKey",
-            purpose="checkpoint",
-            user_arns=[own_roles, *buckets.key_user_arns],
-            removal_policy=removal_policy,
-        )
-        self.data_bucket: s3.IBucket = SecureBucket(
-            self,
-            "DataBucket",
-            removal_policy=removal_policy,
-            access_log_bucket=access_log_bucket,
-            encryption_key=self.data_key,
-            versioned=True,
-            lifecycle_rules=[expire_noncurrent_versions("data", buckets.data_noncurrent_days)],
-        )
-        self.checkpoint_bucket: s3.IBucket = SecureBucket(
-            self,
-            "CheckpointBucket",
-            removal_policy=removal_policy,
-            access_log_bucket=access_log_bucket,
-            encryption_key=self.checkpoint_key,
-            # An overwritten or deleted checkpoint stays recoverable for a while.
-            versioned=True,
-            lifecycle_rules=[
-                expire_noncurrent_versions("checkpoints", buckets.checkpoint_noncurrent_days)
-            ],
-        )
-        # Lifecycle scripts and other deploy artifacts: small, and every version is the
-        # record of what the nodes ran, so versions are kept.
-        self.artifact_bucket: s3.IBucket = SecureBucket(
-            self,
-            "ArtifactBucket",
-            removal_policy=removal_policy,
-            access_log_bucket=access_log_bucket,
-            versioned=True,
-        )
-
-        self.mlflow_server_arn: str | None = None
-        if storage.mlflow.enabled:
-            # Run artifacts beside the platform's other artifacts, under their own prefix.
-            mlflow = MlflowTrackingServer(
-                self,
-                "Mlflow",
-                props=MlflowServerProps(
-                    name=mlflow_server_name,
-                    artifact_prefix=storage.mlflow.artifact_prefix,
-                    size=storage.mlflow.size,
-                    weekly_maintenance_window_start=storage.mlflow.weekly_maintenance_window_start,
-                    mlflow_version=storage.mlflow.mlflow_version,
-                ),
-                bucket=self.artifact_bucket,
-            )
-            self.mlflow_server_arn = mlflow.arn
-            cdk.CfnOutput(self, "MlflowTrackingServerArn", value=mlflow.arn)
-
+        self.mlflow_server_arn = self._mlflow(storage, mlflow_server_name)
         self.lustre = FsxLustre(
             self,
             "Fsx",
@@ -168,6 +109,90 @@ class StorageStack(cdk.Stack):
             data_path=storage.fsx.data_repository.file_system_path,
         )
 
+        self._outputs()
+
+    def _bucket_keys(
+        self, buckets: BucketsConfig, role_prefix: str, removal_policy: cdk.RemovalPolicy
+    ) -> tuple[BucketKey, BucketKey]:
+        """The data and checkpoint buckets' keys, each for the environment's roles and the
+        configured users (the data key also for FSx's data repository role)."""
+        own_roles = environment_role_arns(self, role_prefix)
+        data_key = BucketKey(
+            self,
+            "DataKey",
+            purpose="data",
+            user_arns=[own_roles, fsx_s3_access_role_arns(self), *buckets.key_user_arns],
+            removal_policy=removal_policy,
+        )
+        checkpoint_key = BucketKey(
+            self,
+            "CheckpointKey",
+            purpose="checkpoint",
+            user_arns=[own_roles, *buckets.key_user_arns],
+            removal_policy=removal_policy,
+        )
+        return data_key, checkpoint_key
+
+    def _buckets(
+        self,
+        buckets: BucketsConfig,
+        access_log_bucket: AccessLogBucket,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> tuple[s3.IBucket, s3.IBucket, s3.IBucket]:
+        """The data, checkpoint and artifact buckets."""
+        data_bucket = SecureBucket(
+            self,
+            "DataBucket",
+            removal_policy=removal_policy,
+            access_log_bucket=access_log_bucket,
+            encryption_key=self.data_key,
+            versioned=True,
+            lifecycle_rules=[expire_noncurrent_versions("data", buckets.data_noncurrent_days)],
+        )
+        checkpoint_bucket = SecureBucket(
+            self,
+            "CheckpointBucket",
+            removal_policy=removal_policy,
+            access_log_bucket=access_log_bucket,
+            encryption_key=self.checkpoint_key,
+            # An overwritten or deleted checkpoint stays recoverable for a while.
+            versioned=True,
+            lifecycle_rules=[
+                expire_noncurrent_versions("checkpoints", buckets.checkpoint_noncurrent_days)
+            ],
+        )
+        # Lifecycle scripts and other deploy artifacts: small, and every version is the
+        # record of what the nodes ran, so versions are kept.
+        artifact_bucket = SecureBucket(
+            self,
+            "ArtifactBucket",
+            removal_policy=removal_policy,
+            access_log_bucket=access_log_bucket,
+            versioned=True,
+        )
+        return data_bucket, checkpoint_bucket, artifact_bucket
+
+    def _mlflow(self, storage: StorageConfig, server_name: str) -> str | None:
+        """The MLflow tracking server's ARN, where storage.mlflow is enabled."""
+        if not storage.mlflow.enabled:
+            return None
+        # Run artifacts beside the platform's other artifacts, under their own prefix.
+        mlflow = MlflowTrackingServer(
+            self,
+            "Mlflow",
+            props=MlflowServerProps(
+                name=server_name,
+                artifact_prefix=storage.mlflow.artifact_prefix,
+                size=storage.mlflow.size,
+                weekly_maintenance_window_start=storage.mlflow.weekly_maintenance_window_start,
+                mlflow_version=storage.mlflow.mlflow_version,
+            ),
+            bucket=self.artifact_bucket,
+        )
+        cdk.CfnOutput(self, "MlflowTrackingServerArn", value=mlflow.arn)
+        return mlflow.arn
+
+    def _outputs(self) -> None:
         cdk.CfnOutput(self, "FileSystemId", value=self.file_system.file_system_id)
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.file_system.dns_name)
         cdk.CfnOutput(self, "FileSystemMountName", value=self.file_system.mount_name)
