@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from config.failures import classify_failure
 from config.kubernetes import INSTANCE_GROUP_NAME
 from config.schema import EnvironmentConfig
 from hpctl import aws
@@ -278,6 +279,32 @@ def _incident(event: dict[str, Any]) -> str:
     return str(event.get("OperationId") or event["EventId"])
 
 
+def _classified_row(event: dict[str, Any]) -> dict[str, Any]:
+    """`event_row` with the cause of a health event (config.failures), None for Info."""
+    health = event.get("EventLevel") in HEALTH_EVENT_LEVELS
+    cause = classify_failure([event.get("Description") or ""]).cause if health else None
+    return {**event_row(event), "cause": cause}
+
+
+def _incident_causes(health: list[dict[str, Any]]) -> list[str]:
+    """The cause of each failure (incident) in time order, from all its events' text."""
+    by_incident: dict[str, list[str]] = {}
+    for event in health:
+        by_incident.setdefault(_incident(event), []).append(event.get("Description") or "")
+    return [classify_failure(texts).cause for texts in by_incident.values()]
+
+
+def _offenders_by_cause(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Cause -> the repeat offenders that failed from it more than once, so a node that
+    keeps losing a GPU reads apart from one that hit two unrelated faults."""
+    by_cause: dict[str, list[str]] = {}
+    for node in nodes:
+        for cause, count in node["failures_by_cause"].items():
+            if count > 1:
+                by_cause.setdefault(cause, []).append(node["instance_id"])
+    return dict(sorted(by_cause.items()))
+
+
 def node_history(
     events: list[dict[str, Any]], since: datetime, window: timedelta
 ) -> dict[str, Any]:
@@ -293,17 +320,20 @@ def node_history(
     nodes: list[dict[str, Any]] = []
     for (group, instance), history in by_node.items():
         health = [e for e in history if e.get("EventLevel") in HEALTH_EVENT_LEVELS]
+        causes = _incident_causes(health)
         last = history[-1]
         nodes.append(
             {
                 "instance_group": group or None,
                 "instance_id": instance,
                 "failures": len({_incident(e) for e in health}),
+                "failures_by_cause": dict(sorted(Counter(causes).items())),
+                "last_cause": causes[-1] if causes else None,
                 "health_events": len(health),
                 "events": len(history),
                 "last_event_time": utc_iso(last["EventTime"]),
                 "last_event": last.get("Description") or None,
-                "history": [event_row(e) for e in history],
+                "history": [_classified_row(e) for e in history],
             }
         )
     nodes.sort(key=lambda n: (-n["failures"], n["instance_group"] or "", n["instance_id"]))
@@ -313,6 +343,7 @@ def node_history(
         "days": _days(window),
         "nodes": nodes,
         "repeat_offenders": [n["instance_id"] for n in nodes if n["failures"] > 1],
+        "repeat_offenders_by_cause": _offenders_by_cause(nodes),
     }
 
 

@@ -367,7 +367,8 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
         typer.echo(f"No node events in {target.name} in {window}.")
         return
     table = Table(title=f"Node events in {target.name} in {window}, most failures first")
-    for column in ("group", "instance id", "failures", "health events", "events", "last (UTC)"):
+    columns = ("group", "instance id", "failures", "last cause", "health events", "events")
+    for column in (*columns, "last (UTC)"):
         table.add_column(column, no_wrap=True)
     table.add_column("last event")
     for node in report["nodes"]:
@@ -375,6 +376,7 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
             node["instance_group"] or "-",
             node["instance_id"],
             str(node["failures"]),
+            node["last_cause"] or "-",
             str(node["health_events"]),
             str(node["events"]),
             minute_of(node["last_event_time"]),
@@ -384,6 +386,8 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
     offenders = report["repeat_offenders"]
     if offenders:
         typer.echo(f"Failed more than once in {window}: {', '.join(offenders)}.")
+        for cause, nodes in report["repeat_offenders_by_cause"].items():
+            typer.echo(f"  {cause}, more than once: {', '.join(nodes)}")
         typer.echo(
             f"Replace them (drain first; README Operations): {_replace_hint(target, offenders)}"
         )

@@ -118,6 +118,7 @@ def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemake
             "gpu-p5",
             node_id(3),
             "2",
+            "unknown",
             "3",
             "3",
             "2026-11-19 16:00",
@@ -127,16 +128,18 @@ def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemake
             "gpu-p5",
             node_id(5),
             "1",
+            "gpu",
             "1",
             "1",
             "2026-11-20 07:00",
             "GPU XID 79: node is being rebooted",
         ],
-        ["system", node_id(17), "0", "0", "1", "2026-11-16 08:00", "Node joined the cluster"],
+        ["system", node_id(17), "0", "-", "0", "1", "2026-11-16 08:00", "Node joined the cluster"],
     ]
     lines = result.stdout.splitlines()
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         f"Failed more than once in the last 7 days: {node_id(3)}.",
+        f"  unknown, more than once: {node_id(3)}",
         "Replace them (drain first; README Operations): hpctl cluster replace --env prod "
         f"--node-id {node_id(3)} --yes",
     ]
@@ -164,6 +167,7 @@ def test_json_has_every_event_per_node(sagemaker: Stubbed):
         "instance_id": node_id(3),
         "description": "Node failed the deep health check",
         "event_id": PAGE_1[0]["EventId"],
+        "cause": "unknown",
     }
 
 
