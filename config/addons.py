@@ -51,6 +51,19 @@ class ServiceAccount:
     name: str
 
 
+# The session tags EKS Pod Identity adds to every AssumeRole request it makes for a pod (EKS
+# User Guide, "Grant Pods access to AWS resources based on tags": list of session tags). A
+# role's trust may only test these: EKS documents no other key for its requests.
+POD_IDENTITY_SESSION_TAGS = (
+    "eks-cluster-arn",
+    "eks-cluster-name",
+    "kubernetes-namespace",
+    "kubernetes-service-account",
+    "kubernetes-pod-name",
+    "kubernetes-pod-uid",
+)
+
+
 # What an identity's permissions are granted on: "*" (actions that have no resource type) or
 # a resource the placing stack gives its add-on identities (eks_addons.py `IdentityContext`).
 GrantTarget = Literal["*", "hyperpod_cluster_arn", "workspace_arn", "container_log_group_arns"]

@@ -64,19 +64,21 @@ class PinnedAddon(Construct):
 def pod_identity_conditions(
     scope: Construct, cluster_name: str, service_account: ServiceAccount
 ) -> dict[str, Any]:
-    """Trust conditions of a Pod Identity role: this account, this cluster, and the session
-    tags EKS sets from the pod (its namespace and service account)."""
-    stack = cdk.Stack.of(scope)
+    """Trust conditions of a Pod Identity role: this cluster's pods of this service account.
+
+    Only session tags EKS sets on its AssumeRole request (`POD_IDENTITY_SESSION_TAGS`), as in
+    the EKS User Guide's "Create IAM role with trust policy required by EKS Pod Identity".
+    No `aws:SourceArn` or `aws:SourceAccount`: EKS does not document them for these requests,
+    and a condition on a key the request lacks silently denies every pod its credentials. The
+    cluster ARN tag names the account, so the account needs no condition of its own.
+    """
     return {
         "StringEquals": {
-            "aws:SourceAccount": stack.account,
+            "aws:RequestTag/eks-cluster-arn": cdk.Stack.of(scope).format_arn(
+                service="eks", resource="cluster", resource_name=cluster_name
+            ),
             "aws:RequestTag/kubernetes-namespace": service_account.namespace,
             "aws:RequestTag/kubernetes-service-account": service_account.name,
-        },
-        "ArnEquals": {
-            "aws:SourceArn": stack.format_arn(
-                service="eks", resource="cluster", resource_name=cluster_name
-            )
         },
     }
 
@@ -106,8 +108,8 @@ class PodIdentity(Construct):
             "Role",
             # EKS Pod Identity assumes the role and tags the session with the pod's identity;
             # the trust accepts only this cluster's pods of this service account (the session
-            # tags and source conditions of the EKS User Guide's "Create an IAM role with a
-            # trust policy for EKS Pod Identity").
+            # tags of the EKS User Guide's "Create IAM role with trust policy required by EKS
+            # Pod Identity").
             assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com")
             .with_conditions(pod_identity_conditions(self, cluster_name, service_account))
             .with_session_tags(),

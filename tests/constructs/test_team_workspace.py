@@ -268,10 +268,11 @@ def test_team_role_trusts_only_its_service_account_in_this_cluster():
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
-    assert trust["Condition"]["StringEquals"] == {
-        "aws:SourceAccount": "111111111111",
+    assert set(trust["Condition"]) == {"StringEquals"}
+    conditions = dict(trust["Condition"]["StringEquals"])
+    cluster_arn = conditions.pop("aws:RequestTag/eks-cluster-arn")
+    assert conditions == {
         "aws:RequestTag/kubernetes-namespace": NAMESPACE,
         "aws:RequestTag/kubernetes-service-account": "training",
     }
-    (source,) = trust["Condition"]["ArnEquals"].values()
-    assert source["Fn::Join"][1][-1] == ":eks:us-west-2:111111111111:cluster/c"
+    assert cluster_arn["Fn::Join"][1][-1] == ":eks:us-west-2:111111111111:cluster/c"

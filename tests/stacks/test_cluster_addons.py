@@ -17,17 +17,18 @@ pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
 def assert_pod_identity_trust(env, role: dict, namespace: str, service_account: str) -> None:
     """EKS Pod Identity, only for this cluster's pods of this service account (the session
-    tags and source conditions of the EKS User Guide)."""
+    tags of the EKS User Guide)."""
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assert trust["Condition"]["StringEquals"] == {
-        "aws:SourceAccount": env.config.account,
+    assert set(trust["Condition"]) == {"StringEquals"}
+    conditions = dict(trust["Condition"]["StringEquals"])
+    cluster_arn = conditions.pop("aws:RequestTag/eks-cluster-arn")
+    assert conditions == {
         "aws:RequestTag/kubernetes-namespace": namespace,
         "aws:RequestTag/kubernetes-service-account": service_account,
     }
-    (source,) = trust["Condition"]["ArnEquals"].values()
-    prefix, name = source["Fn::Join"][1]
+    prefix, name = cluster_arn["Fn::Join"][1]
     assert prefix == f"arn:aws:eks:{env.config.region}:{env.config.account}:cluster/"
     assert name == _eks_cluster_name(env)
 
