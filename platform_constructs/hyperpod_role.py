@@ -213,28 +213,32 @@ def _network_statements(
             ],
             resources=[instances, security_group_arn],
         ),
-        # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
-        # on each node reads its instance, the instance type's ENI and address limits
-        # (it has no built-in figures for ml.* types) and ENI tags: AWS's HyperPod
-        # templates grant exactly these (aws/sagemaker-hyperpod-cluster-setup
-        # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy; awsome-distributed-
-        # training hyperpod-eks-tf sagemaker_iam_role eks_cni_policy).
-        iam.PolicyStatement(
-            sid="DescribeNetwork",
-            actions=[
-                "ec2:DescribeNetworkInterfaces",
-                "ec2:DescribeSubnets",
-                "ec2:DescribeSecurityGroups",
-                "ec2:DescribeVpcs",
-                "ec2:DescribeDhcpOptions",
-                "ec2:DescribeInstances",
-                "ec2:DescribeInstanceTypes",
-                "ec2:DescribeTags",
-            ],
-            resources=["*"],
-            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
-        ),
+        _describe_network_statement(stack.region),
     ]
+
+
+def _describe_network_statement(region: str) -> iam.PolicyStatement:
+    # Describe calls cannot be scoped to resources; pinned to this region. The VPC CNI
+    # on each node reads its instance, the instance type's ENI and address limits
+    # (it has no built-in figures for ml.* types) and ENI tags: AWS's HyperPod
+    # templates grant exactly these (aws/sagemaker-hyperpod-cluster-setup
+    # sagemaker-iam-role-template.yaml AmazonEKSCNIDescribePolicy; awsome-distributed-
+    # training hyperpod-eks-tf sagemaker_iam_role eks_cni_policy).
+    return iam.PolicyStatement(
+        sid="DescribeNetwork",
+        actions=[
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeVpcs",
+            "ec2:DescribeDhcpOptions",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeTags",
+        ],
+        resources=["*"],
+        conditions={"StringEquals": {"aws:RequestedRegion": region}},
+    )
 
 
 def _image_and_identity_statements(
