@@ -379,6 +379,14 @@ def _print_description(report: dict[str, Any]) -> None:
     typer.echo(f"{'Dashboard:':<11}{link}")
     if report["workload"] and report["workload"]["waiting"]:
         typer.echo(f"{'Waiting:':<11}{report['workload']['waiting']}")
+    failure = report["last_failure"]
+    if failure:
+        retry = "a restart may help" if failure["restart_helps"] else "a restart cannot help"
+        typer.echo(
+            f"{'Failure:':<11}{failure['cause']} ({retry}): {failure['pod']} on "
+            f"{failure['node'] or '-'} exited {failure['exit_code']} at {failure['time'] or '-'}"
+            + (f"; {failure['evidence']}" if failure["evidence"] else "")
+        )
     _section(
         "Conditions",
         [

@@ -44,6 +44,7 @@ from hpctl.job.environment import JobRequestError, entry_point_for, spec_for_env
 from hpctl.job.failures import JobOperationError
 from hpctl.job.kube import Cluster, KubeError, NotFoundError
 from hpctl.job.kube import connect as connect_cluster
+from hpctl.job.last_failure import last_failure
 from hpctl.job.plan import JobPlan
 from hpctl.job.render import API_VERSION, KIND, render_job, to_yaml
 from hpctl.job.spec import JobSpec
@@ -265,6 +266,7 @@ class Jobs:
         place = watch.position(cluster, job, held)
         report = lifecycle.description(job, held, pods, events, place, clock())
         report["dashboard"] = dashboard_link(self.config, job)
+        report["last_failure"] = last_failure(pods)
         return report
 
     def logs(
