@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.gpu import GB
 from training.config import JobConfig, checkpointed_layers
 from training.model import count_params, ffn_hidden_dim
 from training.presets import build_config
 
-GB = 1e9  # decimal, as the throughput benchmark's max_memory_allocated_gb
 # H100 80GB: what torch reports as total memory (79.1 GiB), in GB.
 H100_GB = 85.0
 ACTIVATION_NOTE = (

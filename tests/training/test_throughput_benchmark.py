@@ -4,11 +4,13 @@ and its JSON line says what was measured, with what torch, on which device."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from training.model import flops_per_token
@@ -18,13 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "training_throughput.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(SCRIPT), "--preset", "tiny", "--allow-cpu", *args],
         cwd=REPO,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
 
@@ -42,6 +45,11 @@ def test_set_overrides_reach_the_run_and_the_json() -> None:
     assert out["micro_batch_per_gpu"] == 2 and out["passes_per_step"] == 1
     assert out["tokens_per_s_per_gpu"] > 0 and out["mfu"] is None
     assert out["mfu_embedding_counted"] is None and out["max_memory_reserved_gb"] is None
+    assert out["mfu_basis"] == "bf16" and out["float8"] is False
+    assert out["first_step_s"] > 0 and out["first_step_over_steady"] > 0
+    # The forward/backward and update peaks are GPU figures: named, empty on CPU.
+    assert out["forward_backward_peak_allocated_gb"] is None
+    assert out["update_peak_allocated_gb"] is None
     tiny = build_config("tiny", sets)
     assert out["model_flops_per_token"] == flops_per_token(tiny.model, tiny.training.seq_len)
     # The command reproduces the figure: the same flags and overrides.
@@ -85,3 +93,18 @@ def test_h100_variants_get_their_own_peaks() -> None:
     assert peak_bf16("NVIDIA H100 NVL") == 835e12
     assert peak_bf16("NVIDIA H200") == 989e12
     assert peak_bf16("cpu") is None
+
+
+@pytest.mark.slow
+def test_compiled_code_is_kept_where_the_job_environment_says(tmp_path: Path) -> None:
+    # HPTRAIN_COMPILE_CACHE_DIR (parallel.compile_cache_dir): Inductor's caches land there,
+    # where a restarted process on the node finds them.
+    cache = tmp_path / "compile-cache"
+    result = _run(
+        *("--warmup", "0", "--steps", "1", "--set", "parallel.compile=true"),
+        env={"HPTRAIN_COMPILE_CACHE_DIR": str(cache)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    assert json.loads(line)["compile_cache_dir"] == str(cache)
+    assert any(p.is_file() for p in cache.rglob("*")), "nothing compiled was kept there"
