@@ -89,6 +89,11 @@ VOCABULARY: dict[str, Term] = {
     "--node-id": Term(VALUE, "an EC2 instance id (i-...); repeatable"),
     "--offering-id": Term(VALUE, "a training plan offering, from `hpctl plans search`"),
     "--count": Term(VALUE, "how many instances (or UltraServers)"),
+    "--cost": Term(FLAG, "each team's GPU-hours and estimated cost (teams)"),
+    "--check": Term(VALUE, "a HyperPod deep health check; repeatable (cluster health-check)"),
+    "--operation-id": Term(VALUE, "a cluster operation, from `hpctl cluster operations`"),
+    "--type": Term(VALUE, "only what is of this type (cluster operations)"),
+    "--status": Term(VALUE, "only what is in this status (cluster operations)"),
     # Time.
     "--since": Term(DURATION, "how far back to read, e.g. 6h or 7d"),
     "--duration": Term(DURATION, "how long something lasts, e.g. 14d"),

@@ -166,6 +166,22 @@ class GovernanceConfig(Strict):
         min_length=1, max_length=MAX_PRIORITY_CLASSES
     )
     teams: list[TeamConfig] = Field(min_length=1)
+    # No rate is built in: SageMaker HyperPod's per-instance prices are published on the
+    # SageMaker pricing page only, per Region and changing; `hpctl teams --cost` prices a type
+    # left out here (and not on a training plan) as unknown rather than guessing.
+    on_demand_usd_per_hour: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Instance type -> its on-demand USD per instance-hour in this Region, "
+        "from the SageMaker pricing page (write the date beside it); for hpctl teams --cost.",
+    )
+
+    @field_validator("on_demand_usd_per_hour")
+    @classmethod
+    def _priced_types(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if name not in INSTANCE_TYPES:
+                raise ValueError(f"{name!r} is not an instance type the platform knows")
+        return value
 
     @field_validator("priority_classes")
     @classmethod
