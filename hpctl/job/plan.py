@@ -191,8 +191,8 @@ class JobPlan:
         chosen = self.spec.checkpoint_dirs.get(name)
         return chosen or default_tier_dir(tier, self.spec.team, self.spec.name)
 
-    def tier_interval(self, name: str) -> int:
-        """Steps between checkpoints of tier `name` (0: disabled)."""
+    def tier_interval(self, name: str) -> int | str:
+        """Steps between checkpoints of tier `name` (0: disabled), or "auto"."""
         tier = self.trainer_config.checkpoint.tier(name)
         return self.spec.checkpoint_intervals.get(name, tier.interval)
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.addons import (
     ELASTIC_TRAINING_MINIMUM,
@@ -54,7 +54,7 @@ from hpctl.job.scaling import (
     parallel_overrides,
     resolved_parallelism,
 )
-from training.checkpoint.config import CheckpointConfig
+from training.checkpoint.config import AUTO_INTERVAL, CheckpointConfig
 from training.config import JobConfig
 from training.config_parsing import ConfigError
 from training.presets import PRESETS, build_config
@@ -105,6 +105,18 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
+def _tier_interval(value: object) -> int | str:
+    """A tier's interval: a whole number of steps >= 0, or "auto"."""
+    if value == AUTO_INTERVAL or (isinstance(value, int) and not isinstance(value, bool)):
+        if isinstance(value, int) and value < 0:
+            raise ValueError("Input should be greater than or equal to 0 (0 disables the tier)")
+        return value
+    raise ValueError(f"Input should be a whole number of steps or {AUTO_INTERVAL!r}")
+
+
+TierInterval = Annotated[int | str, BeforeValidator(_tier_interval)]
+
+
 class JobSpec(BaseModel):
     """What a user asked for one training job, on the platform's facts for its group.
     Unknown fields are rejected."""
@@ -143,7 +155,9 @@ class JobSpec(BaseModel):
     # memory limit, survives the agent's in-place worker restarts); shared tiers are on FSx
     # and survive pod and node replacement.
     checkpoint_dirs: dict[str, str] = {}
-    checkpoint_intervals: dict[str, NonNegativeInt] = {}
+    # Steps between a tier's checkpoints, or "auto": the trainer re-plans the interval from
+    # each commit's measured cost and the job's failure rate (training/checkpoint/interval.py).
+    checkpoint_intervals: dict[str, TierInterval] = {}
     # Log-monitoring thresholds.
     start_deadline_s: Annotated[int, Field(ge=30)] = 900
     hang_timeout_s: Annotated[int, Field(ge=60)] = 1200
@@ -337,7 +351,9 @@ class JobSpec(BaseModel):
 
     @field_validator("checkpoint_intervals")
     @classmethod
-    def _checkpoint_intervals(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+    def _checkpoint_intervals(
+        cls, value: dict[str, int | str], info: ValidationInfo
+    ) -> dict[str, int | str]:
         preset = info.data.get("preset")
         if preset is None:
             return value
@@ -350,7 +366,8 @@ class JobSpec(BaseModel):
         previous: tuple[str, int] | None = None  # the last enabled tier and its interval
         for tier in checkpoint.tiers:
             interval = value.get(tier.name, tier.interval)
-            if interval == 0:  # a disabled tier never conflicts
+            if not isinstance(interval, int) or interval == 0:
+                # A disabled tier never conflicts; an auto one re-plans itself from its cost.
                 continue
             if previous is not None and interval < previous[1]:
                 name, shorter = previous

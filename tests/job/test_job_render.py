@@ -15,7 +15,7 @@ from hpctl.job.plan import JobPlan
 from hpctl.job.render import render_job, to_yaml
 from hpctl.job.spec import JobSpec
 from tests.job.conftest import IMAGE
-from training.checkpoint.config import TierConfig
+from training.checkpoint.config import AUTO_FIRST_INTERVAL, AUTO_INTERVAL, TierConfig
 from training.train import parse_args
 
 
@@ -204,6 +204,8 @@ def test_command_launches_the_trainer_module_under_hyperpodrun(spec_factory) -> 
             "checkpoint_intervals": {"fast": 10, "durable": 100},
             "tiered_storage": True,
         },
+        {"checkpoint_intervals": {"fast": "auto"}},
+        {"checkpoint_intervals": {"fast": 0, "durable": "auto"}},
     ],
 )
 def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[str, Any]) -> None:
@@ -232,15 +234,24 @@ def test_trainer_accepts_the_rendered_arguments(spec_factory, overrides: dict[st
 
 
 def _rendered_tiers(spec: JobSpec) -> tuple[TierConfig, ...]:
-    """The preset's tiers with the directory, interval and storage the job gives them."""
+    """The preset's tiers with the directory, interval and storage the job gives them ("auto"
+    keeps the preset's interval, or the trainer's first one, as where it starts)."""
+    plan = JobPlan(spec)
+
+    def interval(tier: TierConfig) -> dict[str, Any]:
+        chosen = plan.tier_interval(tier.name)
+        if chosen == AUTO_INTERVAL:
+            return {"interval": tier.interval or AUTO_FIRST_INTERVAL, "auto_interval": True}
+        return {"interval": chosen}
+
     return tuple(
         dataclasses.replace(
             tier,
-            dir=JobPlan(spec).tier_dir(tier.name),
-            interval=JobPlan(spec).tier_interval(tier.name),
-            storage=JobPlan(spec).tier_storage(tier.name),
+            dir=plan.tier_dir(tier.name),
+            storage=plan.tier_storage(tier.name),
+            **interval(tier),
         )
-        for tier in JobPlan(spec).trainer_config.checkpoint.tiers
+        for tier in plan.trainer_config.checkpoint.tiers
     )
 
 

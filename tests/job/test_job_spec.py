@@ -75,6 +75,7 @@ INVALID: list[tuple[str, Any, str]] = [
         "fast: '/fsx/teams/sandbox/x' is outside",
     ),
     ("checkpoint_intervals", {"fast": -1}, "greater than or equal to 0"),
+    ("checkpoint_intervals", {"fast": "often"}, "whole number of steps or 'auto'"),
     ("checkpoint_intervals", {"durable": 0}, "durable: 0 would disable the most durable tier"),
     ("checkpoint_intervals", {"durable": 10}, "more frequent than the fast tier (every 50 steps)"),
     ("checkpoint_intervals", {"Fast": 5}, "unknown checkpoint tier 'Fast'; preset '8b' has fast"),
