@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -17,8 +17,8 @@ from config.failures import classify_failure
 from config.kubernetes import INSTANCE_GROUP_NAME
 from config.schema import EnvironmentConfig
 from hpctl import aws
-from hpctl.errors import InputError
-from hpctl.options import duration_text, utc_iso
+from hpctl.errors import ExitCode, InputError, fail
+from hpctl.options import duration_text, required_environment, utc_iso
 
 HEALTHY_NODE_STATUS = "Running"
 
@@ -56,6 +56,33 @@ class ClusterTarget:
     def option(self) -> str:
         """How a command line names this cluster: `--env NAME` or `--name NAME`."""
         return f"--env {self.config.environment}" if self.config else f"--name {self.name}"
+
+
+NameOption = Annotated[
+    str | None,
+    typer.Option("--name", help="Cluster name or ARN (or --env for an environment's cluster)"),
+]
+NodeIdOption = Annotated[
+    list[str], typer.Option("--node-id", help="EC2 instance id (i-...); repeat for several")
+]
+YesOption = Annotated[bool, typer.Option("--yes", help="Confirm the disruptive action")]
+
+
+def cluster_target(
+    ctx: typer.Context, name: str | None, env: str | None, region: str | None
+) -> ClusterTarget:
+    if name is not None and env is None:
+        return ClusterTarget(checked_cluster(name), region=region)
+    if name is not None or env is None:
+        fail(
+            ctx,
+            "--name/--env: give one (the cluster's name or ARN, or an environment)",
+            code=ExitCode.USAGE,
+        )
+    if region is not None:
+        fail(ctx, "--region: --env decides the Region; drop --region", code=ExitCode.USAGE)
+    config = required_environment(ctx, env)
+    return ClusterTarget(config.names.hyperpod_cluster, config=config)
 
 
 def checked_cluster(value: str) -> str:

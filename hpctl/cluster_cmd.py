@@ -5,7 +5,7 @@ environment's config (`--env`) and exits 1 when anything in it is unhealthy. `re
 `replace` interrupt whatever runs on the nodes, and replacing also destroys every volume of
 the old instances (root and secondary), so both refuse to run without `--yes`, and both exit
 non-zero when the service rejects any node. The reports they print are built in
-`hpctl.cluster`.
+`hpctl.cluster`. `health-check` and `operations` are in `hpctl.cluster_operations_cmd`.
 """
 
 from __future__ import annotations
@@ -22,19 +22,22 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
 
-from hpctl import aws
+from hpctl import aws, cluster_operations_cmd
 from hpctl.cluster import (
     EVENTS_WINDOW,
     HEALTHY_NODE_STATUS,
     MAX_EVENTS,
     MAX_HISTORY,
     ClusterTarget,
+    NameOption,
+    NodeIdOption,
+    YesOption,
     batch_outcome,
-    checked_cluster,
     checked_group,
     checked_history_window,
     checked_node_ids,
     cluster_report,
+    cluster_target,
     events_unavailable,
     health_report,
     list_node_events,
@@ -68,36 +71,6 @@ stdout = Console(soft_wrap=True, highlight=False)
 stderr = Console(stderr=True, highlight=False)
 # The clock `health` and `events` take their windows from; tests replace it.
 clock: Callable[[], datetime] = utc_now
-
-
-NameOption = Annotated[
-    str | None,
-    typer.Option("--name", help="Cluster name or ARN (or --env for an environment's cluster)"),
-]
-NodeIdOption = Annotated[
-    list[str], typer.Option("--node-id", help="EC2 instance id (i-...); repeat for several")
-]
-YesOption = Annotated[bool, typer.Option("--yes", help="Confirm the disruptive action")]
-
-
-# ------------------------------------------------------------------ input
-
-
-def cluster_target(
-    ctx: typer.Context, name: str | None, env: str | None, region: str | None
-) -> ClusterTarget:
-    if name is not None and env is None:
-        return ClusterTarget(checked_cluster(name), region=region)
-    if name is not None or env is None:
-        fail(
-            ctx,
-            "--name/--env: give one (the cluster's name or ARN, or an environment)",
-            code=ExitCode.USAGE,
-        )
-    if region is not None:
-        fail(ctx, "--region: --env decides the Region; drop --region", code=ExitCode.USAGE)
-    config = required_environment(ctx, env)
-    return ClusterTarget(config.names.hyperpod_cluster, config=config)
 
 
 # ------------------------------------------------------------------ reading
@@ -519,3 +492,8 @@ def replace(
         yes=yes,
         region=region,
     )
+
+
+# Deep health checks and the cluster operations API: their own module, mounted here.
+app.command(cls=OneLineUsageErrors, name="health-check")(cluster_operations_cmd.health_check)
+app.command(cls=OneLineUsageErrors)(cluster_operations_cmd.operations)
