@@ -172,7 +172,13 @@ def _isolation_policies(namespace: str) -> list[dict[str, Any]]:
 
 
 def _ingress_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]]:
-    """The training operator to the elastic agents, the managed collector to the metrics."""
+    """The training operator to the elastic agents, the managed collector to the metrics.
+
+    The operator is admitted by its namespace, which matches only pod addresses: a
+    host-network caller would arrive from its node's address, which no policy selects (VPC
+    CNI network policy FAQ). The operator add-on runs as a Deployment and nothing public
+    says it uses the host network, and the cluster subnets hold every pod's address too
+    (VPC CNI), so admitting them on the agent's port would open it to all pods instead."""
     every_pod: dict[str, Any] = {}
     return [
         _policy(
