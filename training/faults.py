@@ -12,18 +12,24 @@ import errno
 import json
 import os
 import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ENV_VAR = "HPTRAIN_FAULTS"
+# A directory: each process notes there every file it opens for reading under a checkpoint
+# tier (trace_tier_reads), so a test can prove a recovery read none.
+TRACE_READS_ENV = "HPTRAIN_TRACE_TIER_READS"
 
 
 @dataclass(frozen=True)
 class FaultPlan:
-    kill_rank: int | None = None
+    # Ranks SIGKILLed together at step kill_at_step.
+    kill_ranks: tuple[int, ...] = ()
     kill_at_step: int | None = None
     kill_during_checkpoint: int | None = None
     sigterm_at_step: int | None = None
@@ -37,9 +43,16 @@ class FaultPlan:
     # too), as on a disk that stays full.
     disk_full_at_checkpoint: int | None = None
     disk_full_from_step: int | None = None
+    # Under in-process recovery: this rank is SIGKILLed as the first recovery starts its
+    # state transfer (after the rendezvous, before any shard moves).
+    kill_in_transfer: int | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The faults of the plan, by field (the ones left at their default out)."""
+        return {k: v for k, v in self.__dict__.items() if v not in (None, ())}
 
     def to_env(self) -> str:
-        return json.dumps({k: v for k, v in self.__dict__.items() if v is not None})
+        return json.dumps(self.given())
 
     @classmethod
     def from_env(cls) -> FaultPlan:
@@ -47,11 +60,14 @@ class FaultPlan:
         if not raw:
             return cls()
         data: dict[str, Any] = json.loads(raw)
-        return cls(**{k: int(v) for k, v in data.items()})
+        fields: dict[str, Any] = {
+            k: tuple(int(r) for r in v) if isinstance(v, list) else int(v) for k, v in data.items()
+        }
+        return cls(**fields)
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in self.__dict__.values())
+        return bool(self.given())
 
 
 class FaultInjector:
@@ -87,7 +103,7 @@ class FaultInjector:
     def mid_step(self, step: int) -> None:
         """Between backward and the optimizer update: the worst place to lose a process."""
         p = self.plan
-        if p.kill_at_step == step and p.kill_rank == self.rank:
+        if p.kill_at_step == step and self.rank in p.kill_ranks:
             self.settle()
             self._note("sigkill", step)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -99,6 +115,20 @@ class FaultInjector:
         if p.scale_event_at_step == step and self.rank == 0:
             self._note("scale_event", step)
             os.kill(os.getpid(), signal.SIGUSR1)
+
+    def before_transfer(self, generation: int) -> None:
+        """An in-process recovery forming process-group generation `generation` is about to
+        move state: a loss in the middle of a recovery."""
+        if self.plan.kill_in_transfer == self.rank:
+            self.record(
+                {
+                    "kind": "sigkill_in_transfer",
+                    "generation": generation,
+                    "rank": self.rank,
+                    "unix": time.time(),
+                }
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def checkpoint_writing(self, step: int, ckpt_dir: Path) -> None:
         """Inside the DCP write of checkpoint `step` (its files go to `ckpt_dir`): a full disk.
@@ -119,3 +149,33 @@ class FaultInjector:
         if self.plan.kill_during_checkpoint == step and self.rank == 0:
             self._note("sigkill_during_checkpoint", step)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def trace_tier_reads(roots: Iterable[Path], rank: int) -> None:
+    """Where TRACE_READS_ENV names a directory: an audit hook (sys.addaudithook) that appends
+    to `<dir>/rank<R>_pid<P>.txt` every file this process opens for reading under `roots`.
+    Test instrumentation: the hook stays for the life of the process."""
+    directory = os.environ.get(TRACE_READS_ENV)
+    if not directory:
+        return
+    prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots)
+    log = Path(directory) / f"rank{rank}_pid{os.getpid()}.txt"
+    busy = threading.local()
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event != "open" or getattr(busy, "on", False) or not isinstance(args[0], str | Path):
+            return
+        mode, flags = args[1], args[2]
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else flags & 3 != 0
+        path = os.path.abspath(args[0])
+        # A directory is opened to fsync it after a write, not read.
+        if writes or not path.startswith(prefixes) or os.path.isdir(path):
+            return
+        busy.on = True
+        try:
+            with open(log, "a") as f:
+                f.write(path + "\n")
+        finally:
+            busy.on = False
+
+    sys.addaudithook(hook)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,7 +38,7 @@ from typing import Any, TextIO
 from training import fileio
 from training.checkpoint.config import tier_key
 from training.cli import UNSAVED_EXIT_CODE, USAGE_EXIT_CODE
-from training.config import JobConfig
+from training.config import IN_PROCESS, JobConfig
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.faults import FaultPlan
 from training.launch_dirs import (
@@ -48,6 +48,10 @@ from training.launch_dirs import (
     node_tier_dirs,
 )
 from training.launch_options import parse_args
+from training.recovery import ENV_ROLE, ENV_STORE, FALLBACK_EXIT_CODE, REPLACEMENT
+
+# The role of a rank's first process; a replacement is started after a loss (in process).
+INITIAL = "initial"
 
 TIMEOUT_EXIT_CODE = 124
 # Exit codes of a rank that ended in order: the trainer returns them only after the final
@@ -69,7 +73,11 @@ class AttemptResult:
     ended_unix: float
     checkpoints_after: dict[str, list[str]] = field(default_factory=dict)
     corrupted: str | None = None
-    chaos_kill: dict[str, Any] | None = None
+    chaos_kills: list[dict[str, Any]] = field(default_factory=list)
+    # Under in-process recovery: each rank's processes in order (a replacement after each
+    # loss), and each loss (rank, exit code, time).
+    pids: list[list[int]] = field(default_factory=list)
+    replacements: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _free_port() -> int:
@@ -110,10 +118,17 @@ class Launcher:
         self.lock = threading.Lock()
         self.chaos_rng = random.Random(args.chaos_seed)  # noqa: S311 - a reproducible fault schedule
         self.chaos_kills = 0
+        # In-process recovery: a lost rank is replaced, the others keep running.
+        self.in_process = cfg.fault.recovery == IN_PROCESS
+        self.replacements_left = args.max_restarts
+        self.store_address = ""
+        self.pids: list[list[int]] = []
+        self.replacements: list[dict[str, Any]] = []
+        self._pumps: list[threading.Thread] = []
         # Attempts of earlier launches of this run directory: numbering continues after them.
         self.first_job_attempt = next_job_attempt(self.out)
 
-    def _env(self, rank: int, port: int, attempt: int) -> dict[str, str]:
+    def _env(self, rank: int, port: int, attempt: int, role: str) -> dict[str, str]:
         env = dict(os.environ)
         per_node = self.args.nproc // self.args.nodes
         env.update(
@@ -133,14 +148,18 @@ class Launcher:
         )
         env.pop(FAULTS_ENV, None)
         plan = self._fault_plan()
-        if attempt == 0 and plan.any:
+        if attempt == 0 and role == INITIAL and plan.any:
             env[FAULTS_ENV] = plan.to_env()
+        env.pop(ENV_STORE, None)
+        env.pop(ENV_ROLE, None)
+        if self.in_process:
+            env[ENV_STORE], env[ENV_ROLE] = self.store_address, role
         return env
 
     def _fault_plan(self) -> FaultPlan:
         a = self.args
         return FaultPlan(
-            kill_rank=a.kill_rank,
+            kill_ranks=tuple(a.kill_rank or ()),
             kill_at_step=a.kill_at_step,
             kill_during_checkpoint=a.kill_during_checkpoint,
             sigterm_at_step=a.sigterm_at_step,
@@ -149,6 +168,7 @@ class Launcher:
             hang_at_step=a.hang_at_step,
             disk_full_at_checkpoint=a.disk_full_at_checkpoint,
             disk_full_from_step=a.disk_full_from_step,
+            kill_in_transfer=a.kill_in_transfer,
         )
 
     def _kill_group(self, sig: int) -> None:
@@ -157,9 +177,11 @@ class Launcher:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, sig)
 
-    def _spawn(self, rank: int, port: int, attempt: int) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, rank: int, port: int, attempt: int, role: str = INITIAL
+    ) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "training.train", *self.train_argv]
-        if attempt == 0 and self.args.start_fresh:
+        if attempt == 0 and role == INITIAL and self.args.start_fresh:
             # Restarts of this launch must resume what its first attempt wrote.
             cmd.append("--start-fresh")
         if self.args.nodes > 1:
@@ -169,7 +191,7 @@ class Launcher:
                 cmd += ["--set", f"{tier_key(tier, 'dir')}={path}"]
         return subprocess.Popen(
             cmd,
-            env=self._env(rank, port, attempt),
+            env=self._env(rank, port, attempt, role),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -194,26 +216,28 @@ class Launcher:
                 )
                 for rank in range(self.args.nproc)
             ]
-            self.procs = []
+            # The store outlives every rank of the attempt: survivors and a replacement meet
+            # there (in-process recovery).
+            store = self._host_store() if self.in_process else None
+            self.procs, self._pumps, self.replacements = [], [], []
             for rank in range(self.args.nproc):
                 self.procs.append(self._spawn(rank, port, attempt))
+            self.pids = [[p.pid] for p in self.procs]
             if self.terminating:
                 # A SIGTERM that arrived while the ranks were being started reaches them too.
                 self._kill_group(signal.SIGTERM)
             # Output pumps start after every fork: no other thread of ours runs while a child
             # is between fork and exec (preexec_fn).
-            pumps = []
             for p, log in zip(self.procs, log_files, strict=True):
-                t = threading.Thread(
-                    target=_pump, args=(p.stdout, sys.stdout, log, self.lock), daemon=True
-                )
-                t.start()
-                pumps.append(t)
-            outcome, chaos_kill = self._supervise(deadline)
+                self._start_pump(p, log)
+            outcome, chaos_kills = self._supervise(
+                deadline, lambda rank: self._replace(rank, port, attempt, log_files[rank])
+            )
             for p in self.procs:
                 p.wait()
-            for t in pumps:
+            for t in self._pumps:
                 t.join(timeout=5)
+            del store
         if outcome == "failed" and self._completed_in(started):
             # The run reached its target and wrote its summary; a rank that then died on
             # the way out (a crash in teardown) loses nothing, so do not train again.
@@ -232,36 +256,90 @@ class Launcher:
             outcome,
             started,
             time.time(),
-            chaos_kill=chaos_kill,
+            chaos_kills=chaos_kills,
+            pids=self.pids,
+            replacements=self.replacements,
         )
 
-    def _supervise(self, deadline: float) -> tuple[str, dict[str, Any] | None]:
-        """Polls the ranks until every one has exited, one crashes or the deadline passes (in
-        both cases the group is killed); fires the chaos kill. Returns the outcome and the
-        chaos kill, if any."""
-        chaos_kill: dict[str, Any] | None = None
-        chaos_at = (
-            time.time() + self.args.chaos_kill_every_s if self.args.chaos_kill_every_s else None
+    def _host_store(self) -> Any:
+        """The attempt's key-value store, on a free port (torch imported only here)."""
+        from datetime import timedelta
+
+        # Re-exported from torch._C at run time; torch's stubs do not say so.
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        port = _free_port()
+        self.store_address = f"127.0.0.1:{port}"
+        timeout = timedelta(seconds=self.args.timeout_s)
+        return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timeout)
+
+    def _start_pump(self, proc: subprocess.Popen[bytes], log: TextIO) -> None:
+        t = threading.Thread(
+            target=_pump, args=(proc.stdout, sys.stdout, log, self.lock), daemon=True
         )
+        t.start()
+        self._pumps.append(t)
+
+    def _replace(self, rank: int, port: int, attempt: int, log: TextIO) -> bool:
+        """Starts a process in place of lost rank `rank` (in-process recovery); False when
+        recovery is not in process, the replacements are spent, or the rank's exit code says
+        a replacement cannot help (bad input, or the recovery fell back to a tier)."""
+        code = self.procs[rank].returncode
+        if (
+            not self.in_process
+            or self.terminating
+            or self.replacements_left <= 0
+            or code in (USAGE_EXIT_CODE, FALLBACK_EXIT_CODE)
+        ):
+            return False
+        self.replacements_left -= 1
+        self.replacements.append({"rank": rank, "exit_code": code, "unix": time.time()})
+        sys.stdout.write(
+            f"HPTRAIN-LAUNCH rank {rank} exited with code {code}; starting its replacement\n"
+        )
+        sys.stdout.flush()
+        proc = self._spawn(rank, port, attempt, REPLACEMENT)
+        self.procs[rank] = proc
+        self.pids[rank].append(proc.pid)
+        self._start_pump(proc, log)
+        return True
+
+    def _supervise(
+        self, deadline: float, replace: Callable[[int], bool]
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """Polls the ranks until every one has exited, one crashes that `replace` does not
+        replace, or the deadline passes (in both cases the group is killed); fires the chaos
+        kills. Returns the outcome and the chaos kills."""
+        chaos_kills: list[dict[str, Any]] = []
+        every = self.args.chaos_kill_every_s
+        chaos_at = time.time() + every if every else None
         while True:
-            if chaos_at is not None and chaos_kill is None and time.time() >= chaos_at:
-                chaos_kill = self._chaos_kill()
+            if chaos_at is not None and time.time() >= chaos_at:
+                kill = self._chaos_kill()
+                if kill is not None:
+                    chaos_kills.append(kill)
+                    # A restart ends the attempt; in process, the next kill comes `every` later.
+                    chaos_at = time.time() + every if self.in_process else None
             codes = [p.poll() for p in self.procs]
-            if any(c not in (None, *ORDERLY_EXIT_CODES) for c in codes):
+            crashed = [r for r, c in enumerate(codes) if c not in (None, *ORDERLY_EXIT_CODES)]
+            if any(not replace(r) for r in crashed):
                 # A rank crashed: the others are (or soon will be) stuck in a collective.
                 self._kill_group(signal.SIGKILL)
-                return "failed", chaos_kill
+                return "failed", chaos_kills
+            if crashed:
+                continue
             if None not in codes:
-                return ("ok" if all(c == 0 for c in codes) else "failed"), chaos_kill
+                return ("ok" if all(c == 0 for c in codes) else "failed"), chaos_kills
             if time.time() > deadline:
                 self._kill_group(signal.SIGKILL)
-                return "timeout", chaos_kill
+                return "timeout", chaos_kills
             time.sleep(0.05)
 
     def _chaos_kill(self) -> dict[str, Any] | None:
         """Chaos mode: an external SIGKILL of a random rank, like a node loss; unlike the
-        step-exact faults (FaultPlan) it fires on every attempt, at wall-clock times. None
-        when the restarts are spent or the victim has already exited (tried again later)."""
+        step-exact faults (FaultPlan) it fires on every attempt (and, in process, every
+        --chaos-kill-every-s), at wall-clock times. None when the restarts are spent or the
+        victim has already exited (tried again later)."""
         if self.chaos_kills >= self.args.max_restarts:
             return None
         victim = self.chaos_rng.randrange(self.args.nproc)
@@ -351,7 +429,7 @@ class Launcher:
             "restarts": len(attempts) - 1,
             "exit_code": exit_code,
             "wall_time_s": time.time() - self.job_start,
-            "faults": {k: v for k, v in asdict(self._fault_plan()).items() if v is not None},
+            "faults": self._fault_plan().given(),
             "corrupt_newest": bool(self.args.corrupt_newest),
         }
         path = self.out / "summary.json"

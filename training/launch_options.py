@@ -12,7 +12,7 @@ from pathlib import Path
 
 from training import fileio
 from training.cli import OneLineErrorParser
-from training.config import JobConfig
+from training.config import IN_PROCESS, JobConfig
 from training.config_parsing import ConfigError
 from training.launch_dirs import node_output_dirs
 from training.presets import PRESETS, build_config
@@ -72,8 +72,20 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _add_fault_options(p: argparse.ArgumentParser) -> None:
     """Faults injected on the first attempt (FaultPlan), and the chaos kill of every attempt."""
-    p.add_argument("--kill-rank", type=int, help="rank to SIGKILL (with --kill-at-step)")
+    p.add_argument(
+        "--kill-rank",
+        type=int,
+        action="append",
+        help="rank to SIGKILL (with --kill-at-step); repeat it to kill several at that step",
+    )
     p.add_argument("--kill-at-step", type=int, help="step at which --kill-rank is killed")
+    p.add_argument(
+        "--kill-in-transfer",
+        type=int,
+        metavar="RANK",
+        help="with fault.recovery=in_process: SIGKILL RANK as the first in-process recovery "
+        "starts its state transfer (with --kill-rank)",
+    )
     p.add_argument(
         "--kill-during-checkpoint",
         type=int,
@@ -144,8 +156,11 @@ def _check_faults(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--kill-rank and --kill-at-step go together")
     if (args.hang_rank is None) != (args.hang_at_step is None):
         p.error("--hang-rank and --hang-at-step go together")
-    for name in ("kill_rank", "hang_rank"):
-        r = getattr(args, name)
+    if args.kill_in_transfer is not None and args.kill_rank is None:
+        p.error("--kill-in-transfer needs --kill-rank: a recovery to interrupt")
+    named = [("kill_rank", r) for r in args.kill_rank or ()]
+    named += [("hang_rank", args.hang_rank), ("kill_in_transfer", args.kill_in_transfer)]
+    for name, r in named:
         if r is not None and not 0 <= r < args.nproc:
             p.error(f"{_option(name)} {r} is not a rank of --nproc {args.nproc}")
     for name in (*_STEP_OPTIONS, "kill_during_checkpoint"):
@@ -165,6 +180,8 @@ def _check_faults(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def _check_faults_fit(p: argparse.ArgumentParser, args: argparse.Namespace, cfg: JobConfig) -> None:
     """The fault options against the config: their steps exist, a hang has a watchdog."""
+    if args.kill_in_transfer is not None and cfg.fault.recovery != IN_PROCESS:
+        p.error("--kill-in-transfer needs --set fault.recovery=in_process")
     if args.hang_rank is not None and cfg.fault.watchdog_s <= 0:
         p.error("--hang-rank needs a watchdog (--watchdog-s > 0)")
     if args.kill_during_checkpoint is not None:

@@ -6,6 +6,7 @@ format strings below byte-for-byte stable.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -165,12 +166,18 @@ class RunLedger:
     these files, so they survive whatever launcher restarted the job.
     """
 
-    def __init__(self, out: Path, attempt: int | None) -> None:
+    def __init__(self, out: Path, attempt: int | None, *, reopen: bool = False) -> None:
+        """`reopen`: go on with the attempt's record where one exists (a rank 0 that replaced
+        a lost one during the attempt, training/recovery)."""
         self.dir = out / "attempts"
         self.dir.mkdir(parents=True, exist_ok=True)
         if attempt is None:
             attempt = len(list(self.dir.glob("attempt_*.json")))
         self.record = AttemptRecord(attempt=attempt, started_unix=time.time())
+        if reopen and self.path.is_file():
+            # A record torn by the kill: a new one.
+            with contextlib.suppress(ValueError, TypeError):
+                self.record = AttemptRecord(**json.loads(self.path.read_text()))
 
     @property
     def path(self) -> Path:

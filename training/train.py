@@ -8,7 +8,8 @@ Runs under torchrun, hyperpodrun (both export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_
 or alone as a world of one. Exit codes: 0 done or stopped by SIGTERM after saving, 1 error,
 2 bad input (command line, config, an unwritable directory, checkpoints this job must not
 continue from or train over), 3 watchdog, 4 SIGTERM grace period exceeded before the save,
-5 the run ended (completed or SIGTERM) but its final checkpoint did not commit.
+5 the run ended (completed or SIGTERM) but its final checkpoint did not commit, 6 in-process
+recovery gave way to a restart from a checkpoint tier (training/recovery).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from training.cli import USAGE_EXIT_CODE, OneLineErrorParser
-from training.config import JobConfig, apply_override, output_dirs
+from training.config import IN_PROCESS, JobConfig, apply_override, output_dirs
 from training.config_parsing import ConfigError
 from training.environment import RUN_DIR_ENV, environment_keys
 from training.fileio import writable_problem
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         ensure_single_process_env,
         init_distributed,
     )
+    from training.recovery import FALLBACK_EXIT_CODE, world
+    from training.recovery.coordination import RecoveryFallbackError
     from training.trainer import Trainer, install_signal_handlers
 
     ensure_single_process_env()
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return USAGE_EXIT_CODE
-    info = init_distributed()
+    # Under in-process recovery the recovery forms the process groups, and forms them again.
+    info = world.local_info() if cfg.fault.recovery == IN_PROCESS else init_distributed()
     configure_cpu_threads(cfg.training.cpu_threads, info.local_world_size)
     configure_determinism(cfg.training.deterministic)
     try:
@@ -130,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: rank {info.rank}: {e}\n")
         sys.stderr.flush()
         os._exit(USAGE_EXIT_CODE)
+    except RecoveryFallbackError as e:
+        # In-process recovery cannot go on: the launcher restarts every rank from a tier.
+        sys.stderr.write(f"error: rank {info.rank}: {e}\n")
+        sys.stderr.flush()
+        os._exit(FALLBACK_EXIT_CODE)
     except BaseException:  # noqa: BLE001 - any failure must end this rank, see below
         traceback.print_exc()
         sys.stderr.flush()

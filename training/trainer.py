@@ -1,36 +1,37 @@
-"""The trainer: builds the components once, then runs a step loop that reads top to bottom."""
+"""The trainer: builds the components, then runs a step loop that reads top to bottom.
+
+What is bound to the process groups (mesh, model, optimizer, loader, checkpointer) is built
+by `rebuild`: once, or, under in-process recovery (fault.recovery=in_process,
+training/recovery), again on each new generation of the groups after a rank was lost.
+"""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import random
 import signal
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
-from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed import ProcessGroup
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
 
-from training import fileio, metrics, metrics_export, tracking
-from training.checkpoint.manager import CheckpointManager, IncompatibleCheckpointError, warn
+from training import fileio, float8, metrics, metrics_export, tracking
+from training.checkpoint.config import checkpoint_roots
+from training.checkpoint.manager import CheckpointManager
 from training.cli import SIGTERM_TIMEOUT_EXIT_CODE, UNSAVED_EXIT_CODE
-from training.config import JobConfig
+from training.config import IN_PROCESS, JobConfig
 from training.data import ResumableLoader, SampleTrace, build_source
 from training.evaluation import Evaluator
-from training.faults import FaultInjector, FaultPlan
+from training.faults import FaultInjector, FaultPlan, trace_tier_reads
 from training.init_from import load_pretrained
 from training.model import Transformer
 from training.optim import apply_config, build_optimizer, materialize_state
@@ -43,104 +44,17 @@ from training.parallel import (
     loss_context,
 )
 from training.presets import preset_global_batch
+from training.recovery import driver, record, transfer
 from training.run_identity import RunIdentity
+from training.train_state import (
+    ModelOptimizerState,
+    TrainState,
+    _local_rng_state,
+    _set_local_rng_state,
+)
 from training.watchdog import Watchdog
 
-
-class ModelOptimizerState(Stateful):
-    """Sharded model + optimizer state through the FSDP-aware state_dict helpers."""
-
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.model, self.optimizer = model, optimizer
-
-    def state_dict(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        set_state_dict(
-            self.model,
-            self.optimizer,
-            model_state_dict=state_dict["model"],
-            optim_state_dict=state_dict["optim"],
-        )
-
-
-def _local_rng_state() -> dict[str, Any]:
-    """This rank's RNG streams as JSON-ready data: a checkpoint holds them as JSON text, which
-    loads without unpickling (training/checkpoint/safe_load.py)."""
-    numpy_state = np.random.get_state(legacy=False)
-    version, words, gauss = random.getstate()
-    return {
-        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
-        # This rank's GPU only: a restart may see another number of devices per process.
-        "cuda": base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
-        if torch.cuda.is_available()
-        else "",
-        "numpy": dict(
-            numpy_state, state=dict(numpy_state["state"], key=numpy_state["state"]["key"].tolist())
-        ),
-        "python": [version, list(words), gauss],
-    }
-
-
-def _set_local_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(
-        torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8)
-    )
-    cuda = base64.b64decode(state["cuda"])
-    if torch.cuda.is_available() and cuda:
-        torch.cuda.set_rng_state(torch.frombuffer(bytearray(cuda), dtype=torch.uint8))
-    numpy_state = state["numpy"]
-    key = np.array(numpy_state["state"]["key"], dtype=np.uint32)
-    np.random.set_state(dict(numpy_state, state=dict(numpy_state["state"], key=key)))
-    version, words, gauss = state["python"]
-    random.setstate((version, tuple(words), gauss))
-
-
-class TrainState(Stateful):
-    """Step counter, LR schedule, data position, RNG streams and goodput accounting."""
-
-    def __init__(
-        self,
-        scheduler: torch.optim.lr_scheduler.LRScheduler,
-        loader: ResumableLoader,
-        world_size: int,
-    ) -> None:
-        self.scheduler, self.loader, self.world_size = scheduler, loader, world_size
-        self.step = 0
-        # Step time of the steps in this model's lineage: rolled back with the checkpoint, so
-        # a step redone after a failure is counted once (see metrics.GOODPUT_DEFINITION).
-        self.productive_s = 0.0
-
-    def state_dict(self) -> dict[str, Any]:
-        # RNG streams are per rank: gather them so one object holds all ranks, in rank order.
-        per_rank: list[Any] = [None] * self.world_size
-        dist.all_gather_object(per_rank, _local_rng_state())
-        return {
-            "step": self.step,
-            "productive_s": self.productive_s,
-            "scheduler": self.scheduler.state_dict(),
-            "data": self.loader.state_dict(),
-            "rng": json.dumps(per_rank),
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.step = int(state_dict["step"])
-        self.productive_s = float(state_dict["productive_s"])
-        self.scheduler.load_state_dict(state_dict["scheduler"])
-        try:
-            self.loader.load_state_dict(state_dict["data"])
-        except ValueError as e:
-            raise IncompatibleCheckpointError(str(e)) from None
-        rng = state_dict["rng"]
-        if not isinstance(rng, str):
-            # Written before the streams were JSON: a pickle, which is never loaded.
-            warn("checkpoint holds RNG streams in the old pickled format: not restored")
-            return
-        per_rank = json.loads(rng)
-        if len(per_rank) == self.world_size:
-            _set_local_rng_state(per_rank[dist.get_rank()])
+__all__ = ["ModelOptimizerState", "TrainState", "Trainer", "install_signal_handlers"]
 
 
 class Trainer:
@@ -148,6 +62,7 @@ class Trainer:
         self, cfg: JobConfig, out: Path, info: DistInfo, *, start_fresh: bool = False
     ) -> None:
         self.cfg, self.out, self.info = cfg, out, info
+        self.start_fresh = start_fresh
         # First, so the endpoint answers while the model, data and checkpoints load.
         self.exporter = metrics_export.start(
             cfg.metrics.port, rank=info.rank, local_rank=info.local_rank
@@ -158,7 +73,50 @@ class Trainer:
         torch.manual_seed(t.seed)
         np.random.seed(t.seed)
         random.seed(t.seed)
+        self.identity = RunIdentity.of(cfg, info.world_size)
+        self.faults = FaultInjector(FaultPlan.from_env(), info.rank, self._record_fault)
+        trace_tier_reads(checkpoint_roots(cfg.checkpoint, out).values(), info.rank)
+        # A rank started in place of a lost one receives its state from a peer replica.
+        self.replacement = driver.is_replacement()
+        self.ledger = self._open_ledger()
+        self.attempt = self._attempt_of_ledger()
+        # How the ranks agree on each step: builds the mesh and all on it (rebuild()).
+        self.agreement = self._agree_on_steps()
+        self.tracker = (
+            tracking.start(cfg, out, self.identity, self.attempt) if info.is_main else None
+        )
+        self.watchdog = Watchdog(cfg.fault.watchdog_s)
+        self._stop_requested = False
+        # Why the run stops early: "sigterm" (a drain, a preemption) or "scale_event" (the
+        # HyperPod elastic agent's SIGUSR1: save, exit 0, be restarted at a new world size).
+        self._stop_reason = "sigterm"
+        self._saved_after_sigterm = False
+        # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
+        self._job_start = time.time()
 
+    def _agree_on_steps(self) -> driver.StepAgreement:
+        """The step agreement: one all-reduce per step, or the vote of in-process recovery,
+        which forms the process groups itself (and again after a failure)."""
+        if self.cfg.fault.recovery != IN_PROCESS:
+            self.rebuild()
+            return driver.AllReduceAgreement(self.info.world_size)
+        recovery = driver.connect(
+            self,
+            self.cfg.fault,
+            self.info,
+            self.out,
+            attempt=self.attempt,
+            before_transfer=self.faults.before_transfer,
+            on_recovered=self._on_recovered,
+        )
+        recovery.start(replacement=self.replacement)
+        return recovery
+
+    # ---- what is bound to the process groups (driver.Recoverable) -------------------------
+
+    def rebuild(self) -> DeviceMesh:
+        """The mesh and everything on it, built on the current process groups."""
+        cfg, t, info = self.cfg, self.cfg.training, self.info
         # One mesh: (dp_replicate, dp_shard, tp); FSDP on its data-parallel part, TP on tp.
         self.mesh = build_mesh(cfg, info.world_size, info.device)
         self.dp_rank = data_parallel_rank(self.mesh)
@@ -175,37 +133,57 @@ class Trainer:
         )
         self.loader.trace = SampleTrace.from_env(info.world_size, info.rank)
         self.state = TrainState(self.scheduler, self.loader, info.world_size)
-        self.ledger = self._open_ledger()
-        attempt: list[Any] = [self.ledger.record.attempt if self.ledger else None]
-        dist.broadcast_object_list(attempt, src=0)
-        self.attempt: int = attempt[0]
-        self.faults = FaultInjector(FaultPlan.from_env(), info.rank, self._record_fault)
-        identity = RunIdentity.of(cfg, info.world_size)
-        self.tracker = tracking.start(cfg, out, identity, self.attempt) if info.is_main else None
-        self.checkpointer = CheckpointManager(
-            cfg.checkpoint,
-            out,
-            {"model_optim": ModelOptimizerState(self.model, self.optimizer), "train": self.state},
-            rank=info.rank,
-            world_size=info.world_size,
-            local_rank=info.local_rank,
-            device=info.device,
-            identity=identity,
-            start_fresh=start_fresh,
-            before_write=self.faults.checkpoint_writing,
-            on_checkpoint_written=self.faults.checkpoint_written,
-            on_committed=self._on_committed,
-            on_reported=self._on_checkpoint_reported,
-        )
+        self.checkpointer = self._build_checkpointer()
+        if cfg.fault.recovery == IN_PROCESS:
+            # A commit blocked on a lost rank gives up within the rendezvous bound, so the
+            # thread left behind by a recovery ends (release); longer than any rank skew of a
+            # commit.
+            timeout = timedelta(seconds=cfg.fault.recovery_rendezvous_s)
+            self.checkpointer.pg.set_timeout(timeout)
         self.faults.settle = self.checkpointer.wait
-        self.watchdog = Watchdog(cfg.fault.watchdog_s)
-        self._stop_requested = False
-        # Why the run stops early: "sigterm" (a drain, a preemption) or "scale_event" (the
-        # HyperPod elastic agent's SIGUSR1: save, exit 0, be restarted at a new world size).
-        self._stop_reason = "sigterm"
-        self._saved_after_sigterm = False
-        # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
-        self._job_start = time.time()
+        return self.mesh
+
+    def release(self) -> None:
+        """Drops the mesh and everything on it. A checkpoint in flight is not waited for: its
+        commit may be blocked on the lost rank (a gloo group cannot be aborted); it fails at
+        its group's timeout (rebuild) and commits nothing."""
+        self.faults.settle = lambda: None
+        self.loader.close()
+        del self.checkpointer, self.state, self.evaluator, self.loader
+        del self.optimizer, self.scheduler, self.model, self.mesh
+
+    def process_groups(self) -> list[ProcessGroup]:
+        return [*self.mesh.get_all_groups(), self.checkpointer.pg]
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return transfer.state_tensors(self.model, self.optimizer)
+
+    def train_state(self) -> dict[str, Any]:
+        """What a rebuilt rank needs besides its shards, the same on every rank at a step
+        boundary; the RNG streams too, which are alike on every rank (seeded alike, and no
+        step draws from them)."""
+        ckpt = self.checkpointer
+        return {
+            "step": self.state.step,
+            "productive_s": self.state.productive_s,
+            "scheduler": self.scheduler.state_dict(),
+            "data": self.loader.state_dict(),
+            "rng": _local_rng_state(),
+            "attempt": self.attempt,
+            "checkpoints": [ckpt.last_committed_step, ckpt.committed, ckpt.failed],
+        }
+
+    def load_train_state(self, state: dict[str, Any]) -> None:
+        self.state.step = int(state["step"])
+        self.state.productive_s = float(state["productive_s"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        apply_config(self.optimizer, self.scheduler, self.cfg.optim)
+        self.loader.load_state_dict(state["data"])
+        _set_local_rng_state(state["rng"])
+        self.attempt = int(state["attempt"])
+        ckpt = self.checkpointer
+        ckpt.last_committed_step, ckpt.committed, ckpt.failed = state["checkpoints"]
+        ckpt.prepare_staging()
 
     def _build_model(self) -> Transformer:
         """The model on this rank's device, parallelised over the mesh, with initial weights."""
@@ -251,7 +229,36 @@ class Trainer:
         if not self.info.is_main:
             return None
         attempt_env = os.environ.get("HPTRAIN_ATTEMPT")
-        return metrics.RunLedger(self.out, int(attempt_env) if attempt_env else None)
+        # A replacement rank 0 goes on with the record its attempt's first process kept.
+        return metrics.RunLedger(
+            self.out, int(attempt_env) if attempt_env else None, reopen=self.replacement
+        )
+
+    def _attempt_of_ledger(self) -> int:
+        """The attempt's number, rank 0's ledger's on every rank; under in-process recovery,
+        whose groups do not exist yet, the launcher's (HPTRAIN_ATTEMPT)."""
+        if self.cfg.fault.recovery == IN_PROCESS:
+            return driver.attempt_of_environment()
+        attempt: list[Any] = [self.ledger.record.attempt if self.ledger else None]
+        dist.broadcast_object_list(attempt, src=0)
+        return int(attempt[0])
+
+    def _build_checkpointer(self) -> CheckpointManager:
+        return CheckpointManager(
+            self.cfg.checkpoint,
+            self.out,
+            {"model_optim": ModelOptimizerState(self.model, self.optimizer), "train": self.state},
+            rank=self.info.rank,
+            world_size=self.info.world_size,
+            local_rank=self.info.local_rank,
+            device=self.info.device,
+            identity=self.identity,
+            start_fresh=self.start_fresh,
+            before_write=self.faults.checkpoint_writing,
+            on_checkpoint_written=self.faults.checkpoint_written,
+            on_committed=self._on_committed,
+            on_reported=self._on_checkpoint_reported,
+        )
 
     # ---- bookkeeping callbacks ----------------------------------------------------------------
 
@@ -277,6 +284,9 @@ class Trainer:
 
     def _on_checkpoint_reported(self, step: int, tier: str, blocking_s: float, ok: bool) -> None:
         self.exporter.record_checkpoint(blocking_s, committed=ok)
+
+    def _on_recovered(self, recovery: record.RecoveryRecord) -> None:
+        self.exporter.record_recovery(recovery.phases_s)
 
     def request_stop(self, signum: int, _frame: Any) -> None:
         """SIGTERM and SIGUSR1 handler: finish the current step, save, exit 0
@@ -305,6 +315,44 @@ class Trainer:
     # ---- the loop --------------------------------------------------------------------------
 
     def run(self) -> int:
+        resumed_from = self._load_initial_state()
+        metrics.log_start(
+            self.info.rank,
+            self.info.world_size,
+            self.state.step,
+            resumed_from,
+            self.cfg.preset,
+            self.cfg.training.global_batch_size,
+            preset_global_batch(self.cfg.preset),
+        )
+        if self.ledger and self.replacement:
+            self._job_start = metrics.job_start_unix(self.ledger.all_records())
+        elif self.ledger:
+            self.ledger.record.resumed_step = self.state.step
+            self.ledger.record.resumed_from = resumed_from
+            self.ledger.record.last_step = self.state.step
+            self.ledger.flush()
+            self._job_start = metrics.job_start_unix(self.ledger.all_records())
+        self.watchdog.start()
+        try:
+            if self.replacement:
+                # Where the survivors of the recovery go on: the boundary's checkpoint, due
+                # and lost with the rank (a commit cut short), is written again.
+                self.maybe_checkpoint()
+            while self.state.step < self.cfg.training.steps:
+                stop = self.train_step()
+                self.maybe_checkpoint()
+                if stop:
+                    return self.shutdown_on_signal()
+            return self.finish()
+        finally:
+            self.watchdog.stop()
+
+    def _load_initial_state(self) -> str:
+        """The state the run starts from: a checkpoint tier's, the pretrained weights, the
+        initial ones, or (a replacement rank) the peer's it received. Returns its source."""
+        if self.replacement:
+            return "peer"
         resumed = self.checkpointer.resume()
         if resumed is not None:
             # The loaded param groups and schedule carry the old run's values.
@@ -318,66 +366,48 @@ class Trainer:
             )
         # Staging buffers are allocated now, in the background, while the first steps run.
         self.checkpointer.prepare_staging()
-        metrics.log_start(
-            self.info.rank,
-            self.info.world_size,
-            self.state.step,
-            resumed.tier if resumed else "none",
-            self.cfg.preset,
-            self.cfg.training.global_batch_size,
-            preset_global_batch(self.cfg.preset),
-        )
-        if self.ledger:
-            self.ledger.record.resumed_step = self.state.step
-            self.ledger.record.resumed_from = resumed.tier if resumed else "none"
-            self.ledger.record.last_step = self.state.step
-            self.ledger.flush()
-            self._job_start = metrics.job_start_unix(self.ledger.all_records())
-        self.watchdog.start()
-        try:
-            while self.state.step < self.cfg.training.steps:
-                stop = self.train_step()
-                self.maybe_checkpoint()
-                if stop:
-                    return self.shutdown_on_signal()
-            return self.finish()
-        finally:
-            self.watchdog.stop()
+        return resumed.tier if resumed else "none"
 
     def train_step(self) -> bool:
-        """One optimizer step; returns True when any rank has been asked to stop."""
+        """One optimizer step; returns True when any rank has been asked to stop. A step that
+        a lost rank kept from committing is run again once its groups are re-formed
+        (in-process recovery)."""
         step = self.state.step + 1
         self.watchdog.beat(self.state.step)
         self.faults.before_step(step)
+        self.agreement.begin(step)
         t0 = time.perf_counter()
 
-        inputs, labels = self.loader.next_batch()
-        loss = self.forward_backward(inputs, labels)
-        self.faults.mid_step(step)
-        clip_grad_norm(self.model.parameters(), self.cfg.training.grad_clip)
+        loss: torch.Tensor | None = None
+        try:
+            inputs, labels = self.loader.next_batch()
+            loss = self.forward_backward(inputs, labels)
+            self.faults.mid_step(step)
+            clip_grad_norm(self.model.parameters(), self.cfg.training.grad_clip)
+        except self.agreement.peer_failures as error:
+            self.agreement.failed(step, error)
+        # Every rank agrees on the step before any applies it; its mean loss comes with it.
+        decision = self.agreement.decide(step, loss, self._stop_requested)
+        if not decision.commit:
+            self.agreement.recover(step)
+            return False
 
         # The in-flight checkpoint copies parameters in the background during forward and
         # backward; the update must not start before that copy is complete.
         staging_wait = self.checkpointer.wait_for_staging()
         self.optimizer.step()
+        if self.cfg.training.float8:
+            float8.precompute_scales(self.model)  # for the next step's FP8 all-gathers
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-        # One small all-reduce carries the loss for logging and the stop flag, so every rank
-        # agrees on the step at which a SIGTERM takes effect. The mean over the world is the
-        # mean over data-parallel ranks: the ranks of a tensor-parallel group hold one loss.
-        flags = torch.stack(
-            [loss.detach().float(), torch.tensor(float(self._stop_requested), device=loss.device)]
-        )
-        dist.all_reduce(flags)
-        loss_avg, stop = (flags[0] / self.info.world_size).item(), flags[1].item() > 0
 
         step_time = time.perf_counter() - t0 - staging_wait
         self.state.step = step
         self.state.productive_s += step_time
         self.watchdog.beat(step)
-        self._log_step(step, loss_avg, step_time)
-        return stop
+        self.agreement.committed()
+        self._log_step(step, decision.mean_loss, step_time)
+        return decision.stop
 
     def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Forward and backward over this rank's batch, `training.micro_batch_size` sequences
@@ -403,7 +433,11 @@ class Trainer:
     def maybe_checkpoint(self) -> None:
         self.checkpointer.poll()
         tier = self.cfg.checkpoint.tier_due(self.state.step)
-        if tier is not None and self.state.step < self.cfg.training.steps:
+        # A step run again after an in-process recovery may have committed its checkpoint.
+        done = (
+            tier is not None and self.checkpointer.last_committed_step.get(tier) == self.state.step
+        )
+        if tier is not None and not done and self.state.step < self.cfg.training.steps:
             self._evaluate_if_durable(tier)
             self.checkpointer.save(self.state.step, tier)
 
@@ -499,6 +533,7 @@ class Trainer:
         self.loader.close()
         self.checkpointer.close()
         self.checkpointer.destroy_group()
+        self.agreement.close()
         self.exporter.close()
 
     def _write_summary(
@@ -525,7 +560,7 @@ class Trainer:
         ledger.flush()
         records = ledger.all_records()
         wall = metrics.wall_time_s(metrics.job_start_unix(records), time.time())
-        recoveries = metrics.recovery_stats(records)
+        recoveries = record.summary_entries(metrics.recovery_stats(records), self.out)
         summary = {
             "steps": self.state.step,
             "target_steps": self.cfg.training.steps,

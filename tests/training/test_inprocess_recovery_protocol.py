@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,12 +15,12 @@ from typing import Any, cast
 import pytest
 import torch
 import torch.distributed as dist
-from prometheus_client import CollectorRegistry, generate_latest
 
 from training.recovery import record, transfer
 from training.recovery.coordination import (
     Coordinator,
     Decision,
+    Heartbeat,
     Member,
     RecoveryFallbackError,
     connect_store,
@@ -31,7 +32,7 @@ WORLD = 4
 _SERVERS: list[dist.TCPStore] = []
 
 
-def _coordinators(*, vote_s: float = 10.0, rendezvous_s: float = 10.0) -> list[Coordinator]:
+def _coordinators(*, silence_s: float = 10.0, rendezvous_s: float = 10.0) -> list[Coordinator]:
     """One coordinator per rank, each with its own connection (a client blocks while it
     waits), all on one store server, as the ranks and the launcher are."""
     with socket.socket() as s:
@@ -47,11 +48,16 @@ def _coordinators(*, vote_s: float = 10.0, rendezvous_s: float = 10.0) -> list[C
             "attempt0",
             r,
             WORLD,
-            vote_timeout_s=vote_s,
+            silence_s=silence_s,
             rendezvous_timeout_s=rendezvous_s,
         )
         for r in range(WORLD)
     ]
+
+
+def _latest_port() -> int:
+    """The port of the store server the last `_coordinators` call started."""
+    return _SERVERS[-1].port
 
 
 def _on_threads(fns: list[Callable[[], Any]]) -> list[Any]:
@@ -91,17 +97,38 @@ def test_one_failed_rank_makes_every_rank_discard_the_step() -> None:
     assert [d.commit for d in decisions] == [False] * WORLD
 
 
-def test_a_rank_that_never_votes_makes_the_others_discard_the_step() -> None:
-    coords = _coordinators(vote_s=0.5)
+def test_a_rank_that_never_votes_and_never_beats_makes_the_others_discard_the_step() -> None:
+    coords = _coordinators(silence_s=0.5)
     decisions = _on_threads(
         [lambda c=c: c.decide(0, 1, ok=True, stop=False, loss=0.0) for c in coords[:3]]
     )
     assert [d.commit for d in decisions] == [False] * 3
 
 
+def test_a_slow_rank_whose_heartbeat_goes_on_is_waited_for() -> None:
+    coords = _coordinators(silence_s=0.5)
+    # Rank 3's step takes six times the silence allowed, but its heartbeat goes on.
+    store = connect_store(f"127.0.0.1:{_latest_port()}", 10.0)
+    beat = Heartbeat(store, "attempt0", 3, period_s=0.05)
+
+    def slow_vote() -> Decision:
+        time.sleep(3.0)
+        return coords[3].decide(0, 1, ok=True, stop=False, loss=3.0)
+
+    try:
+        decisions = _on_threads(
+            [lambda c=c: c.decide(0, 1, ok=True, stop=False, loss=0.0) for c in coords[:3]]
+            + [slow_vote]
+        )
+    finally:
+        beat.stop()
+    assert [d.commit for d in decisions] == [True] * WORLD
+
+
 def test_a_decision_once_written_is_the_one_every_rank_adopts() -> None:
-    coords = _coordinators(vote_s=0.5)
-    # Ranks 0-2 time out (abort); rank 3 votes last, after the decision exists: it adopts it.
+    coords = _coordinators(silence_s=0.5)
+    # Ranks 0-2 see rank 3 silent (abort); rank 3 votes last, after the decision exists: it
+    # adopts it.
     first = _on_threads(
         [lambda c=c: c.decide(0, 1, ok=True, stop=False, loss=0.0) for c in coords[:3]]
     )
@@ -159,10 +186,13 @@ def _members(intact: dict[int, bool], step: int = 7) -> list[Member]:
 def test_the_plan_sends_from_the_lowest_intact_replica_to_its_group_only() -> None:
     groups = [[0, 2], [1, 3]]
     members = _members({0: True, 1: False, 2: True, 3: True})
-    assert transfer.plan(members, groups, 1) == transfer.TransferPlan((1, 3), 3, 7)
-    assert transfer.plan(members, groups, 3) == transfer.TransferPlan((1, 3), 3, 7)
+    # Shards within the replica group; the train state from the lowest intact rank to all.
+    assert transfer.plan(members, groups, 1) == transfer.TransferPlan((1, 3), 3, 7, 0)
+    assert transfer.plan(members, groups, 3) == transfer.TransferPlan((1, 3), 3, 7, 0)
     # The other group is whole: nothing to send there.
-    assert transfer.plan(members, groups, 0) == transfer.TransferPlan((0, 2), None, 7)
+    assert transfer.plan(members, groups, 0) == transfer.TransferPlan((0, 2), None, 7, 0)
+    lost_zero = _members({0: False, 1: True, 2: True, 3: True})
+    assert transfer.plan(lost_zero, groups, 0) == transfer.TransferPlan((0, 2), 2, 7, 1)
 
 
 def test_a_shard_lost_on_every_replica_falls_back_with_one_line() -> None:
@@ -196,10 +226,11 @@ def test_state_tensors_cover_parameters_then_optimizer_state_and_copy_back() -> 
         assert torch.equal(got, want)
 
 
-def test_records_round_trip_and_the_phases_are_exported(tmp_path: Path) -> None:
+def test_records_round_trip_and_join_the_restarts_in_the_summary(tmp_path: Path) -> None:
     rec = record.RecoveryRecord(
         kind="in_process",
         state_source="peer",
+        attempt=1,
         generation=1,
         failed_step=3,
         resumed_step=2,
@@ -209,13 +240,13 @@ def test_records_round_trip_and_the_phases_are_exported(tmp_path: Path) -> None:
     )
     record.append(tmp_path, rec)
     assert record.read(tmp_path) == [rec]
-    collector = record.RecoveryMetrics()
-    registry = CollectorRegistry()
-    registry.register(collector)
-    assert record.PHASE_METRIC not in generate_latest(registry).decode()
-    collector.observe(rec)
-    text = generate_latest(registry).decode()
-    assert (
-        f'{record.PHASE_METRIC}{{kind="in_process",phase="rendezvous",state_source="peer"}} 2.0'
-        in text
-    )
+    restart = {"kind": "restart", "state_source": "fast", "attempt": 1, "steps_lost": 2}
+    entries = record.summary_entries([restart], tmp_path)
+    # The restart that began attempt 1 comes before attempt 1's in-process recovery.
+    assert entries[0] is restart
+    assert {k: entries[1][k] for k in ("kind", "state_source", "steps_lost", "recovery_s")} == {
+        "kind": "in_process",
+        "state_source": "peer",
+        "steps_lost": 0,
+        "recovery_s": 3.75,
+    }

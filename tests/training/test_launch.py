@@ -42,7 +42,7 @@ def _supervise(
     launcher.procs = cast(list[subprocess.Popen[bytes]], ranks)
     group_signals: list[int] = []
     monkeypatch.setattr(launcher, "_kill_group", group_signals.append)
-    outcome, _ = launcher._supervise(deadline=math.inf)
+    outcome, _ = launcher._supervise(math.inf, lambda _rank: False)
     return outcome, group_signals
 
 
@@ -71,3 +71,77 @@ def test_a_crashed_rank_takes_its_group_down(
     # The peer would run on forever: stuck in a collective with the rank that is gone.
     ranks = [_Rank(0, 10**9), _Rank(code, 1)]
     assert _supervise(tmp_path, monkeypatch, ranks) == ("failed", [signal.SIGKILL])
+
+
+IN_PROCESS = [
+    "--set",
+    "fault.recovery=in_process",
+    "--set",
+    "parallel.dp_replicate=2",
+    "--max-restarts",
+    "1",
+]
+
+
+def _in_process_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Launcher, list[tuple[int, str]]]:
+    """A launcher of 2 ranks under in-process recovery whose spawns are stand-ins that run
+    on, and the (rank, role) of each spawn."""
+    args, cfg, train_argv = parse_args(["--out", str(tmp_path), "--nproc", "2", *IN_PROCESS])
+    launcher = Launcher(args, cfg, train_argv)
+    spawned: list[tuple[int, str]] = []
+
+    def spawn(rank: int, port: int, attempt: int, role: str = "initial") -> _Rank:
+        spawned.append((rank, role))
+        return _Rank(0, 3)
+
+    monkeypatch.setattr(launcher, "_spawn", spawn)
+    monkeypatch.setattr(launcher, "_start_pump", lambda proc, log: None)
+    monkeypatch.setattr(launcher, "_kill_group", lambda sig: None)
+    launcher.pids = [[100], [101]]
+    return launcher, spawned
+
+
+def _ranks(*ranks: _Rank) -> list[subprocess.Popen[bytes]]:
+    return cast(list[subprocess.Popen[bytes]], list(ranks))
+
+
+def test_in_process_a_lost_rank_is_replaced_and_its_peer_runs_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher, spawned = _in_process_launcher(tmp_path, monkeypatch)
+    peer = _Rank(0, 6)
+    launcher.procs = _ranks(peer, _Rank(-9, 1))
+    with open(tmp_path / "log", "w") as log:
+        outcome, _ = launcher._supervise(math.inf, lambda rank: launcher._replace(rank, 0, 0, log))
+    assert outcome == "ok"
+    assert spawned == [(1, "replacement")]
+    assert launcher.procs[0] is cast(subprocess.Popen[bytes], peer)
+    assert [(r["rank"], r["exit_code"]) for r in launcher.replacements] == [(1, -9)]
+
+
+@pytest.mark.parametrize("code", [2, 6])
+def test_in_process_bad_input_or_a_fallback_is_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # 2: a replacement would fail the same way; 6: the recovery gave way to a tier restart.
+    launcher, spawned = _in_process_launcher(tmp_path, monkeypatch)
+    launcher.procs = _ranks(_Rank(0, 10**9), _Rank(code, 0))
+    launcher.procs[1].poll()
+    with open(tmp_path / "log", "w") as log:
+        assert launcher._replace(1, 0, 0, log) is False
+    assert spawned == []
+
+
+def test_in_process_replacements_are_bounded_by_max_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher, spawned = _in_process_launcher(tmp_path, monkeypatch)
+    launcher.procs = _ranks(_Rank(-9, 0), _Rank(-9, 0))
+    for proc in launcher.procs:
+        proc.poll()
+    with open(tmp_path / "log", "w") as log:
+        assert launcher._replace(0, 0, 0, log) is True
+        assert launcher._replace(1, 0, 0, log) is False  # --max-restarts 1
+    assert spawned == [(0, "replacement")]

@@ -25,32 +25,18 @@ Why not a library (checked 2026-11 on CPU, gloo, torch 2.13):
   is HyperPod's checkpointless training for NeMo.
 
 Modules: coordination (store agreements), world (process groups), transfer (peer state),
-driver (the step protocol and recovery), record (what each recovery cost), supervisor and
-worker (a local launcher that replaces a dead rank, and a rank built from the trainer's
-parts).
+driver (the step agreement and the recovery, for training/trainer.py), record (what each
+recovery cost). training/launch.py hosts the store and replaces a lost rank.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 # The ranks exit with this code when in-process recovery gives way to a checkpoint tier.
 FALLBACK_EXIT_CODE: Final = 6
-# Environment a rank gets from the launcher: the store's host:port, its role
-# ("initial" or "replacement"), and test faults (first processes only).
+# Environment a rank gets from the launcher: the store's host:port and its role (REPLACEMENT
+# for a process started in place of a lost rank).
 ENV_STORE: Final = "HPTRAIN_RECOVERY_STORE"
 ENV_ROLE: Final = "HPTRAIN_RECOVERY_ROLE"
-ENV_TEST_FAULTS: Final = "HPTRAIN_RECOVERY_TEST_FAULTS"
-
-
-@dataclass(frozen=True)
-class RecoveryTimeouts:
-    """Bounds of every wait, in seconds. `collective`: a collective blocked on a peer that has
-    given up (the detection bound of a rank that never talks to the dead one); `vote`: the
-    wait for the other ranks' votes after this rank's step (longer than any step);
-    `rendezvous`: the wait for the replacement (its process start included)."""
-
-    collective_s: float = 30.0
-    vote_s: float = 120.0
-    rendezvous_s: float = 300.0
+REPLACEMENT: Final = "replacement"

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+
+# torch.distributed re-exports its stores from torch._C at run time; its stubs do not say so.
+from torch.distributed import PrefixStore, Store, TCPStore  # type: ignore[attr-defined]
 
 GENERATION_KEY = "generation"
 COMMIT, ABORT = "commit", "abort"
@@ -77,12 +80,12 @@ class Coordinator:
         rank: int,
         world_size: int,
         *,
-        vote_timeout_s: float,
+        silence_s: float,
         rendezvous_timeout_s: float,
     ) -> None:
         self.store = PrefixStore(namespace, store)
         self.rank, self.world_size = rank, world_size
-        self.vote_timeout_s = vote_timeout_s
+        self.silence_s = silence_s
         self.rendezvous_timeout_s = rendezvous_timeout_s
 
     # ---- generations -------------------------------------------------------------------------
@@ -139,9 +142,10 @@ class Coordinator:
     def decide(self, generation: int, step: int, *, ok: bool, stop: bool, loss: float) -> Decision:
         """Whether step `step` commits: only if every rank of the generation reports its
         gradients complete. The first rank to know the outcome writes it once (a failed rank
-        at once, the last healthy voter when all are in, any rank at the vote timeout) and
-        every rank adopts that one value, so no two survivors can disagree on the step even
-        when a peer dies in the middle of the vote."""
+        at once, the last healthy voter when all are in, a waiting rank when a rank that has
+        not voted stops beating) and every rank adopts that one value, so no two survivors can
+        disagree on the step even when a peer dies in the middle of the vote. A slow step is
+        waited for as long as its rank's heartbeat goes on (the watchdog bounds a hang)."""
         prefix = f"g{generation}/s{step}/"
         decision_key = prefix + "decision"
         if ok:
@@ -152,11 +156,7 @@ class Coordinator:
                 self.store.compare_set(decision_key, "", COMMIT)
         else:
             self.store.compare_set(decision_key, "", ABORT)
-        try:
-            self.store.wait([decision_key], timedelta(seconds=self.vote_timeout_s))
-        except dist.DistStoreError:
-            # A rank that never voted (hung, or died after its last collective).
-            self.store.compare_set(decision_key, "", ABORT)
+        self._await_decision(prefix)
         outcome = self.store.get(decision_key).decode()
         if outcome != COMMIT:
             return Decision(commit=False, stop=False, losses=())
@@ -164,6 +164,31 @@ class Coordinator:
         stop_votes = self.store.add(prefix + "stop", 0)
         self._forget(generation, step - 2)
         return Decision(commit=True, stop=stop_votes > 0, losses=tuple(float(v) for v in losses))
+
+    def _await_decision(self, prefix: str) -> None:
+        """Waits for the step's decision; writes ABORT when a rank that has not voted has been
+        silent (no heartbeat, Heartbeat) for `silence_s`: its process is gone."""
+        decision_key = prefix + "decision"
+        last_beat: dict[int, tuple[int, float]] = {}
+        # Each wait that times out logs a line (c10d): look at the heartbeats at half the
+        # silence allowed, so a dead rank is known within 1.5 times it.
+        poll = timedelta(seconds=self.silence_s / 2)
+        while True:
+            try:
+                self.store.wait([decision_key], poll)
+                return
+            except dist.DistStoreError:
+                pass
+            now = time.monotonic()
+            for r in range(self.world_size):
+                if self.store.check([prefix + f"loss/{r}"]):
+                    continue
+                beats = self.store.add(Heartbeat.key(r), 0)
+                seen = last_beat.setdefault(r, (beats, now))
+                if beats != seen[0]:
+                    last_beat[r] = (beats, now)
+                elif now - seen[1] > self.silence_s:
+                    self.store.compare_set(decision_key, "", ABORT)
 
     def _forget(self, generation: int, step: int) -> None:
         """Drops this rank's keys of an old step, so the store does not grow with the run."""
@@ -178,3 +203,32 @@ class Coordinator:
 
 def this_member(rank: int, *, intact: bool, step: int) -> Member:
     return Member(rank=rank, pid=os.getpid(), intact=intact, step=step if intact else -1)
+
+
+class Heartbeat:
+    """A counter in the store that a daemon thread of this rank increments every `period_s`,
+    on a store connection of its own (a client blocks while it waits): voters waiting for a
+    rank tell a slow step (the counter moves) from a dead process (it stops)."""
+
+    def __init__(self, store: Store, namespace: str, rank: int, period_s: float) -> None:
+        self.store = PrefixStore(namespace, store)
+        self.rank, self.period_s = rank, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hptrain-heartbeat", daemon=True)
+        self.store.add(self.key(rank), 1)
+        self._thread.start()
+
+    @staticmethod
+    def key(rank: int) -> str:
+        return f"heartbeat/{rank}"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.store.add(self.key(self.rank), 1)
+            except dist.DistError:
+                return  # the store is gone: the launcher has ended the job
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

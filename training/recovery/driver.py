@@ -1,11 +1,14 @@
-"""The step protocol and the recovery itself, for any job that can rebuild its model.
+"""The step agreement and the recovery itself, for the trainer (training/trainer.py).
 
-Each step: forward, backward and gradient clipping (every collective of the step), then the
-vote (coordination.Coordinator.decide), then the update, which is local. A step whose vote
-does not commit is discarded on every rank, so the survivors of a failure all stand at the
-same step boundary with the same state. Then: abandon the old groups, meet the replacement in
-the next generation, rebuild the model on the new mesh, fill it (a survivor from its own
-shards, a replacement from an intact replica peer) and run the step again.
+The trainer's step: forward, backward and gradient clipping (every collective of the step),
+then `decide` (every rank agrees on the step), then the update, which is local. Under
+in-process recovery the agreement is a vote through the store (coordination.Coordinator), so
+a step whose vote does not commit is discarded on every rank and the survivors of a failure
+all stand at the same step boundary with the same state. Then `recover`: abandon the old
+groups, meet the replacement in the next generation, rebuild the model on the new mesh, fill
+it (a survivor from its own shards, a replacement from an intact replica peer), and the step
+runs again. Without it (`AllReduceAgreement`) one small all-reduce carries the loss and the
+stop flag, and a failed rank fails the job (a restart from a checkpoint tier).
 """
 
 from __future__ import annotations
@@ -20,177 +23,260 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
-from training.recovery import record, transfer, world
-from training.recovery.coordination import Coordinator, Decision, RecoveryFallbackError, this_member
+from training.config import FaultConfig
+from training.config_parsing import ConfigError
+from training.parallel import DistInfo
+from training.recovery import ENV_ROLE, ENV_STORE, REPLACEMENT, record, transfer, world
+from training.recovery.coordination import (
+    Coordinator,
+    Decision,
+    Heartbeat,
+    RecoveryFallbackError,
+    connect_store,
+    this_member,
+)
+
+# Failures a collective or the store reports; anything else is a bug and ends the process.
+COLLECTIVE_ERRORS: tuple[type[Exception], ...] = (RuntimeError, dist.DistError)
 
 
 class Recoverable(Protocol):
-    """What a job gives the driver. `step` is the number of committed steps."""
+    """What the trainer gives the recovery."""
 
-    step: int
-
-    def rebuild(self, mesh: DeviceMesh) -> None:
-        """Creates the model, optimizer and anything else bound to the mesh, afresh."""
+    def rebuild(self) -> DeviceMesh:
+        """Builds the mesh and everything bound to it (model, optimizer, checkpointer), afresh,
+        on the process group just formed; returns the mesh."""
 
     def release(self) -> None:
         """Drops every reference to the mesh and its groups (model, optimizer, mesh)."""
+
+    def process_groups(self) -> list[ProcessGroup]:
+        """Every group a collective of this rank may wait in (aborted on a failure)."""
 
     def state_tensors(self) -> list[torch.Tensor]:
         """This rank's shards of model and optimizer state (transfer.state_tensors)."""
 
     def train_state(self) -> dict[str, Any]:
-        """Step, schedule, data position: the same on every intact rank."""
+        """Step ("step"), schedule, data position, ...: the same on every intact rank."""
 
     def load_train_state(self, state: dict[str, Any]) -> None: ...
 
-    def compute(self) -> float:
-        """Forward, backward and clipping of step `step + 1`: every collective of the step.
-        Returns this rank's loss."""
 
-    def apply(self) -> None:
-        """The local update; increments `step`."""
+class StepAgreement(Protocol):
+    """How the ranks agree on a step before any applies it."""
 
-    def discard(self) -> None:
-        """Forgets the gradients; the next compute() runs the same batch again."""
+    # Exceptions of the step's collectives that mean a peer failed (none: the job fails).
+    peer_failures: tuple[type[Exception], ...]
+
+    def begin(self, step: int) -> None: ...
+
+    def failed(self, step: int, error: Exception) -> None: ...
+
+    def decide(self, step: int, loss: torch.Tensor | None, stop: bool) -> Decision: ...
+
+    def recover(self, step: int) -> None: ...
+
+    def committed(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class AllReduceAgreement:
+    """One small all-reduce carries the loss for logging and the stop flag, so every rank
+    agrees on the step at which a SIGTERM takes effect. The mean over the world is the mean
+    over data-parallel ranks: the ranks of a tensor-parallel group hold one loss. A failed
+    peer is an error that ends this process."""
+
+    peer_failures: tuple[type[Exception], ...] = ()
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+
+    def begin(self, step: int) -> None:
+        pass
+
+    def failed(self, step: int, error: Exception) -> None:
+        raise error
+
+    def decide(self, step: int, loss: torch.Tensor | None, stop: bool) -> Decision:
+        if loss is None:
+            raise RuntimeError(f"step {step} has no loss")
+        flags = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
+        dist.all_reduce(flags)
+        mean = (flags[0] / self.world_size).item()
+        return Decision(commit=True, stop=flags[1].item() > 0, losses=(mean,))
+
+    def recover(self, step: int) -> None:
+        raise RuntimeError(f"step {step} did not commit and nothing recovers in process")
+
+    def committed(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
 class RecoverySettings:
-    rank: int
-    world_size: int
-    device: torch.device
+    info: DistInfo
     collective_timeout_s: float
-    init_timeout_s: float
+    rendezvous_timeout_s: float
     # In-process recoveries tried for one failure before falling back to a checkpoint tier.
     max_rounds: int = 3
 
 
-@dataclass(frozen=True)
-class RecoveryHooks:
-    """Fault injection points for tests; `before_transfer` gets the generation."""
-
-    before_transfer: Callable[[int], None] = lambda _generation: None
-
-
-# Failures a collective or the store reports; anything else is a bug and ends the process.
-COLLECTIVE_ERRORS = (RuntimeError, dist.DistError)
-
-
 class InProcessRecovery:
+    """The step vote and in-process recovery of one rank (a StepAgreement)."""
+
+    peer_failures = COLLECTIVE_ERRORS
+
     def __init__(
         self,
         job: Recoverable,
         coordinator: Coordinator,
-        build_mesh: Callable[[], DeviceMesh],
+        heartbeat: Heartbeat,
         settings: RecoverySettings,
         out: Path,
-        hooks: RecoveryHooks | None = None,
+        *,
+        attempt: int,
+        before_transfer: Callable[[int], None] = lambda _generation: None,
+        on_recovered: Callable[[record.RecoveryRecord], None] = lambda _record: None,
     ) -> None:
-        self.job, self.coord, self.build_mesh = job, coordinator, build_mesh
-        self.settings, self.out = settings, out
-        self.hooks = hooks or RecoveryHooks()
+        self.job, self.coord, self.heartbeat = job, coordinator, heartbeat
+        self.settings, self.out, self.attempt = settings, out, attempt
+        self.before_transfer, self.on_recovered = before_transfer, on_recovered
+        self.rank = settings.info.rank
         self.generation = -1
-        self.metrics = record.RecoveryMetrics()
         self.records: list[record.RecoveryRecord] = []
-        # A recovery waiting for its first committed step, and when that step started.
+        # A recovery waiting for its first committed step.
         self._pending: record.RecoveryRecord | None = None
-        self._mesh: DeviceMesh | None = None
-        self._replaced: list[int] = []
-        # A survivor's train state at the boundary, kept while its model is rebuilt.
-        self._train_state: dict[str, Any] = {}
+        # The train state at the current step's boundary, and when the step started.
+        self._boundary: dict[str, Any] = {}
+        self._step_started = (time.monotonic(), time.time())
+        # A survivor's shards once its groups are abandoned, and what that took.
+        self._saved: list[torch.Tensor] | None = None
+        self._abort_s = 0.0
+        # The first generation's mesh until its groups are bounded.
+        self._unbounded: DeviceMesh | None = None
 
     # ---- start ---------------------------------------------------------------------------
 
     def start(self, *, replacement: bool) -> None:
         """Joins the world: the first generation, or, for a replacement, the one the
         survivors re-form, receiving its state from a peer."""
-        rank = self.settings.rank
         if not replacement:
             self.generation = self.coord.current_generation()
-            me = this_member(rank, intact=True, step=self.job.step)
-            members = self.coord.join(self.generation, me)
-            self.job.rebuild(self._form())
-            transfer.plan(members, transfer.replica_groups(self._mesh_now()), rank)
+            self.coord.join(self.generation, this_member(self.rank, intact=True, step=0))
+            self._form()
+            # Bounded from the first step on: a resume's reads may keep ranks apart longer.
+            self._unbounded = self.job.rebuild()
             dist.barrier()
-            world.bound_collectives(self.settings.collective_timeout_s)
             return
         self.generation = self.coord.generation_for_replacement()
-        self._rejoin(saved=None, failed_step=-1, phases={}, started=time.time())
+        self._rejoin(failed_step=-1, phases={}, started=time.time())
 
     # ---- the step ------------------------------------------------------------------------
 
-    def step(self, *, stop: bool = False) -> Decision:
-        """Runs step `job.step + 1` once; on a failure, recovers and returns a decision that
-        did not commit (the caller runs the step again)."""
-        t0, started = time.monotonic(), time.time()
-        saved: list[torch.Tensor] | None = None
-        abort_s = 0.0
-        try:
-            loss, ok = self.job.compute(), True
-        except COLLECTIVE_ERRORS as e:
-            loss, ok = float("nan"), False
-            _say(f"rank {self.settings.rank}: step {self.job.step + 1} failed: {_first_line(e)}")
-            # At once: peers blocked on this rank see the failure without waiting it out.
-            saved, abort_s = self._abandon()
-        decision = self.coord.decide(
-            self.generation, self.job.step + 1, ok=ok, stop=stop, loss=loss
+    def begin(self, step: int) -> None:
+        """Step `step` starts: its boundary is what a failed step returns to."""
+        if self._unbounded is not None:
+            world.bound_collectives(
+                self._unbounded.get_all_groups(), self.settings.collective_timeout_s
+            )
+            self._unbounded = None
+        self._boundary = self.job.train_state()
+        self._step_started = (time.monotonic(), time.time())
+
+    def failed(self, step: int, error: Exception) -> None:
+        """A collective of step `step` failed: abandon the groups at once, so peers blocked on
+        this rank see the failure without waiting it out."""
+        _say(f"rank {self.rank}: step {step} failed: {_first_line(error)}")
+        # The traceback's frames hold the model, whose groups must go now.
+        for e in (error, error.__context__, error.__cause__):
+            if e is not None:
+                e.__traceback__ = None
+        self._abandon()
+
+    def decide(self, step: int, loss: torch.Tensor | None, stop: bool) -> Decision:
+        """The vote on step `step`: it commits when every rank has its gradients (`loss` is
+        None where the step failed)."""
+        ok = loss is not None and self._saved is None
+        value = float(loss.detach()) if loss is not None else float("nan")
+        return self.coord.decide(self.generation, step, ok=ok, stop=stop, loss=value)
+
+    def recover(self, step: int) -> None:
+        """Step `step` did not commit anywhere: re-form the groups with a replacement for any
+        rank that is gone and go on from the step before."""
+        detect_s = time.monotonic() - self._step_started[0]
+        if self._saved is None:
+            self._abandon()
+        phases = {"detect": detect_s, "abort": self._abort_s}
+        self._rejoin(failed_step=step, phases=phases, started=self._step_started[1])
+
+    def committed(self) -> None:
+        """A step committed: completes the pending recovery's record with its first step;
+        the lowest rank that kept its state writes it."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        pending.phases_s["first_step"] = time.monotonic() - self._step_started[0]
+        self.records.append(pending)
+        self.on_recovered(pending)
+        survivors = [
+            r for r in range(self.settings.info.world_size) if r not in pending.replaced_ranks
+        ]
+        if survivors and self.rank == survivors[0]:
+            record.append(self.out, pending)
+        _say(
+            f"rank {self.rank}: recovered in process at step {pending.resumed_step} "
+            f"(generation {pending.generation}, state from {pending.state_source}, "
+            f"replaced {pending.replaced_ranks})"
         )
-        if decision.commit:
-            self.job.apply()
-            self._first_step_done(t0)
-            return decision
-        detect_s = time.monotonic() - t0
-        self.job.discard()
-        if saved is None:
-            saved, abort_s = self._abandon()
-        phases = {"detect": detect_s, "abort": abort_s}
-        self._rejoin(saved=saved, failed_step=self.job.step + 1, phases=phases, started=started)
-        return decision
+
+    def close(self) -> None:
+        self.heartbeat.stop()
 
     # ---- recovery ------------------------------------------------------------------------
 
-    def _abandon(self) -> tuple[list[torch.Tensor], float]:
-        """Keeps this rank's shards (plain tensors, no mesh), drops the job's model and the
-        process groups; returns the shards and the seconds it took."""
+    def _abandon(self) -> None:
+        """Keeps this rank's shards (plain tensors, no mesh), aborts the groups, drops the
+        job's model and forgets the groups."""
         t = time.monotonic()
-        saved = [s.detach() for s in self.job.state_tensors()]
-        self._train_state = self.job.train_state()
+        self._saved = [s.detach() for s in self.job.state_tensors()]
+        world.abort(self.job.process_groups())
         self.job.release()
-        self._mesh = None
-        world.abandon()
-        return saved, time.monotonic() - t
+        world.forget()
+        self._abort_s = time.monotonic() - t
 
-    def _rejoin(
-        self,
-        saved: list[torch.Tensor] | None,
-        failed_step: int,
-        phases: dict[str, float],
-        started: float,
-    ) -> None:
-        """Forms the next generation until one succeeds (RecoveryFallbackError after max_rounds)."""
-        for _round in range(self.settings.max_rounds):
-            if _round or saved is not None:
+    def _rejoin(self, failed_step: int, phases: dict[str, float], started: float) -> None:
+        """Forms the next generation until one succeeds (RecoveryFallbackError after
+        max_rounds)."""
+        for attempt_round in range(self.settings.max_rounds):
+            if attempt_round or self._saved is not None:
                 self.generation = self.coord.next_generation(self.generation)
             try:
-                self._round(saved, phases)
+                replaced = self._round(phases)
             except COLLECTIVE_ERRORS as e:
                 _say(
-                    f"rank {self.settings.rank}: recovery in generation {self.generation} "
+                    f"rank {self.rank}: recovery in generation {self.generation} "
                     f"failed: {_first_line(e)}"
                 )
+                world.abort(self.job.process_groups())
                 self.job.release()
-                self._mesh = None
-                world.abandon()
+                world.forget()
                 continue
+            self._saved = None
             self._pending = record.RecoveryRecord(
                 kind="in_process",
-                state_source="peer" if self._replaced else "local",
+                state_source="peer" if replaced else "local",
+                attempt=self.attempt,
                 generation=self.generation,
                 failed_step=failed_step,
-                resumed_step=self.job.step,
-                replaced_ranks=self._replaced,
+                resumed_step=int(self._boundary["step"]),
+                replaced_ranks=replaced,
                 started_unix=started,
                 phases_s=dict(phases),
             )
@@ -200,65 +286,94 @@ class InProcessRecovery:
             "falling back to a checkpoint tier"
         )
 
-    def _round(self, saved: list[torch.Tensor] | None, phases: dict[str, float]) -> None:
-        """One try: rendezvous, rebuild, transfer, and a barrier that says all went well."""
-        rank = self.settings.rank
+    def _round(self, phases: dict[str, float]) -> list[int]:
+        """One try: rendezvous, rebuild, transfer, and a barrier that says all went well.
+        Returns the ranks that received their state from a peer."""
+        saved = self._saved
         t = time.monotonic()
-        me = this_member(rank, intact=saved is not None, step=self.job.step)
+        step = int(self._boundary["step"]) if saved is not None else -1
+        me = this_member(self.rank, intact=saved is not None, step=step)
         members = self.coord.join(self.generation, me)
-        mesh = self._form()
+        self._form()
         phases["rendezvous"] = time.monotonic() - t
         t = time.monotonic()
-        plan = transfer.plan(members, transfer.replica_groups(mesh), rank)
-        self._replaced = [m.rank for m in members if not m.intact]
-        self.hooks.before_transfer(self.generation)
-        self.job.rebuild(mesh)
+        mesh = self.job.rebuild()
+        plan = transfer.plan(members, transfer.replica_groups(mesh), self.rank)
+        self.before_transfer(self.generation)
         if saved is not None:
             transfer.copy_into(self.job.state_tensors(), saved)
-            self.job.load_train_state(self._train_state)
-        state = transfer.broadcast_state(
-            self.job.state_tensors(), self.job.train_state(), plan, mesh
-        )
-        if saved is None:
-            self.job.load_train_state(state)
+        transfer.broadcast_shards(self.job.state_tensors(), plan, mesh)
+        own = self._boundary if saved is not None else None
+        self._boundary = transfer.agree_train_state(own, plan)
+        self.job.load_train_state(self._boundary)
         dist.barrier()
-        world.bound_collectives(self.settings.collective_timeout_s)
+        world.bound_collectives(mesh.get_all_groups(), self.settings.collective_timeout_s)
         phases["state_transfer"] = time.monotonic() - t
+        return [m.rank for m in members if not m.intact]
 
-    def _form(self) -> DeviceMesh:
-        s = self.settings
-        self._mesh = world.form(
+    def _form(self) -> None:
+        world.form(
             self.coord.process_group_store(self.generation),
-            s.rank,
-            s.world_size,
-            s.device,
-            self.build_mesh,
-            init_timeout_s=s.init_timeout_s,
+            self.settings.info,
+            init_timeout_s=self.settings.rendezvous_timeout_s,
         )
-        return self._mesh
 
-    def _mesh_now(self) -> DeviceMesh:
-        if self._mesh is None:
-            raise RuntimeError("no process groups are formed")
-        return self._mesh
 
-    def _first_step_done(self, t0: float) -> None:
-        """Completes the pending recovery's record with its first committed step; the lowest
-        rank that kept its state writes it."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        pending.phases_s["first_step"] = time.monotonic() - t0
-        self.records.append(pending)
-        self.metrics.observe(pending)
-        survivors = [r for r in range(self.settings.world_size) if r not in pending.replaced_ranks]
-        if survivors and self.settings.rank == survivors[0]:
-            record.append(self.out, pending)
-        _say(
-            f"rank {self.settings.rank}: recovered in process at step {pending.resumed_step} "
-            f"(generation {pending.generation}, state from {pending.state_source}, "
-            f"replaced {pending.replaced_ranks})"
+def is_replacement() -> bool:
+    """Whether the launcher started this process in place of a lost rank."""
+    return os.environ.get(ENV_ROLE) == REPLACEMENT
+
+
+def attempt_of_environment() -> int:
+    """The launch attempt (HPTRAIN_ATTEMPT): the store's keys of each attempt are its own."""
+    return int(os.environ.get("HPTRAIN_ATTEMPT") or 0)
+
+
+def connect(
+    job: Recoverable,
+    cfg: FaultConfig,
+    info: DistInfo,
+    out: Path,
+    *,
+    attempt: int,
+    before_transfer: Callable[[int], None],
+    on_recovered: Callable[[record.RecoveryRecord], None],
+) -> InProcessRecovery:
+    """This rank's in-process recovery, on the store the launcher hosts (ENV_STORE)."""
+    address = os.environ.get(ENV_STORE)
+    if not address:
+        # Bad input, not a failure to retry: every restart would find the same environment.
+        raise ConfigError(
+            f"fault.recovery=in_process needs a launcher that hosts the recovery store and "
+            f"replaces a lost rank ({ENV_STORE} is not set; training.launch does both); "
+            "set fault.recovery=restart"
         )
+    namespace = f"attempt{attempt}"
+    coordinator = Coordinator(
+        connect_store(address, cfg.recovery_rendezvous_s),
+        namespace,
+        info.rank,
+        info.world_size,
+        silence_s=cfg.recovery_silence_s,
+        rendezvous_timeout_s=cfg.recovery_rendezvous_s,
+    )
+    heartbeat = Heartbeat(
+        connect_store(address, cfg.recovery_rendezvous_s),
+        namespace,
+        info.rank,
+        period_s=cfg.recovery_silence_s / 10,
+    )
+    settings = RecoverySettings(info, cfg.recovery_collective_s, cfg.recovery_rendezvous_s)
+    return InProcessRecovery(
+        job,
+        coordinator,
+        heartbeat,
+        settings,
+        out,
+        attempt=attempt,
+        before_transfer=before_transfer,
+        on_recovered=on_recovered,
+    )
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,35 +1,35 @@
-"""Each recovery as recorded: its kind, where the state came from, and seconds per phase.
+"""Each in-process recovery as recorded: its kind, where the state came from, and seconds per
+phase.
 
-The shape is the one `summary.json` lists under its recoveries: `kind` "in_process" (the
-healthy ranks kept their processes) or "restart" (every rank started again), `state_source`
-"peer", "fast", "managed" or "durable". Phases, each in seconds: `detect` (the failed step's
-start to the moment this rank knew), `abort` (the old process groups torn down), `rendezvous`
-(the new generation formed with the replacement), `state_transfer` (the replacement's shard
-received, and the rebuilt model filled) and `first_step` (the first committed step after).
+`kind` is "in_process" (the healthy ranks kept their processes) and `state_source` "peer" (a
+replacement received its shard from a replica) or "local" (every rank survived; each kept its
+own state). Phases, each in seconds: `detect` (the failed step's start to the moment this
+rank knew), `abort` (the old process groups torn down), `rendezvous` (the new generation
+formed with the replacement), `state_transfer` (the rebuilt model filled, the replacement's
+shard received) and `first_step` (the first committed step after). Restarts are recorded by
+the run ledger (training/metrics.py); `summary_entries` gives both one shape in summary.json.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from training.metrics_export import RECOVERY_PHASES as PHASES
 
-PHASES: Final = ("detect", "abort", "rendezvous", "state_transfer", "first_step")
+__all__ = ["PHASES", "RecoveryRecord", "append", "read", "summary_entries"]
+
 RECORDS_FILE: Final = "recoveries.jsonl"
-PHASE_METRIC: Final = "hptrain_recovery_phase_seconds"
 
 
 @dataclass
 class RecoveryRecord:
     kind: str
     state_source: str
+    attempt: int
     generation: int
     failed_step: int
     resumed_step: int
@@ -39,6 +39,21 @@ class RecoveryRecord:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    def summary_entry(self) -> dict[str, Any]:
+        """The summary's shape of a recovery (as metrics.recovery_stats gives a restart's)."""
+        return {
+            "kind": self.kind,
+            "state_source": self.state_source,
+            "attempt": self.attempt,
+            "failed_at_step": self.failed_step - 1,
+            "resumed_step": self.resumed_step,
+            "steps_lost": max(self.failed_step - 1 - self.resumed_step, 0),
+            "recovery_s": sum(self.phases_s.values()),
+            "phases_s": self.phases_s,
+            "replaced_ranks": self.replaced_ranks,
+            "generation": self.generation,
+        }
 
 
 def append(out: Path, record: RecoveryRecord) -> None:
@@ -55,32 +70,19 @@ def read(out: Path) -> list[RecoveryRecord]:
     path = out / RECORDS_FILE
     if not path.is_file():
         return []
-    return [RecoveryRecord(**json.loads(line)) for line in path.read_text().splitlines() if line]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(RecoveryRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue  # a line torn by a kill carries no usable numbers
+    return records
 
 
-class RecoveryMetrics(Collector):
-    """The last recovery's phases as one gauge family labelled by phase, for a registry such
-    as the trainer's metrics endpoint (`registry.register(RecoveryMetrics())`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: RecoveryRecord | None = None
-
-    def observe(self, record: RecoveryRecord) -> None:
-        with self._lock:
-            self._last = record
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        with self._lock:
-            last = self._last
-        if last is None:
-            return
-        family = GaugeMetricFamily(
-            PHASE_METRIC,
-            "Seconds per phase of the last recovery (training/recovery/record.py).",
-            labels=["phase", "kind", "state_source"],
-        )
-        for phase in PHASES:
-            if phase in last.phases_s:
-                family.add_metric([phase, last.kind, last.state_source], last.phases_s[phase])
-        yield family
+def summary_entries(restarts: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """Every recovery of the job in order: the restarts (metrics.recovery_stats) and the
+    in-process recoveries recorded in `out`; a restart comes before its attempt's in-process
+    recoveries."""
+    in_process = [(r.attempt, 1, r.started_unix, r.summary_entry()) for r in read(out)]
+    ordered = [(e["attempt"], 0, 0.0, e) for e in restarts] + in_process
+    return [entry for *_, entry in sorted(ordered, key=lambda t: t[:3])]

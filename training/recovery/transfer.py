@@ -62,11 +62,13 @@ def replica_groups(mesh: DeviceMesh) -> list[list[int]]:
 @dataclass(frozen=True)
 class TransferPlan:
     """What this rank does: `source` sends to the ranks of `group` that need state (None when
-    its group is whole), `step` is the step every intact member holds."""
+    its group is whole), `step` is the step every intact member holds, and `state_source`,
+    the lowest intact rank, sends the train state to every rank."""
 
     group: tuple[int, ...]
     source: int | None
     step: int
+    state_source: int
 
 
 def plan(members: Sequence[Member], groups: Sequence[Sequence[int]], rank: int) -> TransferPlan:
@@ -90,20 +92,21 @@ def plan(members: Sequence[Member], groups: Sequence[Sequence[int]], rank: int) 
             )
         needs = any(not by_rank[r].intact for r in group)
         if rank in group:
-            mine = TransferPlan(tuple(group), intact[0] if needs else None, step)
+            state_source = min(m.rank for m in members if m.intact)
+            mine = TransferPlan(tuple(group), intact[0] if needs else None, step, state_source)
     if mine is None:
         raise RuntimeError(f"rank {rank} is in no replica group of the mesh")
     return mine
 
 
 @torch.no_grad()
-def broadcast_state(
-    tensors: Sequence[torch.Tensor], train_state: Any, transfer: TransferPlan, mesh: DeviceMesh
-) -> Any:
-    """Sends (source) or receives (the others) the shard and the train state within the
-    replica group; one broadcast per dtype. Returns the train state the source sent."""
+def broadcast_shards(
+    tensors: Sequence[torch.Tensor], transfer: TransferPlan, mesh: DeviceMesh
+) -> None:
+    """Sends (source) or receives (the others) the shard within the replica group, one
+    broadcast per dtype; nothing when the group is whole."""
     if transfer.source is None:
-        return train_state
+        return
     group = mesh[REPLICA_DIM].get_group()
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for t in tensors:
@@ -116,6 +119,12 @@ def broadcast_state(
         for p in parts:
             p.copy_(flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
+
+
+def agree_train_state(train_state: Any, transfer: TransferPlan) -> Any:
+    """The lowest intact rank's train state (step, schedule, data position, checkpoint
+    bookkeeping), on every rank: survivors that saw a failure at slightly different moments
+    (a checkpoint commit in flight) go on from one view of it."""
     box = [train_state]
-    dist.broadcast_object_list(box, src=transfer.source, group=group)
+    dist.broadcast_object_list(box, src=transfer.state_source)
     return box[0]
