@@ -18,7 +18,7 @@ from tests.training import loglines
 from tests.training.conftest import STEPS, LaunchResult, launch
 from training.checkpoint.format import list_committed, validate_checkpoint
 from training.data import write_token_shard
-from training.metrics import CKPT_FMT, START_FMT
+from training.metrics import START_FMT
 
 # Every test here trains through the launcher (2 processes, seconds each).
 pytestmark = pytest.mark.slow
@@ -143,8 +143,13 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path: Path) -> None:
     s = r.summary
     assert s["exit_reason"] == "sigterm" and s["steps"] == 17 and s["restarts"] == 0
     assert s["launcher"]["attempts"][0]["exit_codes"] == [0, 0]
-    sigterm_save = loglines.line_pattern(CKPT_FMT, step="17", tier="durable")
-    assert [c["status"] for c in loglines.find(sigterm_save, r.stdout)] == ["started", "committed"]
+    # Every checkpoint line, a committed one with its commit_s= and bytes= too.
+    sigterm_save = [
+        c["status"]
+        for c in loglines.find(loglines.CHECKPOINT, r.stdout)
+        if (c["step"], c["tier"]) == ("17", "durable")
+    ]
+    assert sigterm_save == ["started", "committed"]
     (newest, *_) = list_committed(out / "ckpt" / "durable", "durable")
     assert newest.step == 17
     for rank in (0, 1):
