@@ -48,6 +48,14 @@ CHECKPOINT = re.compile(
     line_pattern(CKPT_FMT).pattern.removesuffix("$") + r"(?: commit_s=\S+ bytes=\d+)?$", re.M
 )
 COMMITTED = line_pattern(CKPT_COMMITTED_FMT, bytes=r"\d+")
+
+
+def checkpoint_statuses(text: str, *, step: str, tier: str) -> list[str]:
+    """The statuses of the checkpoint lines of `step` and `tier`, in order (a committed line
+    carries its commit_s= and bytes= too)."""
+    return [c["status"] for c in find(CHECKPOINT, text) if (c["step"], c["tier"]) == (step, tier)]
+
+
 WATCHDOG = line_pattern(WATCHDOG_FMT)
 
 

@@ -21,7 +21,7 @@ import pytest
 from tests.training import loglines
 from tests.training.conftest import LaunchResult, launch, read_sample_trace, step_losses
 from training.data import SAMPLE_TRACE_ENV
-from training.metrics import CKPT_FMT, RESIZE_FMT
+from training.metrics import RESIZE_FMT
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +84,8 @@ def test_a_scaling_event_saves_and_exits_cleanly_on_every_rank(resized: Resized)
         # Only rank 0 got the signal: the step's stop flag carried it to the others.
         assert max(step_losses(r)) == stop
         assert summary["exit_reason"] == "scale_event" and summary["steps"] == stop
-        saved = loglines.line_pattern(CKPT_FMT, step=str(stop), tier="durable")
-        assert [c["status"] for c in loglines.find(saved, r.stdout)] == ["started", "committed"]
+        statuses = loglines.checkpoint_statuses(r.stdout, step=str(stop), tier="durable")
+        assert statuses == ["started", "committed"]
     assert summaries[2]["exit_reason"] == "completed" and summaries[2]["steps"] == STEPS
     assert summaries[2]["restarts"] == 2  # the job's: two resizes
 
