@@ -156,7 +156,7 @@ class Trainer:
         return [*self.mesh.get_all_groups(), self.checkpointer.pg]
 
     def state_tensors(self) -> list[torch.Tensor]:
-        return transfer.state_tensors(self.model, self.optimizer)
+        return transfer.state_tensors(self.optimizer)
 
     def train_state(self) -> dict[str, Any]:
         """What a rebuilt rank needs besides its shards, the same on every rank at a step

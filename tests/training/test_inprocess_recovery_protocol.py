@@ -213,16 +213,22 @@ def test_state_tensors_cover_parameters_then_optimizer_state_and_copy_back() -> 
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.ones(1, 3)).sum().backward()
     optimizer.step()
-    tensors = transfer.state_tensors(model, optimizer)
+    tensors = transfer.state_tensors(optimizer)
     # weight, bias; then per parameter: exp_avg, exp_avg_sq, step.
     assert len(tensors) == 2 + 2 * 3
     snapshot = [t.clone() for t in tensors]
+    # As FSDP does in forward and backward: another tensor registered on the module. The
+    # shards are the optimizer's parameters, still.
+    model.weight = torch.nn.Parameter(torch.zeros(2, 3))
+    assert all(
+        torch.equal(a, b) for a, b in zip(transfer.state_tensors(optimizer), snapshot, strict=True)
+    )
     other = torch.nn.Linear(3, 2)
     other_opt = torch.optim.AdamW(other.parameters())
     other(torch.ones(1, 3)).sum().backward()
     other_opt.step()
-    transfer.copy_into(transfer.state_tensors(other, other_opt), snapshot)
-    for got, want in zip(transfer.state_tensors(other, other_opt), snapshot, strict=True):
+    transfer.copy_into(transfer.state_tensors(other_opt), snapshot)
+    for got, want in zip(transfer.state_tensors(other_opt), snapshot, strict=True):
         assert torch.equal(got, want)
 
 

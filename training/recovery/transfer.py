@@ -29,10 +29,12 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """This rank's shards of the parameters and the optimizer state, in an order every rank
-    of the same configuration agrees on (parameter order, then state keys sorted)."""
-    params = list(model.parameters())
+    of the same configuration agrees on (the optimizer's parameter order, then state keys
+    sorted). The optimizer's parameters, not the model's: a step cut short in forward or
+    backward leaves FSDP's unsharded parameters registered on the model."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     out = [_local(p) for p in params]
     for p in params:
         state = optimizer.state.get(p, {})
