@@ -1,9 +1,12 @@
-"""`hpctl` as users call it: the console script in a subprocess (exit codes, stderr lines)
-and in process for the JSON figures across the whole instance table."""
+"""`hpctl` as users call it: the console script's entry point (exit codes, stderr lines),
+run in process, and once as the installed script in a subprocess with no AWS set-up at all."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ import yaml
 
 from config.capacity import ips_per_node
 from config.instance_types import INSTANCE_TYPES, unknown_instance_type
+from hpctl import cli
 from hpctl.errors import ExitCode
 from tests.cli.conftest import error_line, expect_failure, hpctl
 
@@ -21,9 +25,23 @@ HPCTL = Path(sys.executable).parent / "hpctl"
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(HPCTL), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
+    """`hpctl ARGS` run from `cwd` through the console script's entry point, in process: the
+    exit code and both streams as a subprocess would give them, without a second interpreter
+    importing the CLI for every call (the script itself runs in the last test)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.main(list(args))
+            except SystemExit as end:
+                code = end.code if isinstance(end.code, int) else 1
+            else:
+                code = 0
+    finally:
+        os.chdir(previous)
+    return subprocess.CompletedProcess(["hpctl", *args], code, stdout.getvalue(), stderr.getvalue())
 
 
 def test_console_script_is_installed():

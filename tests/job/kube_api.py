@@ -300,7 +300,11 @@ def serving() -> Iterator[KubeAPI]:
     handler = type("Handler", (_Handler,), {"api": api})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the loop's next poll, half a second by default,
+    # which every test using the server would pay at teardown.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -75,7 +75,10 @@ class Registry(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def registry() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the loop's next poll, half a second by default.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     yield f"127.0.0.1:{server.server_address[1]}"
     server.shutdown()
