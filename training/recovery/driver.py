@@ -13,6 +13,7 @@ stop flag, and a failed rank fails the job (a restart from a checkpoint tier).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -172,6 +173,10 @@ class InProcessRecovery:
     def start(self, *, replacement: bool) -> None:
         """Joins the world: the first generation, or, for a replacement, the one the
         survivors re-form, receiving its state from a peer."""
+        # What lives now (modules, the trainer's set-up) lives as long as the process: out of
+        # the collector's reach, a recovery's full collection (world.forget) walks only what
+        # the generations' groups and models made, a small part of the heap.
+        gc.freeze()
         if not replacement:
             self.generation = self.coord.current_generation()
             self.coord.join(self.generation, this_member(self.rank, intact=True, step=0))
