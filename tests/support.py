@@ -8,7 +8,7 @@
 - Apps: `synthesize` builds and synthesizes one environment with `stacks.platform.build_app`
   (what app.py runs) and returns a `SynthResult` (templates, stacks, and lookups across
   them: `logical_id`, `resolved`, `exported`); `cluster_network` reaches the network
-  construct.
+  construct; `cfn_lint` lints a template with rules loaded once per session.
 - Constructs: `bare_stack` gives a fresh stack in its own app, `template_of` its template,
   `resources_of` the resources of one type, `imported_cluster` a Kubernetes cluster handle
   for manifest constructs; `kubernetes_objects`, `instance_type_affinity` and
@@ -208,6 +208,24 @@ def synthesize(loaded: LoadedEnvironment, outdir: Path) -> SynthResult:
         stacks=stacks,
         templates=templates,
     )
+
+
+@functools.cache
+def _cfn_lint_rules() -> Any:
+    """cfn-lint's default rules, loaded once: loading them (and the data files they read)
+    takes seconds, which `cfnlint.api.lint_file` pays on every call."""
+    from cfnlint.config import ConfigMixIn
+    from cfnlint.runner import Runner
+
+    return Runner(ConfigMixIn()).rules
+
+
+def cfn_lint(template: str, region: str) -> list[Any]:
+    """cfn-lint's matches for one template's text in `region`, as `cfn-lint --regions REGION`
+    reports them with its default rules (metadata directives honoured)."""
+    from cfnlint.api import lint
+
+    return list(lint(template, rules=_cfn_lint_rules(), regions=[region]))
 
 
 # --------------------------------------------------------------------------- constructs

@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
-from cfnlint.api import ManualArgs, lint, lint_file
 
 from platform_constructs.cfn_lint import ignore_cfn_lint, ignore_redundant_role_dependency
-from tests.support import SYNTH_GROUP, bare_stack, template_of
+from tests.support import SYNTH_GROUP, bare_stack, cfn_lint, template_of
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
 
 def _lint_findings(path: Path, region: str) -> list[str]:
-    matches = lint_file(path, config=ManualArgs(regions=[region]))
+    matches = cfn_lint(path.read_text(encoding="utf-8"), region)
     return [f"{m.rule.id} {getattr(m, 'path_string', '')} {m.message}" for m in matches]
 
 
@@ -35,7 +34,7 @@ def test_planted_cfn_lint_violation_is_caught(dev):
         "Type": "AWS::EC2::SecurityGroupEgress",
         "Properties": {"GroupId": "sg-12345678", "IpProtocol": "tcp", "FromPort": "https"},
     }
-    matches = lint(json.dumps(template), regions=[dev.stacks["network"].region])
+    matches = cfn_lint(json.dumps(template), dev.stacks["network"].region)
     rule_ids = {m.rule.id for m in matches}
     assert any(r.startswith("E") for r in rule_ids), rule_ids
     assert all("PlantedBadEgress" in "/".join(map(str, m.path)) for m in matches), [

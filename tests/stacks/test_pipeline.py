@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from cfnlint.api import ManualArgs, lint_file
 from constructs import Construct
 
 from config.delivery import LoadedPipeline, load_pipeline
@@ -35,7 +34,7 @@ from stacks.pipeline_stack import (
     pull_request_role_name,
 )
 from stacks.platform import PlatformStacks, build_platform
-from tests.support import SYNTH_GROUP, resources_of
+from tests.support import SYNTH_GROUP, cfn_lint, resources_of
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
@@ -197,7 +196,7 @@ def test_every_build_project_logs_to_the_pipeline_log_group_with_retention(
 
 def test_pipeline_template_passes_cfn_lint(pipeline: PipelineSynth):
     path = pipeline.outdir / f"{PIPELINE_STACK_NAME}.template.json"
-    matches = lint_file(path, config=ManualArgs(regions=[pipeline.loaded.config.region]))
+    matches = cfn_lint(path.read_text(encoding="utf-8"), pipeline.loaded.config.region)
     assert [f"{m.rule.id} {m.message}" for m in matches] == []
 
 

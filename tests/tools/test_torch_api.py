@@ -3,8 +3,6 @@ wheel's source, in the training image's torch; the check fails when a name is mi
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import pytest
 import torch
 import torch.distributed.tensor
 
-from tools import REPO, torch_api, torch_source
+from tools import torch_api, torch_source
 
 PLANTED = textwrap.dedent(
     """
@@ -38,8 +36,16 @@ def _planted(tmp_path: Path) -> Path:
     return package
 
 
-def test_every_torch_name_the_package_uses_exists_here() -> None:
-    uses = torch_api.collect()
+@pytest.fixture(scope="module")
+def package_uses() -> dict[str, torch_api.Use]:
+    """The training package's torch names, read once: every test only reads them."""
+    return torch_api.collect()
+
+
+def test_every_torch_name_the_package_uses_exists_here(
+    package_uses: dict[str, torch_api.Use],
+) -> None:
+    uses = package_uses
     # The scan sees imports, aliases, annotations, calls inside functions and keywords.
     assert {
         "torch.nn.functional.scaled_dot_product_attention",  # F.<name>
@@ -53,8 +59,8 @@ def test_every_torch_name_the_package_uses_exists_here() -> None:
     assert torch_api.problems(uses) == []
 
 
-def test_the_package_uses_no_private_torch_module() -> None:
-    assert [name for name in torch_api.collect() if torch_api._private(name)] == []
+def test_the_package_uses_no_private_torch_module(package_uses: dict[str, torch_api.Use]) -> None:
+    assert [name for name in package_uses if torch_api._private(name)] == []
 
 
 def test_planted_missing_names_are_reported(tmp_path: Path) -> None:
@@ -69,7 +75,7 @@ def test_planted_missing_names_are_reported(tmp_path: Path) -> None:
 
 
 def test_a_torch_without_a_name_the_package_uses_fails_the_check(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, package_uses: dict[str, torch_api.Use]
 ) -> None:
     # As an older or newer torch would: a function gone, and a keyword a function lost.
     monkeypatch.delattr(torch.cuda, "cudart")
@@ -78,28 +84,20 @@ def test_a_torch_without_a_name_the_package_uses_fails_the_check(
         raise AssertionError("never called")
 
     monkeypatch.setattr(torch.distributed.tensor, "distribute_tensor", distribute_tensor)
-    found = "\n".join(torch_api.problems(torch_api.collect()))
+    found = "\n".join(torch_api.problems(package_uses))
     assert "training/checkpoint/staging.py" in found and "torch.cuda.cudart does not exist" in found
     assert "torch.distributed.tensor.distribute_tensor() takes no keyword 'src_data_rank'" in found
 
 
-def test_the_command_line_check(tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "tools.torch_api", *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    ok = run()
-    assert ok.returncode == 0, ok.stderr
-    assert f"torch {torch.__version__}: all" in ok.stdout
-    bad = run("--package-dir", str(_planted(tmp_path)))
-    assert bad.returncode == 1
-    assert "no_such_function does not exist" in bad.stderr
+def test_the_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # In process: `python -m tools.torch_api` only exits with what main returns, and a
+    # second interpreter would spend seconds importing torch again.
+    assert torch_api.main([]) == 0
+    ok = capsys.readouterr()
+    assert f"torch {torch.__version__}: all" in ok.out
+    assert torch_api.main(["--package-dir", str(_planted(tmp_path))]) == 1
+    bad = capsys.readouterr()
+    assert "no_such_function does not exist" in bad.err
 
 
 # ---- against the image's torch, read from its wheel's source ----------------------------
@@ -132,15 +130,15 @@ def installed_torch_source() -> torch_source.SourceTree:
 
 
 def test_the_package_uses_only_torch_api_the_image_torch_has(
-    image_torch: torch_source.SourceTree,
+    image_torch: torch_source.SourceTree, package_uses: dict[str, torch_api.Use]
 ) -> None:
-    assert torch_api.problems(torch_api.collect(), image_torch) == []
+    assert torch_api.problems(package_uses, image_torch) == []
 
 
 def test_reading_the_source_finds_every_name_and_signature_importing_finds(
-    installed_torch_source: torch_source.SourceTree,
+    installed_torch_source: torch_source.SourceTree, package_uses: dict[str, torch_api.Use]
 ) -> None:
-    uses = torch_api.collect()
+    uses = package_uses
     unresolved = [name for name in uses if installed_torch_source.resolve(name) is None]
     assert unresolved == []
     # Every keyword the package passes is checked against a signature read from the source,
@@ -177,18 +175,12 @@ def test_a_function_newer_than_the_image_torch_is_reported(
 
 
 def test_the_release_command_checks_against_the_image_torch(
-    image_torch: torch_source.SourceTree,
+    image_torch: torch_source.SourceTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "tools.torch_api", "--release", "image"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert f"torch {torch_source.image_version()} (source): all" in result.stdout
+    code = torch_api.main(["--release", "image"])
+    result = capsys.readouterr()
+    assert code == 0, result.err
+    assert f"torch {torch_source.image_version()} (source): all" in result.out
 
 
 FAKE_TORCH = {
