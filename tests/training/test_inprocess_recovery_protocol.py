@@ -125,6 +125,38 @@ def test_a_slow_rank_whose_heartbeat_goes_on_is_waited_for() -> None:
     assert [d.commit for d in decisions] == [True] * WORLD
 
 
+def test_a_loss_announced_by_a_replacement_ends_the_vote_without_waiting_out_the_silence() -> None:
+    # Rank 3 died before it voted; the silence allowed is longer than the threads are given.
+    coords = _coordinators(silence_s=120.0)
+    store = connect_store(f"127.0.0.1:{_latest_port()}", 10.0)
+    beat = Heartbeat(store, "attempt0", 0, period_s=0.05)
+    beat.watch(0, 1, coords[0].losses())
+    try:
+        decisions = _on_threads(
+            [lambda c=c: c.decide(0, 1, ok=True, stop=False, loss=0.0) for c in coords[:3]]
+            + [coords[3].announce_loss]
+        )
+    finally:
+        beat.stop()
+    assert [d.commit for d in decisions[:3]] == [False] * 3
+
+
+def test_a_loss_announced_before_the_generation_formed_does_not_end_its_votes() -> None:
+    coords = _coordinators()
+    # The replacement announced its loss, then joined: the generation counts it.
+    coords[1].announce_loss()
+    store = connect_store(f"127.0.0.1:{_latest_port()}", 10.0)
+    beat = Heartbeat(store, "attempt0", 0, period_s=0.05)
+    beat.watch(1, 1, coords[0].losses())
+    try:
+        decisions = _on_threads(
+            [lambda c=c: c.decide(1, 1, ok=True, stop=False, loss=0.0) for c in coords]
+        )
+    finally:
+        beat.stop()
+    assert [d.commit for d in decisions] == [True] * WORLD
+
+
 def test_a_decision_once_written_is_the_one_every_rank_adopts() -> None:
     coords = _coordinators(silence_s=0.5)
     # Ranks 0-2 see rank 3 silent (abort); rank 3 votes last, after the decision exists: it

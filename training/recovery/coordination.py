@@ -22,7 +22,15 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore, Store, TCPStore  # type: ignore[attr-defined]
 
 GENERATION_KEY = "generation"
+# How many processes have started in place of a lost rank in this attempt (each adds 1 before
+# it joins): a rise since a generation formed means one of its ranks has died.
+LOSSES_KEY = "losses"
 COMMIT, ABORT = "commit", "abort"
+
+
+def decision_key(generation: int, step: int) -> str:
+    """Where the agreed outcome of step `step` of `generation` is written, once."""
+    return f"g{generation}/s{step}/decision"
 
 
 class RecoveryFallbackError(Exception):
@@ -108,6 +116,14 @@ class Coordinator:
             return self.next_generation(newest)
         return newest
 
+    def announce_loss(self) -> None:
+        """A replacement says, before it joins, that the rank it replaces has died: ranks
+        still waiting on that rank in a step's vote stop waiting (Heartbeat)."""
+        self.store.add(LOSSES_KEY, 1)
+
+    def losses(self) -> int:
+        return self.store.add(LOSSES_KEY, 0)
+
     @staticmethod
     def _formed_key(generation: int) -> str:
         return f"g{generation}/formed"
@@ -147,17 +163,17 @@ class Coordinator:
         disagree on the step even when a peer dies in the middle of the vote. A slow step is
         waited for as long as its rank's heartbeat goes on (the watchdog bounds a hang)."""
         prefix = f"g{generation}/s{step}/"
-        decision_key = prefix + "decision"
+        decided = decision_key(generation, step)
         if ok:
             self.store.set(prefix + f"loss/{self.rank}", repr(loss))
             if stop:
                 self.store.add(prefix + "stop", 1)
             if self.store.add(prefix + "ok", 1) == self.world_size:
-                self.store.compare_set(decision_key, "", COMMIT)
+                self.store.compare_set(decided, "", COMMIT)
         else:
-            self.store.compare_set(decision_key, "", ABORT)
-        self._await_decision(prefix)
-        outcome = self.store.get(decision_key).decode()
+            self.store.compare_set(decided, "", ABORT)
+        self._await_decision(prefix, decided)
+        outcome = self.store.get(decided).decode()
         if outcome != COMMIT:
             return Decision(commit=False, stop=False, losses=())
         losses = self.store.multi_get([prefix + f"loss/{r}" for r in range(self.world_size)])
@@ -165,17 +181,17 @@ class Coordinator:
         self._forget(generation, step - 2)
         return Decision(commit=True, stop=stop_votes > 0, losses=tuple(float(v) for v in losses))
 
-    def _await_decision(self, prefix: str) -> None:
+    def _await_decision(self, prefix: str, decided: str) -> None:
         """Waits for the step's decision; writes ABORT when a rank that has not voted has been
-        silent (no heartbeat, Heartbeat) for `silence_s`: its process is gone."""
-        decision_key = prefix + "decision"
+        silent (no heartbeat, Heartbeat) for `silence_s`: its process is gone. (A loss that a
+        replacement announces ends the wait sooner: Heartbeat.)"""
         last_beat: dict[int, tuple[int, float]] = {}
         # Each wait that times out logs a line (c10d): look at the heartbeats at half the
         # silence allowed, so a dead rank is known within 1.5 times it.
         poll = timedelta(seconds=self.silence_s / 2)
         while True:
             try:
-                self.store.wait([decision_key], poll)
+                self.store.wait([decided], poll)
                 return
             except dist.DistStoreError:
                 pass
@@ -188,7 +204,7 @@ class Coordinator:
                 if beats != seen[0]:
                     last_beat[r] = (beats, now)
                 elif now - seen[1] > self.silence_s:
-                    self.store.compare_set(decision_key, "", ABORT)
+                    self.store.compare_set(decided, "", ABORT)
 
     def _forget(self, generation: int, step: int) -> None:
         """Drops this rank's keys of an old step, so the store does not grow with the run."""
@@ -208,11 +224,18 @@ def this_member(rank: int, *, intact: bool, step: int) -> Member:
 class Heartbeat:
     """A counter in the store that a daemon thread of this rank increments every `period_s`,
     on a store connection of its own (a client blocks while it waits): voters waiting for a
-    rank tell a slow step (the counter moves) from a dead process (it stops)."""
+    rank tell a slow step (the counter moves) from a dead process (it stops).
+
+    The same thread watches for losses announced since this rank's generation formed
+    (`watch`): a replacement starts as soon as the launcher sees a rank die, so its
+    announcement ends the step's vote (ABORT) within `period_s`, where the silence of a rank
+    that died just before it voted would be waited out."""
 
     def __init__(self, store: Store, namespace: str, rank: int, period_s: float) -> None:
         self.store = PrefixStore(namespace, store)
         self.rank, self.period_s = rank, period_s
+        # (generation, step, losses when the generation formed) of the step this rank runs.
+        self._watched: tuple[int, int, int] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hptrain-heartbeat", daemon=True)
         self.store.add(self.key(rank), 1)
@@ -222,10 +245,21 @@ class Heartbeat:
     def key(rank: int) -> str:
         return f"heartbeat/{rank}"
 
+    def watch(self, generation: int, step: int, losses_at_formation: int) -> None:
+        """This rank runs step `step` of `generation`, which formed when `losses_at_formation`
+        losses had been announced."""
+        self._watched = (generation, step, losses_at_formation)
+
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
             try:
                 self.store.add(self.key(self.rank), 1)
+                watched = self._watched
+                if watched is not None and self.store.add(LOSSES_KEY, 0) > watched[2]:
+                    # A rank of this generation died: the step cannot commit. The first
+                    # outcome written is the one every rank adopts, so a step already decided
+                    # keeps its decision.
+                    self.store.compare_set(decision_key(*watched[:2]), "", ABORT)
             except dist.DistError:
                 return  # the store is gone: the launcher has ended the job
 

@@ -45,6 +45,9 @@ from training.recovery.coordination import (
     this_member,
 )
 
+# The longest a rank waits in a step's vote on a rank whose loss has been announced (a beat
+# of its Heartbeat).
+LOSS_NOTICE_S = 0.25
 # Failures a collective or the store reports; anything else is a bug and ends the process.
 COLLECTIVE_ERRORS: tuple[type[Exception], ...] = (RuntimeError, dist.DistError)
 
@@ -167,6 +170,8 @@ class InProcessRecovery:
         self._abort_s = 0.0
         # The first generation's mesh until its groups are bounded.
         self._unbounded: DeviceMesh | None = None
+        # Losses announced when the current generation formed (Heartbeat.watch).
+        self._losses_at_formation = 0
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -185,6 +190,7 @@ class InProcessRecovery:
             self._unbounded = self.job.rebuild()
             dist.barrier()
             return
+        self.coord.announce_loss()
         self.generation = self.coord.generation_for_replacement()
         self._rejoin(failed_step=-1, phases={}, started=time.time())
 
@@ -199,6 +205,7 @@ class InProcessRecovery:
             self._unbounded = None
         self._boundary = self.job.train_state()
         self._step_started = (time.monotonic(), time.time())
+        self.heartbeat.watch(self.generation, step, self._losses_at_formation)
 
     def failed(self, step: int, error: Exception) -> None:
         """A collective of step `step` failed: abandon the groups at once, so peers blocked on
@@ -322,6 +329,9 @@ class InProcessRecovery:
         return [m.rank for m in members if not m.intact]
 
     def _form(self) -> None:
+        """Forms the generation every rank has joined (so every replacement in it has
+        announced its loss)."""
+        self._losses_at_formation = self.coord.losses()
         world.form(
             self.coord.process_group_store(self.generation),
             self.settings.info,
@@ -371,7 +381,7 @@ def connect(
         connect_store(address, cfg.recovery_rendezvous_s),
         namespace,
         info.rank,
-        period_s=cfg.recovery_silence_s / 10,
+        period_s=min(cfg.recovery_silence_s / 10, LOSS_NOTICE_S),
     )
     settings = RecoverySettings(info, cfg.recovery_collective_s, cfg.recovery_rendezvous_s)
     return InProcessRecovery(
