@@ -102,7 +102,7 @@ class NetworkStack(cdk.Stack):
                 ADMIN_HOST_OUTPUT,
                 value=self.admin_host.instance_id,
                 description="Admin host (SSM Session Manager only): aws ssm start-session "
-                "--target <this ID>; see README, Getting in",
+                "--target <this ID>; see docs/access.md",
             )
 
     @property
