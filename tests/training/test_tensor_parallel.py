@@ -11,6 +11,7 @@ moves the loss by far more from the first step on.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ import torch
 from tests.training.conftest import LaunchResult, launch, read_sample_trace, step_losses
 from training.data import SAMPLE_TRACE_ENV
 
-pytestmark = pytest.mark.slow
+# The module's runs are shared: keep its tests on one xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tensor_parallel")]
 
 LOSS_TOL = 2e-4
 PARAM_TOL = 1e-4
@@ -98,25 +100,53 @@ def reference_4_ranks(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
     return r
 
 
-@pytest.mark.parametrize(("written", "resumed"), [(2, 1), (1, 2)])
-def test_checkpoint_resumes_under_another_tensor_parallel_layout(
-    reference_4_ranks: LaunchResult, tmp_path: Path, written: int, resumed: int
+def _resume_from(run: LaunchResult, tier: str, step: int, out: Path) -> Path:
+    """A run directory holding only `run`'s checkpoint of `step`: a job resumes from it."""
+    name = f"step_{step:08d}"
+    shutil.copytree(run.out / "ckpt" / tier / name, out / "ckpt" / tier / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed_at_tp1(
+    reference_4_ranks: LaunchResult, tmp_path_factory: pytest.TempPathFactory
+) -> LaunchResult:
+    """The reference's step-4 checkpoint (tp=2 x dp=2) resumed at tp=1 x dp=4 to step 8,
+    with a checkpoint at step 6 (under this layout) for the way back."""
+    out = _resume_from(reference_4_ranks, "fast", 4, tmp_path_factory.mktemp("tp2to1"))
+    r = launch(
+        out,
+        steps=8,
+        nproc=4,
+        overrides=[THREADS, "parallel.tp=1", "checkpoint.fast_interval=2"],
+        timeout=240,
+    )
+    _ok(r)
+    return r
+
+
+def _assert_resumed(r: LaunchResult, reference: LaunchResult, change: str, step: int) -> None:
+    # DCP resharded every parameter and optimizer moment from one layout to the other.
+    assert f"parallel.tp {change} (allowed" in r.stdout
+    losses, want = step_losses(r), step_losses(reference)
+    assert sorted(losses) == list(range(step + 1, 9))  # resumed at the checkpoint of `step`
+    for s, loss in losses.items():
+        assert loss == pytest.approx(want[s], abs=LOSS_TOL), s
+
+
+def test_a_checkpoint_written_at_tp2_resumes_at_tp1(
+    resumed_at_tp1: LaunchResult, reference_4_ranks: LaunchResult
 ) -> None:
-    # Written at tp=written over 4 ranks (dp = 4 / tp), resumed at tp=resumed: DCP reshards
-    # every parameter and optimizer moment from one layout to the other.
-    first = launch(
-        tmp_path, steps=6, nproc=4, overrides=[THREADS, f"parallel.tp={written}"], timeout=240
-    )
-    _ok(first)
-    again = launch(
-        tmp_path, steps=8, nproc=4, overrides=[THREADS, f"parallel.tp={resumed}"], timeout=240
-    )
-    _ok(again)
-    assert f"parallel.tp {written} -> {resumed} (allowed" in again.stdout
-    losses, want = step_losses(again), step_losses(reference_4_ranks)
-    assert sorted(losses) == [7, 8]  # resumed at the final checkpoint of step 6
-    for step in (7, 8):
-        assert losses[step] == pytest.approx(want[step], abs=LOSS_TOL), step
+    _assert_resumed(resumed_at_tp1, reference_4_ranks, "2 -> 1", 4)
+
+
+def test_a_checkpoint_written_at_tp1_resumes_at_tp2(
+    resumed_at_tp1: LaunchResult, reference_4_ranks: LaunchResult, tmp_path: Path
+) -> None:
+    out = _resume_from(resumed_at_tp1, "fast", 6, tmp_path)
+    r = launch(out, steps=8, nproc=4, overrides=[THREADS, "parallel.tp=2"], timeout=240)
+    _ok(r)
+    _assert_resumed(r, reference_4_ranks, "1 -> 2", 6)
 
 
 def test_hsdp_with_tensor_parallelism_trains_the_same_model(
