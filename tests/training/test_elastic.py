@@ -1,13 +1,14 @@
-"""Elastic resize end to end on CPU (gloo): 4 ranks train, a scaling event (SIGUSR1, as
-HyperPod's elastic agent sends it) stops them with a checkpoint, 2 ranks resume, another event,
-4 ranks resume and finish. Each launch is one world size, as the training operator restarts
+"""Elastic resize end to end on CPU (gloo): 2 ranks train, a scaling event (SIGUSR1, as
+HyperPod's elastic agent sends it) stops them with a checkpoint, 4 ranks resume, another event,
+2 ranks resume and finish. Each launch is one world size, as the training operator restarts
 the job's workers at a new size.
 
-Checked against a run at a fixed size of 4 ranks: no sample is read twice or skipped (the
-ranks' sample traces cover the job's sample positions exactly once), the global batch stays
-8 with the per-rank share and accumulation adjusted, each resize is logged once, and the
-losses stay within LOSS_TOL (fp32: at 2 ranks each gradient is accumulated over two passes
-and reduced over fewer ranks, so sums run in another order; the step line has 4 decimals).
+Checked against the shared fault-free run at a fixed size of 2 ranks (same steps, so the same
+schedule): no sample is read twice or skipped (the ranks' sample traces cover the job's sample
+positions exactly once), the global batch stays 8 with the per-rank share and accumulation
+adjusted, each resize is logged once, and the losses stay within LOSS_TOL (fp32: at 2 ranks
+each gradient is accumulated over two passes of 2 here, at 4 ranks reduced over more ranks,
+so sums run in another order; the step line has 4 decimals).
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from typing import Any
 import pytest
 
 from tests.training import loglines
-from tests.training.conftest import LaunchResult, launch, read_sample_trace, step_losses
+from tests.training.conftest import STEPS, LaunchResult, launch, read_sample_trace, step_losses
 from training.data import SAMPLE_TRACE_ENV
 from training.metrics import RESIZE_FMT
 
-pytestmark = pytest.mark.slow
+# The module's resized run is shared: keep its tests on one xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("elastic")]
 
 LOSS_TOL = 2e-3
-STEPS = 24
 BATCH = 8
+# World size and the step of the scaling event that ends each launch (None: to the end).
+# Most steps at 2 ranks: four ranks on a small machine are the slow part.
+SIZES = ((2, 8), (4, 16), (2, None))
 # Two sequences per pass: 4 ranks run one pass of 2, 2 ranks two passes of 2.
 OVERRIDES = ["training.cpu_threads=1", "training.micro_batch_size=2"]
 RESIZE = loglines.line_pattern(RESIZE_FMT)
@@ -35,13 +39,6 @@ RESIZE = loglines.line_pattern(RESIZE_FMT)
 
 def _ok(r: LaunchResult) -> None:
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-
-
-@pytest.fixture(scope="module")
-def fixed_size(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
-    r = launch(tmp_path_factory.mktemp("fixed"), steps=STEPS, nproc=4, overrides=OVERRIDES)
-    _ok(r)
-    return r
 
 
 @dataclass(frozen=True)
@@ -54,13 +51,13 @@ class Resized:
 
 @pytest.fixture(scope="module")
 def resized(tmp_path_factory: pytest.TempPathFactory) -> Resized:
-    """4 ranks to step 8, 2 ranks to step 16, 4 ranks to the end; a scaling event ends each
+    """2 ranks to step 8, 4 ranks to step 16, 2 ranks to the end; a scaling event ends each
     of the first two."""
     out = tmp_path_factory.mktemp("elastic")
     trace = out / "samples"
     runs: list[LaunchResult] = []
     summaries: list[dict[str, Any]] = []
-    for nproc, event in ((4, 8), (2, 16), (4, None)):
+    for nproc, event in SIZES:
         extra = ["--scale-event-at-step", str(event)] if event else []
         r = launch(
             out / "run",
@@ -79,7 +76,7 @@ def resized(tmp_path_factory: pytest.TempPathFactory) -> Resized:
 
 def test_a_scaling_event_saves_and_exits_cleanly_on_every_rank(resized: Resized) -> None:
     runs, summaries = resized.runs, resized.summaries
-    for r, summary, (nproc, stop) in zip(runs, summaries, ((4, 8), (2, 16)), strict=False):
+    for r, summary, (nproc, stop) in zip(runs, summaries, SIZES[:2], strict=False):
         assert summary["launcher"]["attempts"][0]["exit_codes"] == [0] * nproc
         # Only rank 0 got the signal: the step's stop flag carried it to the others.
         assert max(step_losses(r)) == stop
@@ -94,8 +91,8 @@ def test_each_resize_is_logged_once_with_the_same_global_batch(resized: Resized)
     runs = resized.runs
     assert loglines.find(RESIZE, runs[0].stdout) == []
     expected = [
-        ("4", "2", "4", "2", "8", "64", "2x2"),
-        ("2", "4", "2", "4", "16", "128", "2x1"),
+        ("2", "4", "2", "4", "8", "64", "2x1"),
+        ("4", "2", "4", "2", "16", "128", "2x2"),
     ]
     for r, want in zip(runs[1:], expected, strict=True):
         lines = loglines.find(RESIZE, r.stdout)
@@ -111,8 +108,8 @@ def test_each_resize_is_logged_once_with_the_same_global_batch(resized: Resized)
 
 def test_no_sample_is_repeated_or_skipped(resized: Resized) -> None:
     reads = read_sample_trace(resized.trace)
-    # One record per rank and step: 4 x 8 + 2 x 8 + 4 x 8.
-    assert len(reads) == 4 * 8 + 2 * 8 + 4 * 8
+    # One record per rank and step: 2 x 8 + 4 x 8 + 2 x (STEPS - 16).
+    assert len(reads) == 2 * 8 + 4 * 8 + 2 * (STEPS - 16)
     every = sorted(i for r in reads for i in r["indices"])
     assert every == list(range(STEPS * BATCH))
     # Each step's ranks read exactly the global batch at the job's position, each rank its
@@ -124,9 +121,9 @@ def test_no_sample_is_repeated_or_skipped(resized: Resized) -> None:
 
 
 def test_the_loss_curve_follows_the_fixed_size_run(
-    resized: Resized, fixed_size: LaunchResult
+    resized: Resized, reference_run: LaunchResult
 ) -> None:
-    want = step_losses(fixed_size)
+    want = step_losses(reference_run)
     got: dict[int, float] = {}
     for r in resized.runs:
         got.update(step_losses(r))
