@@ -20,8 +20,13 @@ from training.model import Transformer
 from training.presets import build_config
 from training.run_identity import RunIdentity
 
+# The module's tracked run is shared: keep its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("tracking")
+
 STEPS = 12
-# Durable checkpoints at steps 5 and 10, the final one at 12.
+# Durable checkpoints at steps 5 (it fails to commit: a full disk) and 10, the final one at 12;
+# the second attempt's final one at 15.
+COMMITTED = [10, 12, 15]
 OVERRIDES = [
     "checkpoint.durable_interval=5",
     "checkpoint.durable_keep=4",
@@ -35,8 +40,9 @@ EXPERIMENT = "pretraining-test"
 def tracked(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[LaunchResult, LaunchResult, str]:
-    """A run that takes its tracking URI from the environment (as a job does), then a second
-    attempt of the same job, resumed and run longer with another learning rate."""
+    """A run that takes its tracking URI from the environment (as a job does), whose durable
+    checkpoint of step 5 fails to commit, then a second attempt of the same job, resumed and
+    run longer with another learning rate."""
     root = tmp_path_factory.mktemp("tracked")
     uri = f"file://{root / 'mlruns'}"
     mp = pytest.MonkeyPatch()
@@ -46,7 +52,7 @@ def tracked(
     try:
         out = root / "run"
         extra = [*OVERRIDES, f"tracking.experiment={EXPERIMENT}"]
-        first = launch(out, steps=STEPS, overrides=extra)
+        first = launch(out, "--disk-full-at-checkpoint", "5", steps=STEPS, overrides=extra)
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         (out / "summary.json").rename(out / "summary-1.json")
         second = launch(out, steps=STEPS + 3, overrides=[*extra, "optim.lr=0.001"])
@@ -131,7 +137,7 @@ def test_every_step_loss_is_logged_as_printed(tracked: Any) -> None:
 def test_committed_checkpoints_are_logged(tracked: Any) -> None:
     _, _, uri = tracked
     committed = history(uri, the_run(uri).info.run_id, "checkpoint.durable.committed_step")
-    assert sorted(committed) == [5, 10, 12, 15]
+    assert sorted(committed) == COMMITTED
     assert all(committed[s] == s for s in committed)
 
 
@@ -140,10 +146,10 @@ def test_each_durable_checkpoint_gets_an_evaluation_in_the_log_the_file_and_mlfl
 ) -> None:
     first, second, uri = tracked
     records = [json.loads(ln) for ln in (first.out / EVAL_LOG).read_text().splitlines()]
-    assert [r["step"] for r in records] == [5, 10, 12, 15]
+    assert [r["step"] for r in records] == COMMITTED
     assert {r["tier"] for r in records} == {"durable"} and {r["batches"] for r in records} == {2}
     lines = first.lines("HPTRAIN eval ") + second.lines("HPTRAIN eval ")
-    assert len(lines) == 4
+    assert len(lines) == len(COMMITTED)
     logged = history(uri, the_run(uri).info.run_id, "eval.loss")
     assert logged == pytest.approx({r["step"]: r["loss"] for r in records})
 
@@ -210,11 +216,9 @@ def test_rendered_jobs_read_the_tracking_uri_from_the_team_config_map() -> None:
     }
 
 
-def test_a_checkpoint_that_fails_to_commit_records_no_evaluation(tmp_path: Path) -> None:
-    result = launch(
-        tmp_path / "run", "--disk-full-at-checkpoint", "5", steps=10, overrides=OVERRIDES
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.lines("HPTRAIN checkpoint step=5 tier=durable")[-1].endswith("status=failed")
-    records = [json.loads(ln) for ln in (result.out / EVAL_LOG).read_text().splitlines()]
-    assert [r["step"] for r in records] == [10]
+def test_a_checkpoint_that_fails_to_commit_records_no_evaluation(tracked: Any) -> None:
+    first, _, uri = tracked
+    assert first.lines("HPTRAIN checkpoint step=5 tier=durable")[-1].endswith("status=failed")
+    records = [json.loads(ln) for ln in (first.out / EVAL_LOG).read_text().splitlines()]
+    assert 5 not in [r["step"] for r in records]
+    assert 5 not in history(uri, the_run(uri).info.run_id, "eval.loss")
