@@ -195,7 +195,9 @@ def test_data_settings_are_checked(overrides: list[str], message: str) -> None:
 def test_training_from_s3_ends_where_training_from_fsx_does(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
-    """The same shards, on a file system and on S3, prefetched: bit-identical final weights."""
+    """The same shards, on a file system and on S3, prefetched: bit-identical final weights.
+    One rank each: the loader shards a source's samples over ranks the same way whatever it
+    reads from."""
     seq = build_config("tiny").training.seq_len
     rng = np.random.default_rng(1)
     shards = tmp_path / "shards"
@@ -206,42 +208,27 @@ def test_training_from_s3_ends_where_training_from_fsx_does(
     runs = {}
     for name, source, path in (("fsx", "memmap", str(shards)), ("s3", "s3", url)):
         result = launch(
-            tmp_path / name, steps=6, overrides=[f"data.source={source}", f"data.path={path}"]
+            tmp_path / name,
+            steps=6,
+            nproc=1,
+            overrides=[f"data.source={source}", f"data.path={path}"],
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[name] = result.summary["final_params_sha256"]
     assert runs["s3"] == runs["fsx"]
 
 
-def test_the_prefetch_benchmark_prints_both_modes_side_by_side() -> None:
+def test_the_prefetch_benchmark_prints_both_modes_side_by_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """benchmarks/data_prefetch.py runs and reports what it measured (figures, not asserts)."""
     import json
-    import subprocess
-    import sys
 
-    from tests.training.conftest import REPO
+    from benchmarks.data_prefetch import main
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/data_prefetch.py",
-            "--steps",
-            "3",
-            "--seq-len",
-            "8",
-            "--read-ms",
-            "1",
-            "--compute-ms",
-            "2",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    figures = json.loads(proc.stdout)
+    argv = ["--steps", "3", "--seq-len", "8", "--read-ms", "1", "--compute-ms", "2"]
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)
     assert figures["read_ms_per_batch"] == 8.0
     assert figures["prefetch_batches"] == 2
     for key in ("inline_step_ms_median", "prefetch_step_ms_median", "speedup_median"):
