@@ -3,12 +3,14 @@ plain), over one pass or several accumulated passes per step (world of one, gloo
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.training import appstate
+from training.parallel import configure_determinism
 from training.trainer import Trainer
 
 
@@ -65,27 +67,40 @@ def test_bf16_blocks_get_bf16_activations_and_fp32_rope_tables(
     assert seen and set(seen) == {(torch.bfloat16, torch.float32)}
 
 
-def test_deterministic_runs_leave_attention_the_math_kernel_only() -> None:
-    # In a child process: the switches are process-wide.
-    import subprocess
-    import sys
-    from pathlib import Path
+def _determinism_switches() -> list[bool]:
+    cuda = torch.backends.cuda
+    return [
+        cuda.flash_sdp_enabled(),
+        cuda.mem_efficient_sdp_enabled(),
+        cuda.cudnn_sdp_enabled(),
+        cuda.math_sdp_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+    ]
 
-    probe = (
-        "import torch\n"
-        "from training.parallel import configure_determinism\n"
-        "configure_determinism(True)\n"
-        "b = torch.backends.cuda\n"
-        "print(b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled(),"
-        " b.math_sdp_enabled(), torch.are_deterministic_algorithms_enabled())\n"
-    )
-    repo = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert out.stdout.split() == ["False", "False", "False", "True", "True"]
+
+def _set_determinism_switches(switches: list[bool]) -> None:
+    flash, mem_efficient, cudnn_sdp, math, deterministic, warn_only, benchmark = switches
+    cuda = torch.backends.cuda
+    cuda.enable_flash_sdp(flash)
+    cuda.enable_mem_efficient_sdp(mem_efficient)
+    cuda.enable_cudnn_sdp(cudnn_sdp)
+    cuda.enable_math_sdp(math)
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.backends.cudnn.benchmark = benchmark
+
+
+def test_deterministic_runs_leave_attention_the_math_kernel_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The switches are process-wide: every one starts at its fast setting and is put back.
+    saved = _determinism_switches()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        _set_determinism_switches([True, True, True, True, False, False, True])
+        configure_determinism(True)
+        assert _determinism_switches() == [False, False, False, True, True, True, False]
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        _set_determinism_switches(saved)
