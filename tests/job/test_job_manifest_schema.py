@@ -5,6 +5,7 @@ rules, the pod template against the Kubernetes API schema."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -82,12 +83,21 @@ ENVIRONMENT_SPECS: dict[str, Callable[[], JobSpec]] = {
 }
 
 
-def _errors(manifest: dict[str, Any]) -> list[str]:
-    errors = []
+@functools.cache
+def _validators() -> tuple[Any, ...]:
+    """A validator per schema, each schema checked against its meta-schema once: checking
+    the CRD model takes half a second, which every manifest would pay again."""
+    validators = []
     for schema in (CRD_SCHEMA, VALUE_SCHEMA):
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        validators.append(cls(schema, format_checker=cls.FORMAT_CHECKER))
+    return tuple(validators)
+
+
+def _errors(manifest: dict[str, Any]) -> list[str]:
+    errors = []
+    for validator in _validators():
         errors += [
             f"{error.json_path}: {error.message}"
             for error in validator.iter_errors(_without_pod_security_context(manifest))
