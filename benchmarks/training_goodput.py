@@ -78,6 +78,13 @@ def _run(mode: str, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     )
     s = json.loads((out / "summary.json").read_text())
     recoveries = s.get("recoveries") or []
+    phases: dict[str, float] = {}
+    for r in recoveries:
+        for phase, seconds in (r.get("phases_s") or {}).items():
+            phases[phase] = round(phases.get(phase, 0.0) + seconds, 2)
+    wall = s.get("wall_time_s", 0.0)
+    recovery_total = sum(r.get("recovery_s") or 0.0 for r in recoveries)
+    start_up = _start_up_s(out, s)
     return {
         "launcher_exit_code": proc.returncode,
         "steps": s.get("steps"),
@@ -87,8 +94,28 @@ def _run(mode: str, args: argparse.Namespace, base: Path) -> dict[str, Any]:
         "steps_lost_total": s.get("steps_lost_total"),
         "goodput": round(s["goodput"], 4) if s.get("goodput") is not None else None,
         "productive_step_time_s": round(s.get("productive_step_time_s", 0.0), 2),
-        "wall_time_s": round(s.get("wall_time_s", 0.0), 2),
+        "wall_time_s": round(wall, 2),
+        # Where the wall time that is not productive went: recoveries by phase, the start-up
+        # (launcher start to the end of the first step, whose own time is productive), and
+        # the rest (checkpoint blocking, steps redone, per-step bookkeeping, final save).
+        "recovery_phases_s": phases,
+        "recovery_s_total": round(recovery_total, 2),
+        "start_up_s": round(start_up, 2) if start_up is not None else None,
+        "other_overhead_s": round(
+            wall - s.get("productive_step_time_s", 0.0) - recovery_total - (start_up or 0.0), 2
+        ),
     }
+
+
+def _start_up_s(out: Path, summary: dict[str, Any]) -> float | None:
+    """Seconds from the launcher's first attempt to the end of the job's first step (the run
+    ledger's first attempt record)."""
+    try:
+        first = json.loads((out / "attempts" / "attempt_0000.json").read_text())
+        started = summary["launcher"]["attempts"][0]["started_unix"]
+        return float(first["first_step_unix"]) - float(started)
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def main() -> int:
