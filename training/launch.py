@@ -2,10 +2,12 @@
 
     python -m training.launch --nproc 2 --preset tiny --steps 40 --out DIR [fault options]
 
-Starts one process per rank (gloo on CPU) with a torchrun-style environment, restarts the
-whole group when any rank exits non-zero (up to --max-restarts), and injects faults on the
-first attempt only, so the restarted run proceeds. Each rank runs in its own session and is
-tied to the launcher with a parent-death signal, so a failed group is killed as a whole and
+Starts one process per rank (gloo on CPU) with a torchrun-style environment, forked from a
+server that has imported the trainer once (or a fresh interpreter each, --rank-start exec;
+training/rank_process.py), restarts the whole group when any rank exits non-zero (up to
+--max-restarts), and injects faults on the first attempt only, so the restarted run
+proceeds. Each rank runs in its own session and dies with the launcher (a parent-death
+signal), so a failed group is killed as a whole and
 no process outlives the launcher. Exit code: 0 when the final attempt exits 0, 1 when
 restarts are exhausted, 124 on --timeout-s, 2 on bad input (arguments, an unwritable
 directory, or a rank that exited 2: restarting cannot help).
@@ -20,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import random
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -48,6 +48,7 @@ from training.launch_dirs import (
     node_tier_dirs,
 )
 from training.launch_options import parse_args
+from training.rank_process import RankProcess, RankStarter, signal_group
 from training.recovery import ENV_ROLE, ENV_STORE, FALLBACK_EXIT_CODE, REPLACEMENT
 
 # The role of a rank's first process; a replacement is started after a loss (in process).
@@ -59,7 +60,6 @@ TIMEOUT_EXIT_CODE = 124
 # their own. The launcher waits for them: killing one that is on its way out would turn its
 # own 5 into -9 and lose its exit code.
 ORDERLY_EXIT_CODES = (0, UNSAVED_EXIT_CODE)
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -86,16 +86,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: SIGKILL it if the launcher dies, even by
-    # SIGKILL, so a killed launcher never leaves ranks behind.
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def _pump(stream: Any, sink: TextIO, log: TextIO, lock: threading.Lock) -> None:
     """Copies a rank's output, unmodified, to the launcher's stdout and the rank's log file."""
     for raw in iter(stream.readline, b""):
@@ -113,7 +103,8 @@ class Launcher:
         self.args, self.cfg, self.train_argv = args, cfg, train_argv
         self.out = Path(args.out)
         self.job_start = time.time()
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[RankProcess] = []
+        self.starter = RankStarter(args.rank_start)
         self.terminating = False
         self.lock = threading.Lock()
         self.chaos_rng = random.Random(args.chaos_seed)  # noqa: S311 - a reproducible fault schedule
@@ -174,13 +165,10 @@ class Launcher:
     def _kill_group(self, sig: int) -> None:
         for p in self.procs:
             if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)
+                signal_group(p, sig)
 
-    def _spawn(
-        self, rank: int, port: int, attempt: int, role: str = INITIAL
-    ) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "training.train", *self.train_argv]
+    def _spawn(self, rank: int, port: int, attempt: int, role: str = INITIAL) -> RankProcess:
+        cmd = list(self.train_argv)
         if attempt == 0 and role == INITIAL and self.args.start_fresh:
             # Restarts of this launch must resume what its first attempt wrote.
             cmd.append("--start-fresh")
@@ -189,14 +177,7 @@ class Launcher:
             node = rank // (self.args.nproc // self.args.nodes)
             for tier, path in node_tier_dirs(self.cfg, self.out, node).items():
                 cmd += ["--set", f"{tier_key(tier, 'dir')}={path}"]
-        return subprocess.Popen(
-            cmd,
-            env=self._env(rank, port, attempt, role),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        return self.starter.start(cmd, self._env(rank, port, attempt, role))
 
     def forward_signal(self, signum: int, _frame: Any) -> None:
         """SIGTERM/SIGINT to the launcher: pass SIGTERM on (the ranks save and exit 0)."""
@@ -273,7 +254,7 @@ class Launcher:
         timeout = timedelta(seconds=self.args.timeout_s)
         return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timeout)
 
-    def _start_pump(self, proc: subprocess.Popen[bytes], log: TextIO) -> None:
+    def _start_pump(self, proc: RankProcess, log: TextIO) -> None:
         t = threading.Thread(
             target=_pump, args=(proc.stdout, sys.stdout, log, self.lock), daemon=True
         )

@@ -16,6 +16,7 @@ from training.config import IN_PROCESS, JobConfig
 from training.config_parsing import ConfigError
 from training.launch_dirs import node_output_dirs
 from training.presets import PRESETS, build_config
+from training.rank_process import FORKSERVER, START_METHODS
 
 # Fault options that name a step (each must be >= 1 and at most the last step) and the
 # check that applies only to the step at which rank 0 is killed mid-checkpoint.
@@ -56,6 +57,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="config override passed to every rank (repeatable)",
     )
     p.add_argument("--max-restarts", type=int, default=3, help="group restarts after a failure")
+    p.add_argument(
+        "--rank-start",
+        choices=START_METHODS,
+        default=FORKSERVER,
+        help="how each rank's process starts: forked from a server that has imported the "
+        "trainer once (default; restarts and replacements skip the torch import), or a fresh "
+        "interpreter per rank (exec), as torchrun's default",
+    )
     p.add_argument(
         "--timeout-s", type=float, default=1800.0, help="bound on the whole job, restarts included"
     )
