@@ -4,8 +4,8 @@ Instance groups are keyed by name and emitted in name order, and each group's pr
 depend on that group's config alone: adding, removing or reordering groups in the file never
 changes another group (no perpetual diffs from list positions).
 
-AMI updates per group: a pinned `ImageReleaseVersion` (changing it updates the group's
-software), a `ScheduledUpdateConfig` (cron schedule, rolling batches, wait, rollback on
+AMI updates per group: a custom AMI (`ImageId`) or a pinned `ImageReleaseVersion` (changing
+it updates the group's software), a `ScheduledUpdateConfig` (cron schedule, rolling batches, wait, rollback on
 CloudWatch alarms) and `AutoPatchConfig`; `CapacityRequirements` chooses on-demand or spot.
 HyperPod reads the rollback alarms with the instance groups' execution role ("Update your
 AMI version in your SageMaker HyperPod cluster": cloudwatch:DescribeAlarms on the execution
@@ -97,6 +97,8 @@ class InstanceGroupProps:
     auto_patch: str | None = None
     # "on-demand" / "spot"; None: HyperPod's default.
     capacity: str | None = None
+    # The group's own AMI (ImageId, ami-...); None: HyperPod's AMI.
+    image_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,6 +313,7 @@ class HyperPodCluster(Construct):
             if plan is not None
             else None,
             image_release_version=group.image_release_version,
+            image_id=group.image_id,
             scheduled_update_config=_scheduled_update(group.scheduled_update),
             auto_patch_config=cfn.AutoPatchConfigProperty(patching_strategy=group.auto_patch)
             if group.auto_patch is not None

@@ -69,6 +69,7 @@ def instance_group_props(group: InstanceGroupConfig) -> InstanceGroupProps:
         scheduled_update=scheduled_update_props(updates.scheduled_update if updates else None),
         auto_patch=updates.auto_patch if updates else None,
         capacity=group.capacity,
+        image_id=group.image_id,
     )
 
 

@@ -56,6 +56,11 @@ _MAX_WAIT_SECONDS = 3600
 _MAX_ROLLBACK_ALARMS = 10
 _MAX_ALARM_NAME = 255
 _PERCENT = re.compile(r"([0-9]+)%")
+# ClusterInstanceGroupSpecification.ImageId (botocore's SageMaker model): pattern
+# (ami-[0-9a-fA-F]{8,17}|default), length 7-21. `default` (HyperPod's latest image) is what an
+# unset image_id already means, so config takes an AMI ID only.
+_AMI_ID = re.compile(r"ami-[0-9a-fA-F]{8,17}")
+_AMI_EXAMPLE = "ami-0123456789abcdef0"
 
 
 def _reserved_key(key: str, example: str) -> str | None:
@@ -305,6 +310,38 @@ class InstanceGroupConfig(Strict):
         "HyperPod. Not with a training plan, which is reserved capacity.",
     )
     updates: UpdatesConfig | None = None
+    image_id: str | None = Field(
+        default=None,
+        description="The AMI the group's nodes boot from (ImageId): a custom AMI, "
+        "unencrypted, owned by this account, with no volume but its root. Unset: HyperPod's "
+        "own AMI (updates.image_release_version picks its release). Not with "
+        "image_release_version, which names a HyperPod AMI.",
+    )
+
+    @field_validator("image_id")
+    @classmethod
+    def _ami_id(cls, value: str | None) -> str | None:
+        if value is not None and not _AMI_ID.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not an AMI ID; write ami- and 8 to 17 hex digits, e.g. "
+                f'"{_AMI_EXAMPLE}"'
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_image(self) -> InstanceGroupConfig:
+        # ImageReleaseVersion is "the version of the HyperPod-managed AMI"; a changed one
+        # reaches the group through UpdateClusterSoftware, which for a group on a custom AMI
+        # "must" be given an ImageId (botocore's SageMaker model): the pair names two images.
+        release = self.updates.image_release_version if self.updates else None
+        if self.image_id is not None and release is not None:
+            raise FieldError(
+                "image_id",
+                f"{self.image_id} and updates.image_release_version {release} both choose the "
+                "group's AMI; remove image_id (HyperPod's AMI at that release) or "
+                "image_release_version (your AMI)",
+            )
+        return self
 
     @field_validator("instance_type")
     @classmethod
