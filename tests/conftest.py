@@ -1,19 +1,32 @@
-"""Shared fixtures: each environment's app is synthesized once per test session.
+"""Shared fixtures: each environment's app, the pipeline app and the prod baseline the
+variant tests compare with are synthesized once per test session.
 
-Tests that use `synth_all`, `dev`, `staging`, `prod` or `env` must carry
-`pytest.mark.xdist_group(SYNTH_GROUP)` (module-level `pytestmark`), so that under
-`pytest -n 2 --dist loadgroup` the synthesis runs on one worker only; collection stops
+Tests that use `synth_all`, `dev`, `staging`, `prod`, `env` or `pipeline` must carry
+`pytest.mark.xdist_group(SYNTH_GROUP)` (module-level `pytestmark`), and tests that use
+`prod_baseline` `pytest.mark.xdist_group(VARIANTS_GROUP)`, so that under
+`pytest -n 2 --dist loadgroup` each synthesis runs on one worker only; collection stops
 with a usage error naming any test that does not.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
 
-from tests.support import ENVIRONMENTS, SYNTH_GROUP, SynthResult, environment, synthesize
+from tests.support import (
+    ENVIRONMENTS,
+    SYNTH_GROUP,
+    VARIANTS_GROUP,
+    PipelineSynth,
+    SynthResult,
+    environment,
+    synthesize,
+    synthesize_pipeline,
+)
 
 # Property tests: a modest, fixed set of examples (derandomized: the same examples on every
 # run, so CI is repeatable and a failure reproduces), no per-example deadline (the shared
@@ -31,19 +44,28 @@ def _groups(item: pytest.Item) -> set[str]:
     }
 
 
+# Each session synth fixture and the one xdist group whose worker may build it.
+GROUPED_FIXTURES = {
+    "synth_all": SYNTH_GROUP,
+    "pipeline": SYNTH_GROUP,
+    "prod_baseline": VARIANTS_GROUP,
+}
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    strays = [
-        item.nodeid
-        for item in items
-        if "synth_all" in getattr(item, "fixturenames", ()) and _groups(item) != {SYNTH_GROUP}
-    ]
-    if strays:
-        raise pytest.UsageError(
-            "these tests use the session synth fixtures but are not in "
-            f"xdist_group({SYNTH_GROUP!r}) alone; add "
-            "`pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)`: " + ", ".join(strays)
-        )
+    for fixture, group in GROUPED_FIXTURES.items():
+        strays = [
+            item.nodeid
+            for item in items
+            if fixture in getattr(item, "fixturenames", ()) and _groups(item) != {group}
+        ]
+        if strays:
+            raise pytest.UsageError(
+                f"these tests use the session fixture {fixture!r} but are not in "
+                f"xdist_group({group!r}) alone; add "
+                f"`pytestmark = pytest.mark.xdist_group({group!r})`: " + ", ".join(strays)
+            )
     if config.getoption("loadgroup", default=False):
         _suffix_groups(items)
 
@@ -62,12 +84,39 @@ def _suffix_groups(items: list[pytest.Item]) -> None:
             item._id = NodeId.parse(f"{item.nodeid}{suffix}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_aws_model_loader() -> Iterator[None]:
+    """Every boto3 session the tests make reads the AWS API models through one loader, which
+    keeps what it parsed: each fresh session would parse the endpoint data and the service
+    models again (a fifth of a second for SageMaker), and the tests make hundreds."""
+    import botocore.session
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(
+            botocore.session, "create_loader", functools.cache(botocore.session.create_loader)
+        )
+        yield
+
+
 @pytest.fixture(scope="session")
 def synth_all(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SynthResult]:
     return {
         name: synthesize(environment(name), tmp_path_factory.mktemp(f"cdk-{name}"))
         for name in ENVIRONMENTS
     }
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineSynth:
+    """The delivery pipeline app with every environment as a Stage."""
+    return synthesize_pipeline(tmp_path_factory.mktemp("cdk-pipeline"))
+
+
+@pytest.fixture(scope="session")
+def prod_baseline(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
+    """prod as shipped, synthesized on the variants worker for the tests that compare a
+    changed prod with it (synth_all's prod lives on the other worker)."""
+    return synthesize(environment("prod"), tmp_path_factory.mktemp("cdk-prod-baseline"))
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,8 @@
 - Apps: `synthesize` builds and synthesizes one environment with `stacks.platform.build_app`
   (what app.py runs) and returns a `SynthResult` (templates, stacks, and lookups across
   them: `logical_id`, `resolved`, `exported`); `cluster_network` reaches the network
-  construct; `cfn_lint` lints a template with rules loaded once per session.
+  construct; `synthesize_pipeline` does the same for the delivery pipeline app
+  (`PipelineSynth`); `cfn_lint` lints a template with rules loaded once per session.
 - Constructs: `bare_stack` gives a fresh stack in its own app, `template_of` its template,
   `resources_of` the resources of one type, `imported_cluster` a Kubernetes cluster handle
   for manifest constructs; `kubernetes_objects`, `instance_type_affinity` and
@@ -37,8 +38,11 @@ if TYPE_CHECKING:
     import aws_cdk as cdk
     from aws_cdk import aws_eks_v2 as eks_v2
     from aws_cdk import aws_lambda as lambda_
+    from aws_cdk import cx_api
     from aws_cdk.assertions import Template
 
+    from config.delivery import LoadedPipeline
+    from stacks.pipeline_stack import PipelineStack
     from stacks.platform import PlatformStacks
 
 # jsii starts Node on the first CDK import (CDK is imported lazily here, so that the
@@ -47,12 +51,13 @@ use_bundled_node()
 
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ("dev", "staging", "prod")
-# Tests that use the session synth fixtures (synth_all, dev, staging, prod, env) all carry
-# `pytest.mark.xdist_group(SYNTH_GROUP)`: the three environments are synthesized once, on
-# one worker. tests/conftest.py refuses a test that uses them without it.
+# Tests that use the session synth fixtures (synth_all, dev, staging, prod, env, pipeline)
+# all carry `pytest.mark.xdist_group(SYNTH_GROUP)`: the three environments and the pipeline
+# app are synthesized once, on one worker. tests/conftest.py refuses a test that uses them
+# without it.
 SYNTH_GROUP = "synth"
-# Tests that synthesize their own variants of an environment (and the baseline they compare
-# with): one worker, in parallel with the main synth.
+# Tests that synthesize their own variants of an environment (and the session's
+# `prod_baseline` they compare with): one worker, in parallel with the main synth.
 VARIANTS_GROUP = "variants"
 
 ACCOUNT = "111111111111"
@@ -207,6 +212,32 @@ def synthesize(loaded: LoadedEnvironment, outdir: Path) -> SynthResult:
         platform=platform,
         stacks=stacks,
         templates=templates,
+    )
+
+
+@dataclass(frozen=True)
+class PipelineSynth:
+    """The delivery pipeline app (`-c pipeline=true`, every environment a Stage) built by
+    `build_pipeline_app` and synthesized into `outdir`."""
+
+    loaded: LoadedPipeline
+    stack: PipelineStack
+    outdir: Path
+    template: dict[str, Any]  # the pipeline stack's
+    assembly: cx_api.CloudAssembly  # every stack, those inside the Stages included
+
+
+def synthesize_pipeline(outdir: Path) -> PipelineSynth:
+    """Build and synthesize the pipeline app from config/delivery/pipeline.yaml."""
+    from config.delivery import load_pipeline
+    from stacks.pipeline_stack import PIPELINE_STACK_NAME, build_pipeline_app
+
+    loaded = load_pipeline()
+    app, stack = build_pipeline_app(loaded, outdir=str(outdir))
+    assembly = app.synth()
+    template = json.loads((outdir / f"{PIPELINE_STACK_NAME}.template.json").read_text())
+    return PipelineSynth(
+        loaded=loaded, stack=stack, outdir=outdir, template=template, assembly=assembly
     )
 
 

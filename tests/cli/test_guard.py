@@ -37,7 +37,7 @@ from tests.cli.conftest import (
     offline_clients,
     stubbed_clients,
 )
-from tests.support import VARIANTS_GROUP, SynthResult, environment, synthesize, variant_of
+from tests.support import VARIANTS_GROUP, SynthResult, synthesize, variant_of
 
 BLOCKED = "hpctl guard: {n} would be deleted or replaced; keep their logical IDs and create-only properties, or pass --allow LOGICAL_ID for each deliberate one"
 
@@ -701,11 +701,6 @@ def _fsx_moved(data: dict[str, Any]) -> None:
     data["storage"]["fsx"]["availability_zone"] = "us-east-1b"
     (gpu,) = [g for g in data["hyperpod"]["instance_groups"] if g["name"] == "gpu-p5"]
     gpu["training_plan"]["availability_zone"] = "us-east-1b"
-
-
-@pytest.fixture(scope="module")
-def prod_baseline(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
-    return synthesize(environment("prod"), tmp_path_factory.mktemp("guard-prod"))
 
 
 def _variant(factory: pytest.TempPathFactory, name: str, mutate: Any) -> SynthResult:

@@ -2,8 +2,8 @@
 group of its own template (never Lambda's never-expiring `/aws/lambda/<function>`), and
 every log group has a retention, an explicit removal policy and a KMS key (checkov
 CKV_AWS_158). The checker is proven on a
-bare stack with a planted function; the pipeline app (each environment a Stage, with its own
-aspects) is checked as well."""
+bare stack with a planted function; the session's pipeline app (each environment a Stage,
+with its own aspects) is checked as well."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_logs as logs
 
-from config.delivery import load_pipeline
 from config.regions import LOG_RETENTION_DAYS
 from platform_constructs.log_groups import FunctionLogGroups
-from stacks.pipeline_stack import build_pipeline_app
 from tests.support import (
     SYNTH_GROUP,
-    VARIANTS_GROUP,
+    PipelineSynth,
     SynthResult,
     bare_stack,
     inline_function,
@@ -139,10 +137,11 @@ def test_every_log_group_of_every_environment_is_encrypted_and_expires(env: Synt
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(VARIANTS_GROUP)
-def test_every_function_of_the_pipeline_app_logs_to_a_group_with_retention(tmp_path):
-    app, _ = build_pipeline_app(load_pipeline(), outdir=str(tmp_path))
-    assembly = app.synth()
+@pytest.mark.xdist_group(SYNTH_GROUP)
+def test_every_function_of_the_pipeline_app_logs_to_a_group_with_retention(
+    pipeline: PipelineSynth,
+):
+    assembly = pipeline.assembly
     stacks = assembly.stacks_recursively
     # The pipeline stack and every environment's stacks, inside their Stages.
     assert len(stacks) > len(assembly.stacks) == 1

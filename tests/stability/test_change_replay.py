@@ -1,5 +1,5 @@
 """Config changes replayed against prod: each variant is built with `build_app` like the
-real app and compared with a prod baseline synthesized here, so this module runs on its own
+real app and compared with the session's prod baseline, so this module runs on its own
 worker (xdist group "variants") next to the main synth.
 
 - everyday changes (FSx throughput and maintenance window, bucket retention, node counts, the
@@ -97,9 +97,9 @@ def _groups_reordered_plus_one(data: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> SynthResult:
-    """prod as shipped, synthesized in this worker."""
-    return synthesize(environment("prod"), tmp_path_factory.mktemp("cdk-prod-baseline"))
+def baseline(prod_baseline: SynthResult) -> SynthResult:
+    """prod as shipped, synthesized in this worker (once, shared with the guard's tests)."""
+    return prod_baseline
 
 
 @pytest.fixture(scope="module")

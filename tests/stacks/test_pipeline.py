@@ -5,7 +5,6 @@ inside each Stage (a planted violation must fail the pipeline's synth)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from stacks.pipeline_stack import (
     PLAN_READER_ACTIONS,
     SYNTH_COMMAND,
     TEST_COMMAND,
-    PipelineStack,
     build_pipeline_app,
     lookup_role_arn,
     plan_reader_role_arn,
@@ -34,27 +32,9 @@ from stacks.pipeline_stack import (
     pull_request_role_name,
 )
 from stacks.platform import PlatformStacks, build_platform
-from tests.support import SYNTH_GROUP, cfn_lint, resources_of
+from tests.support import SYNTH_GROUP, PipelineSynth, cfn_lint, resources_of
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
-
-
-@dataclass(frozen=True)
-class PipelineSynth:
-    loaded: LoadedPipeline
-    stack: PipelineStack
-    outdir: Path
-    template: dict[str, Any]
-
-
-@pytest.fixture(scope="session")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineSynth:
-    outdir = tmp_path_factory.mktemp("cdk-pipeline")
-    loaded = load_pipeline()
-    app, stack = build_pipeline_app(loaded, outdir=str(outdir))
-    app.synth()
-    template = json.loads((outdir / f"{PIPELINE_STACK_NAME}.template.json").read_text())
-    return PipelineSynth(loaded=loaded, stack=stack, outdir=outdir, template=template)
 
 
 def _stages(pipeline: PipelineSynth) -> list[dict[str, Any]]:
