@@ -66,25 +66,6 @@ def test_efa_only_is_refused_where_unsupported(name):
         ips_per_node(INSTANCE_TYPES[name], "eks", "efa-only")
 
 
-def test_table_figures_match_the_field_notes():
-    expected = {
-        "ml.p4d.24xlarge": (4, 4),
-        "ml.p4de.24xlarge": (4, 4),
-        "ml.p5.48xlarge": (32, 32),
-        "ml.p5e.48xlarge": (32, 32),
-        "ml.p5en.48xlarge": (16, 16),
-        "ml.p6-b200.48xlarge": (8, 8),
-        "ml.trn1.32xlarge": (8, 8),
-        "ml.trn1n.32xlarge": (16, 16),
-        "ml.trn2.48xlarge": (16, 16),
-        "ml.g5.48xlarge": (1, 1),
-        "ml.g6e.48xlarge": (4, 4),
-    }
-    for name, (cards, efa) in expected.items():
-        t = INSTANCE_TYPES[name]
-        assert (t.network_cards, t.efa_interfaces, t.ipv4_per_eni) == (cards, efa, 50), name
-
-
 @pytest.mark.parametrize(
     ("needed", "prefix"),
     [(1, 28), (11, 28), (12, 27), (1296, 21), (2043, 21), (2044, 20), (65531, 16), (65532, 15)],

@@ -40,17 +40,8 @@ def test_kubernetes_version_outside_supported_set_is_rejected(version):
 # ------------------------------------------------------------------- the EKS calendar
 
 
-def test_calendar_is_eks_release_calendar():
+def test_every_release_cites_the_eks_calendar():
     # "Understand the Kubernetes version lifecycle on EKS" (Amazon EKS User Guide).
-    ends = {
-        v: (r.standard_support_ends.isoformat(), r.extended_support_ends.isoformat())
-        for v, r in KUBERNETES_RELEASES.items()
-    }
-    assert ends == {
-        "1.33": ("2026-07-29", "2027-07-29"),
-        "1.34": ("2026-12-02", "2027-12-02"),
-    }
-    assert SUPPORTED_KUBERNETES_VERSIONS == ("1.33", "1.34")
     assert all("kubernetes-versions" in r.eks_calendar.url for r in KUBERNETES_RELEASES.values())
 
 

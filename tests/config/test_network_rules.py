@@ -167,15 +167,9 @@ def test_rule_admin_host_kubernetes_access_is_one_of_the_choices():
     assert "'none', 'view', 'admin-view' or 'cluster-admin'" in line
 
 
-def test_admin_host_access_choices_name_eks_access_policies():
+def test_admin_host_access_choices_are_the_access_policy_tables_keys():
     choices = typing.get_args(AdminHostConfig.model_fields["kubernetes_access"].annotation)
     assert set(choices) == set(ADMIN_HOST_ACCESS_POLICIES)
-    assert ADMIN_HOST_ACCESS_POLICIES == {
-        "none": None,
-        "view": "AmazonEKSViewPolicy",
-        "admin-view": "AmazonEKSAdminViewPolicy",
-        "cluster-admin": "AmazonEKSClusterAdminPolicy",
-    }
 
 
 def test_rule_admin_host_needs_the_session_manager_endpoints():
