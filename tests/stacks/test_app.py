@@ -62,19 +62,12 @@ def _write_broken(tmp_path: Path, mutate) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("mutate", "field"),
-    [
-        (
-            lambda d: d["hyperpod"]["instance_groups"][0].update(instance_type="ml.p99.48xlarge"),
-            "hyperpod.instance_groups[0].instance_type",
-        ),
-        (lambda d: d["network"].update(cluster_cidr="10.1.0.0/22"), "network.cluster_cidr"),
-    ],
-    ids=["unknown-instance-type", "plan-does-not-fit"],
-)
-def test_invalid_config_stops_synth_with_one_line_and_no_templates(tmp_path, home, mutate, field):
-    config = _write_broken(tmp_path, mutate)
+def test_invalid_config_stops_synth_with_one_line_and_no_templates(tmp_path, home):
+    # A network plan that does not fit: found after the schema passed, still before any
+    # construct exists. Which rules reject what is the config tests' business; app.py has
+    # one path for every config error, taken here.
+    field = "network.cluster_cidr"
+    config = _write_broken(tmp_path, lambda d: d["network"].update(cluster_cidr="10.1.0.0/22"))
     outdir = tmp_path / "out"
     result = cdk_synth("-c", f"config={config}", outdir=outdir, home=home)
     assert result.returncode != 0
