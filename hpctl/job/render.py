@@ -50,6 +50,7 @@ from hpctl.job.spec import SHM_MOUNT, JobSpec
 from training.checkpoint.config import AUTO_STORAGE, tier_key
 from training.environment import (
     CHECKPOINT_DIR_ENV,
+    COMPILE_CACHE_DIR_ENV,
     JOB_NAME_ENV,
     MANAGED_S3_PATH_ENV,
     METRICS_PORT_ENV,
@@ -75,10 +76,13 @@ JOB_ENVIRONMENT = (
     RUN_DIR_ENV,
     CHECKPOINT_DIR_ENV,
     NODE_CHECKPOINT_DIR_ENV,
+    COMPILE_CACHE_DIR_ENV,
     METRICS_PORT_ENV,
     JOB_NAME_ENV,
     MANAGED_S3_PATH_ENV,
 )
+# Under $HOME, an emptyDir on the node's disk that lives as long as the pod.
+COMPILE_CACHE_DIR = f"{HOME_MOUNT}/.cache/compile"
 
 HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"
 
@@ -120,6 +124,9 @@ def _env(plan: JobPlan) -> list[dict[str, Any]]:
             RUN_DIR_ENV: plan.out_dir,
             CHECKPOINT_DIR_ENV: plan.checkpoint_dir,
             NODE_CHECKPOINT_DIR_ENV: plan.node_checkpoint_dir,
+            # Compiled code on the node's disk for the pod's life: a worker the agent
+            # restarts in place loads its graphs instead of compiling them again.
+            COMPILE_CACHE_DIR_ENV: COMPILE_CACHE_DIR,
             METRICS_PORT_ENV: str(METRICS_PORT),
             JOB_NAME_ENV: plan.spec.name,
         }

@@ -254,9 +254,12 @@ def test_the_trainer_reads_from_the_environment_what_its_arguments_say(
     assert from_env.metrics.port == from_args.metrics.port == METRICS_PORT
     for tier in from_args.checkpoint.tiers:
         assert from_env.checkpoint.tier(tier.name).dir == tier.dir
-    # Both: the arguments win, and the job's name is the managed tier's namespace either way.
+    # Both: the arguments win, and the job's name is the managed tier's namespace either way;
+    # the compile cache comes from the environment only.
     expected = from_args.to_dict()
     expected["checkpoint"]["managed_namespace"] = spec.name
+    expected["parallel"]["compile_cache_dir"] = env["HPTRAIN_COMPILE_CACHE_DIR"]
+    assert from_env.parallel.compile_cache_dir == env["HPTRAIN_COMPILE_CACHE_DIR"]
     assert both.to_dict() == expected
     if spec.platform.tiered_storage:
         assert from_env.checkpoint.managed_s3_path == from_args.checkpoint.managed_s3_path

@@ -23,6 +23,8 @@ from tests.job.test_job_manifest_schema import _errors, _pod_template
 from tests.job.test_team_directories import full_tree, make_directory, manifest_process
 from tests.support import KUBERNETES_VALIDATE_VERSIONS, environment
 from tools import REPO
+from training.checkpoint.config import CheckpointConfig
+from training.environment import COMPILE_CACHE_DIR_ENV, environment_keys
 
 MARKER = "<!-- worked-example -->"
 ACCOUNT = "123456789012"
@@ -118,3 +120,18 @@ def test_its_user_can_write_its_directories_and_only_its_teams(manifest: dict[st
     # The node directory is the pod's memory volume, not the shared file system.
     mounts = {m["mountPath"] for m in _container(manifest)["volumeMounts"]}
     assert str(Path(env["HPTRAIN_NODE_CHECKPOINT_DIR"]).parent) in mounts
+
+
+def test_its_compiled_code_stays_on_the_node_for_the_pods_life(manifest: dict[str, Any]) -> None:
+    # The trainer takes the variable as parallel.compile_cache_dir (training/environment.py);
+    # the job puts it under a mount of a disk-backed emptyDir, so a worker restarted in the
+    # pod finds its compiled graphs, and nothing of it reaches the shared file system.
+    env = {item["name"]: item.get("value") for item in _container(manifest)["env"]}
+    path = env[COMPILE_CACHE_DIR_ENV]
+    assert environment_keys(CheckpointConfig())[COMPILE_CACHE_DIR_ENV] == (
+        "parallel.compile_cache_dir"
+    )
+    mounts = {m["mountPath"]: m["name"] for m in _container(manifest)["volumeMounts"]}
+    (volume_name,) = [name for mount, name in mounts.items() if path.startswith(f"{mount}/")]
+    volumes = {v["name"]: v for v in _pod_template(manifest)["template"]["spec"]["volumes"]}
+    assert volumes[volume_name] == {"name": volume_name, "emptyDir": {}}
