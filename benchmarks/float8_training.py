@@ -41,9 +41,10 @@ LOSS_TOLERANCE = 0.03
 # The loss model: 1b's width (its linears are the ones FP8 converts), few layers, a small
 # vocabulary so the decoder, not the output projection, does most of the work.
 LOSS_MODEL = ["model.n_layers=2", "model.vocab_size=32768", "training.seq_len=1024"]
-# The CPU smoke test's: 1b's MLP width on a narrow model (its w1 and w3 convert), short
-# sequences: seconds a step on CPU.
+# The CPU smoke test's: 1b's MLP width on a narrow model of 2 layers (its w1 and w3 convert),
+# short sequences: a fraction of a second a step on CPU.
 SMOKE_MODEL = [
+    "model.n_layers=2",
     "model.dim=64",
     "model.n_heads=4",
     "model.n_kv_heads=2",

@@ -19,13 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "benchmarks" / "README.md"
 
 
-def _suite(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _suite(*args: str) -> subprocess.CompletedProcess[str]:
     from benchmarks.gpu_suite import STOP_GRACE_S, SUITE_BUDGET_S
 
     return subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_suite", *args],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         # Past the suite's own promise (its budget, then a stopped check's SIGTERM and
@@ -36,10 +36,25 @@ def _suite(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     )
 
 
-def test_without_a_gpu_it_refuses_in_one_line_naming_it() -> None:
+def _suite_here(
+    capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """The suite's main in this process (where what it checks is no process's behaviour):
+    its exit code and what it printed."""
+    from benchmarks.gpu_suite import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, subprocess.CompletedProcess(args, code, out, err)
+
+
+def test_without_a_gpu_it_refuses_in_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No GPU visible, whatever the machine has: the suite must not start anything.
-    result = _suite(env={"CUDA_VISIBLE_DEVICES": ""})
-    assert result.returncode == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, result = _suite_here(capsys)
+    assert code == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
         "error: the GPU suite needs a CUDA GPU and this machine has none visible "
@@ -47,9 +62,9 @@ def test_without_a_gpu_it_refuses_in_one_line_naming_it() -> None:
     ]
 
 
-def test_the_readme_lists_the_commands_the_suite_runs() -> None:
-    result = _suite("--list")
-    assert result.returncode == 0, result.stderr
+def test_the_readme_lists_the_commands_the_suite_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result = _suite_here(capsys, "--list")
+    assert code == 0, result.stderr
     block = re.search(
         r"<!-- gpu-suite-commands -->\n```\n(.*?)\n```\n<!-- /gpu-suite-commands -->",
         README.read_text(),
@@ -115,11 +130,11 @@ def test_the_whole_harness_runs_on_cpu() -> None:
     assert summary["missed"] == [] and summary["not_run"] == []
 
 
-def test_a_budget_too_small_starts_nothing_and_says_so() -> None:
+def test_a_budget_too_small_starts_nothing_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     # No check gets half its time allowance from a 1-second budget: none starts, each says
     # why, and the summary lists them as not run.
-    result = _suite("--allow-cpu", "--budget-s", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, result = _suite_here(capsys, "--allow-cpu", "--budget-s", "1")
+    assert code == 0, result.stderr[-3000:]
     *figures, summary = [json.loads(ln) for ln in result.stdout.splitlines()]
     not_started = [f for f in figures if f.get("reason")]
     assert {f["reason"] for f in not_started} == {"not started: the suite's budget was spent"}
