@@ -55,6 +55,13 @@ EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
 # count and what the admission policy of each team namespace guards.
 ACCELERATOR_RESOURCES: Final = (GPU_RESOURCE, NEURON_RESOURCE, EFA_RESOURCE)
 
+# The NVIDIA Container Toolkit's variables: which GPUs a container gets and which driver
+# libraries come with them. The device plugin sets the first itself for the GPUs it allocates;
+# `void` asks for no GPU at all (NVIDIA Container Toolkit, "Environment variables").
+NVIDIA_VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
+NVIDIA_DRIVER_CAPABILITIES_ENV: Final = "NVIDIA_DRIVER_CAPABILITIES"
+NVIDIA_NO_DEVICES: Final = "void"
+
 # The HyperPod training operator's job CRD (`hpctl job render` writes it; the admission policy
 # of each team namespace matches it by group, version and plural).
 HYPERPOD_JOB_GROUP: Final = "sagemaker.amazonaws.com"
@@ -264,6 +271,12 @@ MAX_PRIORITY_LENGTH: Final = LABEL_VALUE_MAX - len(priority_class(""))
 def service_account_user(namespace: str, name: str) -> str:
     """The user name the API server gives requests made as service account `namespace/name`."""
     return f"system:serviceaccount:{namespace}:{name}"
+
+
+def service_accounts_group(namespace: str) -> str:
+    """The group the API server puts every service account of `namespace` in (Kubernetes
+    "Authenticating": service accounts), impersonated ones included."""
+    return f"system:serviceaccounts:{namespace}"
 
 
 # The kube-controller-manager's Job controller creates a Job's pods under its own service

@@ -36,10 +36,7 @@ from hpctl.job.render import render_job
 from platform_constructs.team_admission import (
     MATCHED,
     TeamAdmissionPolicy,
-    admission_binding,
-    admission_policy,
-    identity_policy,
-    identity_policy_name,
+    team_admission_manifest,
 )
 from tests.job.conftest import env_spec
 from tests.support import (
@@ -134,18 +131,7 @@ def _run(expression: str, activation: dict[str, Any]) -> Any:
 def _admission_of(config: EnvironmentConfig) -> Admission:
     assert config.governance is not None
     facts = team_admissions(config.governance, config.hyperpod.instance_groups)
-    return Admission(
-        tuple(
-            o
-            for a in facts.values()
-            for o in (
-                admission_policy(a),
-                admission_binding(a),
-                identity_policy(a),
-                admission_binding(a, name=identity_policy_name(a.team)),
-            )
-        )
-    )
+    return Admission(tuple(o for a in facts.values() for o in team_admission_manifest(a)))
 
 
 def _operator_pod(job: dict[str, Any]) -> dict[str, Any]:
@@ -560,11 +546,12 @@ def test_schema_validation_catches_a_misspelt_field(admissions: dict[str, Admiss
 
 def test_binding_denies_in_the_team_namespace_only(admissions: dict[str, Admission]) -> None:
     bindings = [o for o in admissions["prod"].objects if o["kind"].endswith("Binding")]
-    # Two per team: the guardrails and the identity policy.
-    assert [b["spec"]["validationActions"] for b in bindings] == [["Deny"]] * 6
+    # Four per team: accelerators, identity, placement and NetworkPolicies.
+    assert [b["spec"]["validationActions"] for b in bindings] == [["Deny"]] * 12
     assert [b["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] for b in bindings] == [
         {"kubernetes.io/metadata.name": f"hyperpod-ns-{t}"}
-        for t in ("evaluation", "evaluation", "foundation", "foundation", "research", "research")
+        for t in ("evaluation", "foundation", "research")
+        for _ in range(4)
     ]
 
 
@@ -589,13 +576,7 @@ def test_construct_applies_policy_and_binding() -> None:
         stack, "Admission", admission=facts["foundation"], cluster=imported_cluster(stack)
     )
     objects = kubernetes_objects(template_of(stack).to_json())
-    foundation = facts["foundation"]
-    expected = [
-        admission_policy(foundation),
-        admission_binding(foundation),
-        identity_policy(foundation),
-        admission_binding(foundation, name=identity_policy_name("foundation")),
-    ]
+    expected = team_admission_manifest(facts["foundation"])
     # CDK adds its prune label to metadata; the rest is applied as built.
     assert [(o["kind"], o["metadata"]["name"], o["spec"]) for o in objects] == [
         (o["kind"], o["metadata"]["name"], o["spec"]) for o in expected

@@ -20,13 +20,7 @@ from config.teams import (
     team_directories,
 )
 from platform_constructs.task_governance import COMPUTE_QUOTA_TYPE, KUEUE_CONTROLLER, KUEUE_WAIT_ID
-from platform_constructs.team_admission import (
-    admission_binding,
-    admission_policy,
-    identity_policy,
-    identity_policy_name,
-    policy_name,
-)
+from platform_constructs.team_admission import policy_name, team_admission_manifest
 from tests.support import SYNTH_GROUP, SynthResult, kubernetes_objects, manifest_tokens, only
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
@@ -129,13 +123,7 @@ def test_every_team_namespace_is_guarded_by_its_admission_policy(env: SynthResul
         ]
         objects = kubernetes_objects({"Resources": {"M": manifest}})
         assert [(o["kind"], o["spec"]) for o in objects] == [
-            (o["kind"], o["spec"])
-            for o in (
-                admission_policy(admission),
-                admission_binding(admission),
-                identity_policy(admission),
-                admission_binding(admission, name=identity_policy_name(team)),
-            )
+            (o["kind"], o["spec"]) for o in team_admission_manifest(admission)
         ]
         assert (
             _admission_of(env, team)
