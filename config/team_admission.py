@@ -1,11 +1,12 @@
-"""What each task-governance team's namespace admits: the facts its admission policy checks.
+"""What each task-governance team's namespace admits: the facts its admission policies check.
 
 Task governance queues only workloads that name their team's LocalQueue; anything else in a
 team namespace runs outside Kueue and its quotas. So every workload there that asks for an
 accelerator (config/kubernetes.py ACCELERATOR_RESOURCES) must carry the team's queue label and
-one of the environment's priority classes, may select only the team's nodes and may tolerate
-only the taints those nodes carry (platform_constructs/team_admission.py turns this into a
-ValidatingAdmissionPolicy; docs/governance.md, "Admission guardrails").
+one of the environment's priority classes; and every pod and pod template there, accelerators
+or not, must select the team's nodes, tolerate only the taints those nodes carry and run as
+the team's user and group (platform_constructs/team_admission.py turns this into
+ValidatingAdmissionPolicies; docs/governance.md, "Admission guardrails").
 
 - A team's nodes: the instance groups of every instance type its quotas name. Quotas are per
   instance type (Kueue flavors), so a team whose quota names gpu-p5 may run on any group of
@@ -15,7 +16,8 @@ ValidatingAdmissionPolicy; docs/governance.md, "Admission guardrails").
 - Pods that come from a policed workload: those the Job controller and the HyperPod training
   operator create, the two controllers whose workloads the policy checks itself.
 - The one user and group every pod of the namespace runs as, accelerators or not: the team's
-  (they own its directories on the shared file system).
+  (they own its directories on the shared file system); the group is also the only one a pod
+  may join (fsGroup, supplementalGroups).
 """
 
 from __future__ import annotations

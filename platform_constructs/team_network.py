@@ -20,7 +20,10 @@ and maps the principal to the team's Kubernetes group (config/kubernetes.py
 `team_access_group`). EKS access policies are fixed AWS-managed rule lists that grant neither
 HyperPod jobs nor Kueue's objects (EKS User Guide, "Review access policy permissions", whose
 way to grant more is RBAC bound to `kubernetesGroups`), so a Role bound to that group adds
-exactly what `hpctl job` calls beyond Edit (hpctl/job/kube.py).
+exactly what `hpctl job` calls beyond Edit (hpctl/job/kube.py). Edit also writes
+NetworkPolicies: the namespace's admission policy denies the team's group (and the namespace's
+service accounts, which Edit may impersonate) any change to them
+(platform_constructs/team_admission.py).
 
 Pod Security Admission: `baseline` enforced, `restricted` audited and warned. The team's
 directory Job runs as root with CHOWN and FSETID (platform_constructs/team_workspace.py),
