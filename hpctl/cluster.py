@@ -19,6 +19,7 @@ from config.schema import EnvironmentConfig
 from hpctl import aws
 from hpctl.errors import ExitCode, InputError, fail
 from hpctl.options import duration_text, required_environment, utc_iso
+from training.checkpoint.interval import NODE_HOURS_PER_FAILURE
 
 HEALTHY_NODE_STATUS = "Running"
 
@@ -372,6 +373,50 @@ def node_history(
         "repeat_offenders": [n["instance_id"] for n in nodes if n["failures"] > 1],
         "repeat_offenders_by_cause": _offenders_by_cause(nodes),
     }
+
+
+def failure_rates(
+    cluster: dict[str, Any], nodes: list[dict[str, Any]], window: timedelta
+) -> list[dict[str, Any]]:
+    """Per instance group, the node failure rate the window shows, as the trainer's
+    checkpoint planning reads it (training/checkpoint/interval.py): node-hours per failure,
+    beside the figure it assumes by default. A job runs in one group, and types fail at
+    their own rates. Node-hours count the group's current nodes over the whole window, an
+    estimate where the group grew or shrank within it. `nodes`: node_history's."""
+    failures = Counter[str]()
+    for node in nodes:
+        failures[node["instance_group"] or ""] += node["failures"]
+    rates = []
+    for group in cluster.get("InstanceGroups") or []:
+        count = int(group.get("CurrentCount") or 0)
+        node_hours = count * (window / timedelta(hours=1))
+        failed = failures[group["InstanceGroupName"]]
+        rates.append(
+            {
+                "instance_group": group["InstanceGroupName"],
+                "nodes": count,
+                "node_hours": round(node_hours, 1),
+                "failures": failed,
+                "node_hours_per_failure": round(node_hours / failed, 1) if failed else None,
+                "assumed_node_hours_per_failure": NODE_HOURS_PER_FAILURE,
+            }
+        )
+    return rates
+
+
+def failure_rate_line(rate: dict[str, Any]) -> str:
+    """What a group's rate means for a job's `checkpoint.mtbf_hours` (a job of N nodes
+    fails N times as often as one node)."""
+    head = (
+        f"  {rate['instance_group']}: {rate['nodes']} nodes, {rate['node_hours']:,.0f} node-hours"
+    )
+    if rate["node_hours_per_failure"] is None:
+        return f"{head}, no failure"
+    observed = rate["node_hours_per_failure"]
+    return (
+        f"{head}, {rate['failures']} failures: one per {observed:,.0f} node-hours; a job of N "
+        f"nodes: --set checkpoint.mtbf_hours=<{observed:,.0f} / N>"
+    )
 
 
 def _days(window: timedelta) -> int | float:

@@ -39,6 +39,8 @@ from hpctl.cluster import (
     cluster_report,
     cluster_target,
     events_unavailable,
+    failure_rate_line,
+    failure_rates,
     health_report,
     list_node_events,
     list_nodes,
@@ -338,6 +340,7 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
     window = f"the last {duration_text(timedelta(days=report['days']))}"
     if not report["nodes"]:
         typer.echo(f"No node events in {target.name} in {window}.")
+        _print_failure_rates(report["failure_rates"])
         return
     table = Table(title=f"Node events in {target.name} in {window}, most failures first")
     columns = ("group", "instance id", "failures", "last cause", "health events", "events")
@@ -366,6 +369,19 @@ def print_history(report: dict[str, Any], target: ClusterTarget) -> None:
         )
     else:
         typer.echo(f"No node failed more than once in {window}.")
+    _print_failure_rates(report["failure_rates"])
+
+
+def _print_failure_rates(rates: list[dict[str, Any]]) -> None:
+    if not rates:
+        return
+    assumed = rates[0]["assumed_node_hours_per_failure"]
+    typer.echo(
+        f"Failure rate per group (the trainer assumes one failure per {assumed:,.0f} "
+        "node-hours; checkpoint.mtbf_hours):"
+    )
+    for rate in rates:
+        typer.echo(failure_rate_line(rate))
 
 
 @app.command(cls=OneLineUsageErrors)
@@ -400,6 +416,7 @@ def events(
             fail(ctx, f"{target.name}: {note}", code=ExitCode.FAILED)
         history = list_node_events(sagemaker, target.name, start)
     report = {"cluster": target.name, **node_history(history, start, window)}
+    report["failure_rates"] = failure_rates(cluster, report["nodes"], window)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:

@@ -23,6 +23,7 @@ from tests.cli.test_cluster_health import (
     node_id,
     table_rows,
 )
+from training.checkpoint.interval import NODE_HOURS_PER_FAILURE
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 PREFIX = "hpctl cluster events: "
@@ -74,6 +75,19 @@ PAGE_2 = [
 
 
 WEEK = timedelta(days=7)
+RATES_HEADER = [
+    "Failure rate per group (the trainer assumes one failure per 8,192 node-hours; "
+    "checkpoint.mtbf_hours):"
+]
+
+
+def quiet_rates(hours: int) -> list[str]:
+    """The rate lines of a window of `hours` without a failure (16 + 3 nodes)."""
+    return [
+        *RATES_HEADER,
+        f"  gpu-p5: 16 nodes, {16 * hours:,} node-hours, no failure",
+        f"  system: 3 nodes, {3 * hours:,} node-hours, no failure",
+    ]
 
 
 def events_params(token: str | None = None, window: timedelta = WEEK) -> dict[str, Any]:
@@ -137,11 +151,16 @@ def test_history_per_node_with_repeat_offenders_and_how_to_replace_them(sagemake
         ["system", node_id(17), "0", "-", "0", "1", "2026-11-16 08:00", "Node joined the cluster"],
     ]
     lines = result.stdout.splitlines()
-    assert lines[-3:] == [
+    assert lines[-6:] == [
         f"Failed more than once in the last 7 days: {node_id(3)}.",
         f"  unknown, more than once: {node_id(3)}",
         "Replace them (drain first; README Operations): hpctl cluster replace --env prod "
         f"--node-id {node_id(3)} --yes",
+        *RATES_HEADER,
+        # 16 nodes x 168 h = 2,688 node-hours, 3 failures (node 3 twice, node 5 once).
+        "  gpu-p5: 16 nodes, 2,688 node-hours, 3 failures: one per 896 node-hours; a job of N "
+        "nodes: --set checkpoint.mtbf_hours=<896 / N>",
+        "  system: 3 nodes, 504 node-hours, no failure",
     ]
 
 
@@ -171,18 +190,47 @@ def test_json_has_every_event_per_node(sagemaker: Stubbed):
     }
 
 
+def test_the_json_has_each_groups_failure_rate_for_the_trainers_mtbf(sagemaker: Stubbed):
+    queue(sagemaker)
+    report = json.loads(hpctl("cluster", "events", "--env", "prod", "--json").stdout)
+    assert report["failure_rates"] == [
+        {
+            "instance_group": "gpu-p5",
+            "nodes": 16,
+            "node_hours": 2688.0,
+            "failures": 3,
+            "node_hours_per_failure": 896.0,
+            "assumed_node_hours_per_failure": NODE_HOURS_PER_FAILURE,
+        },
+        {
+            "instance_group": "system",
+            "nodes": 3,
+            "node_hours": 504.0,
+            "failures": 0,
+            "node_hours_per_failure": None,
+            "assumed_node_hours_per_failure": NODE_HOURS_PER_FAILURE,
+        },
+    ]
+
+
 def test_no_events_says_so(sagemaker: Stubbed):
     queue(sagemaker, pages=([],), window=timedelta(days=1))
     result = hpctl("cluster", "events", "--env", "prod", "--since", "1d")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"No node events in {NAME} in the last 1 day.\n"
+    assert result.stdout.splitlines() == [
+        f"No node events in {NAME} in the last 1 day.",
+        *quiet_rates(24),
+    ]
 
 
 def test_since_in_hours_reads_that_window(sagemaker: Stubbed):
     queue(sagemaker, pages=([],), window=timedelta(hours=36))
     result = hpctl("cluster", "events", "--env", "prod", "--since", "36h")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"No node events in {NAME} in the last 36 hours.\n"
+    assert result.stdout.splitlines() == [
+        f"No node events in {NAME} in the last 36 hours.",
+        *quiet_rates(36),
+    ]
     queue(sagemaker, pages=([],), window=timedelta(hours=36))
     report = json.loads(
         hpctl("cluster", "events", "--env", "prod", "--since", "36h", "--json").stdout
@@ -194,14 +242,20 @@ def test_the_default_window_is_a_week(sagemaker: Stubbed):
     queue(sagemaker, pages=([],))
     result = hpctl("cluster", "events", "--env", "prod")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"No node events in {NAME} in the last 7 days.\n"
+    assert result.stdout.splitlines() == [
+        f"No node events in {NAME} in the last 7 days.",
+        *quiet_rates(168),
+    ]
 
 
 def test_a_bare_number_is_still_days_with_one_deprecation_line(sagemaker: Stubbed):
     queue(sagemaker, pages=([],), window=timedelta(days=14))
     result = hpctl("cluster", "events", "--env", "prod", "--since", "14")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"No node events in {NAME} in the last 14 days.\n"
+    assert result.stdout.splitlines() == [
+        f"No node events in {NAME} in the last 14 days.",
+        *quiet_rates(14 * 24),
+    ]
     assert result.stderr == (
         f"{PREFIX}--since 14: a number without a unit is deprecated and read as days; write 14d\n"
     )
@@ -285,6 +339,5 @@ def test_by_name_the_hint_names_the_cluster(sagemaker: Stubbed):
     queue(sagemaker)
     result = hpctl("cluster", "events", "--name", NAME, "--region", REGION)
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[-1].endswith(
-        f"hpctl cluster replace --name {NAME} --node-id {node_id(3)} --yes"
-    )
+    (hint,) = [line for line in result.stdout.splitlines() if "cluster replace" in line]
+    assert hint.endswith(f"hpctl cluster replace --name {NAME} --node-id {node_id(3)} --yes")
