@@ -196,8 +196,8 @@ def test_training_from_s3_ends_where_training_from_fsx_does(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
     """The same shards, on a file system and on S3, prefetched: bit-identical final weights.
-    One rank each: the loader shards a source's samples over ranks the same way whatever it
-    reads from."""
+    One rank of one thread each: the loader shards a source's samples over ranks the same way
+    whatever it reads from."""
     seq = build_config("tiny").training.seq_len
     rng = np.random.default_rng(1)
     shards = tmp_path / "shards"
@@ -211,7 +211,7 @@ def test_training_from_s3_ends_where_training_from_fsx_does(
             tmp_path / name,
             steps=6,
             nproc=1,
-            overrides=[f"data.source={source}", f"data.path={path}"],
+            overrides=[f"data.source={source}", f"data.path={path}", "training.cpu_threads=1"],
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[name] = result.summary["final_params_sha256"]
