@@ -8,6 +8,7 @@ denies a planted pod with the one line that names the field and the fix."""
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,7 +122,13 @@ def _run(
         cel["variables"] = celpy.celtypes.MapType(
             {celpy.celtypes.StringType(k): v for k, v in variables.items()}
         )
-    return _CEL.program(_CEL.compile(expression)).evaluate(cel)
+    return _program(expression).evaluate(cel)
+
+
+@functools.cache
+def _program(expression: str) -> Any:
+    """Compiled once: parsing CEL costs far more than evaluating it."""
+    return _CEL.program(_CEL.compile(expression))
 
 
 def _cluster(env: str) -> Cluster:
