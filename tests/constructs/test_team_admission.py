@@ -7,6 +7,7 @@ and against planted violations (each denied with the message that says what to a
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,13 +96,19 @@ class Admission:
                 for r in rules
             ):
                 continue
-            activation: dict[str, Any] = {"object": obj, "request": request}
+            activation: dict[str, Any] = {
+                "object": celpy.json_to_cel(obj),
+                "request": celpy.json_to_cel(request),
+            }
             conditions = policy["spec"]["matchConditions"]
             if not all(_run(c["expression"], activation) for c in conditions):
                 continue
-            activation["variables"] = {
-                v["name"]: _run(v["expression"], activation) for v in policy["spec"]["variables"]
-            }
+            activation["variables"] = celpy.celtypes.MapType(
+                {
+                    celpy.celtypes.StringType(v["name"]): _run(v["expression"], activation)
+                    for v in policy["spec"]["variables"]
+                }
+            )
             denials = (denials or []) + [
                 str(_run(v["messageExpression"], activation))
                 for v in policy["spec"]["validations"]
@@ -120,12 +127,15 @@ class Admission:
 
 
 def _run(expression: str, activation: dict[str, Any]) -> Any:
-    cel = {k: (celpy.json_to_cel(v) if k != "variables" else v) for k, v in activation.items()}
-    if "variables" in activation:
-        cel["variables"] = celpy.celtypes.MapType(
-            {celpy.celtypes.StringType(k): v for k, v in activation["variables"].items()}
-        )
-    return _CEL.program(_CEL.compile(expression)).evaluate(cel)
+    """`expression` evaluated on an activation already in CEL types."""
+    return _program(expression).evaluate(activation)
+
+
+@functools.cache
+def _program(expression: str) -> Any:
+    """`expression` compiled once: parsing CEL takes far longer than evaluating it, and every
+    review runs the same few dozen expressions."""
+    return _CEL.program(_CEL.compile(expression))
 
 
 def _admission_of(config: EnvironmentConfig) -> Admission:
