@@ -6,9 +6,10 @@ the job's workers at a new size.
 Checked against the shared fault-free run at a fixed size of 2 ranks (same steps, so the same
 schedule): no sample is read twice or skipped (the ranks' sample traces cover the job's sample
 positions exactly once), the global batch stays 8 with the per-rank share and accumulation
-adjusted, each resize is logged once, and the losses stay within LOSS_TOL (fp32: at 2 ranks
-each gradient is accumulated over two passes of 2 here, at 4 ranks reduced over more ranks,
-so sums run in another order; the step line has 4 decimals).
+adjusted, each resize is logged once, and the losses stay within LOSS_TOL (fp32: the
+reference takes each rank's 4 sequences in one pass, here 2 ranks accumulate two passes of 2
+and 4 ranks reduce over more ranks, so sums run in another order; the step line has 4
+decimals).
 """
 
 from __future__ import annotations
