@@ -91,7 +91,7 @@ def _command(args: argparse.Namespace, micro: int, cuda: bool) -> list[str]:
     return command
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="1b")
     ap.add_argument(
@@ -119,7 +119,7 @@ def main() -> int:
         metavar="SECTION.FIELD=VALUE",
         help="a trainer config override, as training.train takes it (repeatable; applied last)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -145,8 +145,7 @@ def main() -> int:
     from training.presets import build_config
     from training.trainer import Trainer
 
-    ensure_single_process_env()
-    world = int(os.environ["WORLD_SIZE"])
+    # Bad arguments are refused before the process takes a rank's environment.
     try:
         # The preset as the overrides leave it decides the default micro-batch.
         preset_cfg = build_config(args.preset, args.overrides)
@@ -154,12 +153,14 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     micro = args.micro_batch or preset_cfg.training.micro_batch_size or 2
-    # What is measured: the benchmark's run shape, then the flags, then --set (which wins).
     if args.passes < 1:
         print(f"error: --passes must be at least 1, got {args.passes}", file=sys.stderr)
         return 2
+    ensure_single_process_env()
+    world = int(os.environ["WORLD_SIZE"])
     # Per data-parallel rank: a tensor-parallel group (parallel.tp > 1) runs one share.
     replicas = preset_cfg.data_parallel_size(world)
+    # What is measured: the benchmark's run shape, then the flags, then --set (which wins).
     measured = [
         f"training.global_batch_size={micro * replicas * args.passes}",
         f"training.micro_batch_size={micro}",

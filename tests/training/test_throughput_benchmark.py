@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from training.presets import build_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "training_throughput.py"
+# The tests share one benchmark run (a module fixture): on one worker.
+pytestmark = pytest.mark.xdist_group("throughput_benchmark")
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -32,17 +35,29 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def test_set_overrides_reach_the_run_and_the_json() -> None:
-    sets = ["parallel.activation_checkpoint=every:2", "training.loss_chunk_tokens=100"]
-    result = _run("--warmup", "0", "--steps", "2", *[a for s in sets for a in ("--set", s)])
+SETS = ["parallel.activation_checkpoint=every:2", "training.loss_chunk_tokens=100"]
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, Any]:
+    """One run's JSON line: 3 accumulated passes of the preset's default micro-batch per
+    optimizer step, with trainer overrides."""
+    result = _run(
+        *("--warmup", "0", "--steps", "1", "--passes", "3"),
+        *[a for s in SETS for a in ("--set", s)],
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
-    out = json.loads(line)
-    assert out["set"] == sets
-    assert out["overrides"][-2:] == sets  # applied last: they win over the harness's
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+def test_set_overrides_reach_the_run_and_the_json(measured: dict[str, Any]) -> None:
+    out = measured
+    assert out["set"] == SETS
+    assert out["overrides"][-2:] == SETS  # applied last: they win over the harness's
     assert out["activation_checkpoint"] == "every:2" and out["loss_chunk_tokens"] == 100
     assert out["torch"] == torch.__version__ and out["device"] == "cpu" and out["cuda"] is None
-    assert out["micro_batch_per_gpu"] == 2 and out["passes_per_step"] == 1
     assert out["tokens_per_s_per_gpu"] > 0 and out["mfu"] is None
     assert out["mfu_embedding_counted"] is None and out["max_memory_reserved_gb"] is None
     assert out["mfu_basis"] == "bf16" and out["float8"] is False
@@ -50,39 +65,47 @@ def test_set_overrides_reach_the_run_and_the_json() -> None:
     # The forward/backward and update peaks are GPU figures: named, empty on CPU.
     assert out["forward_backward_peak_allocated_gb"] is None
     assert out["update_peak_allocated_gb"] is None
-    tiny = build_config("tiny", sets)
+    tiny = build_config("tiny", SETS)
     assert out["model_flops_per_token"] == flops_per_token(tiny.model, tiny.training.seq_len)
     # The command reproduces the figure: the same flags and overrides.
     command = shlex.split(out["command"])
     assert command[1] == "benchmarks/training_throughput.py"
     assert command[command.index("--preset") + 1] == "tiny"
-    assert [command[i + 1] for i, a in enumerate(command) if a == "--set"] == sets
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--set"] == SETS
 
 
-def test_a_bad_override_is_one_error_line() -> None:
-    result = _run("--set", "parallel.activation_checkpoint=sometimes")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
+def test_passes_accumulate_into_one_optimizer_step(measured: dict[str, Any]) -> None:
+    out = measured
+    # Without --micro-batch: the tiny preset sets none, so 2 sequences a pass.
+    assert out["micro_batch_per_gpu"] == 2 and out["passes_per_step"] == 3
+    assert out["sequences_per_gpu_per_step"] == 6
+    assert "training.global_batch_size=6" in out["overrides"]
+    command = shlex.split(out["command"])
+    assert command[command.index("--passes") + 1] == "3"
+    assert command[command.index("--micro-batch") + 1] == "2"
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    """The benchmark's main, run here (bad arguments end it before it takes a rank's
+    environment): its error lines, once its exit code is 2."""
+    from benchmarks.training_throughput import main
+
+    rank_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    before = {name: os.environ.get(name) for name in rank_env}
+    assert main(["--preset", "tiny", "--allow-cpu", *args]) == 2
+    assert {name: os.environ.get(name) for name in rank_env} == before
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_bad_override_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _refused(capsys, "--set", "parallel.activation_checkpoint=sometimes") == [
         "error: parallel.activation_checkpoint must be none, all, every:K or first:N "
         "(K, N >= 1), got 'sometimes'"
     ]
 
 
-def test_passes_accumulate_into_one_optimizer_step() -> None:
-    result = _run("--warmup", "0", "--steps", "1", "--micro-batch", "1", "--passes", "3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
-    out = json.loads(line)
-    assert out["micro_batch_per_gpu"] == 1 and out["passes_per_step"] == 3
-    assert out["sequences_per_gpu_per_step"] == 3
-    assert "training.global_batch_size=3" in out["overrides"]
-    assert "--passes 3" in out["command"]
-
-
-def test_passes_below_one_are_one_error_line() -> None:
-    result = _run("--passes", "0")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["error: --passes must be at least 1, got 0"]
+def test_passes_below_one_are_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _refused(capsys, "--passes", "0") == ["error: --passes must be at least 1, got 0"]
 
 
 def test_h100_variants_get_their_own_peaks() -> None:
@@ -102,7 +125,9 @@ def test_compiled_code_is_kept_where_the_job_environment_says(tmp_path: Path) ->
     cache = tmp_path / "compile-cache"
     result = _run(
         *("--warmup", "0", "--steps", "1", "--set", "parallel.compile=true"),
-        env={"HPTRAIN_COMPILE_CACHE_DIR": str(cache)},
+        *("--set", "model.n_layers=1"),  # one block: what is compiled, not how much, is checked
+        # Inductor compiles in this process: no pool of compile workers, each importing torch.
+        env={"HPTRAIN_COMPILE_CACHE_DIR": str(cache), "TORCHINDUCTOR_COMPILE_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
