@@ -430,6 +430,15 @@ _METRICS: tuple[Metric, ...] = (
     ),
     _trainer("hptrain_checkpoints_committed_total", Kind.COUNTER, "", "checkpoints committed"),
     _trainer("hptrain_checkpoints_failed_total", Kind.COUNTER, "", "checkpoints that failed"),
+    Metric(
+        name="hptrain_badput_seconds_total",
+        kind=Kind.COUNTER,
+        source=TRAINER,
+        labels=_TRAINER_LABELS | {"cause"},
+        unit="seconds",
+        help="wall time since the job start that no surviving step used, by cause "
+        "(training/badput.py)",
+    ),
     # The last in-process recovery's phases (training/recovery/record.py), one gauge each.
     *(
         _trainer(f"hptrain_recovery_{phase}_seconds", Kind.GAUGE, "seconds", f"{phase} phase")

@@ -46,6 +46,8 @@ class FaultPlan:
     # Under in-process recovery: this rank is SIGKILLed as the first recovery starts its
     # state transfer (after the rendezvous, before any shard moves).
     kill_in_transfer: int | None = None
+    # Every rank waits this many milliseconds for each batch: a slow data source.
+    slow_data_ms: int | None = None
 
     def given(self) -> dict[str, Any]:
         """The faults of the plan, by field (the ones left at their default out)."""
@@ -99,6 +101,11 @@ class FaultInjector:
             self._note("hang", step)
             while True:  # the watchdog (or the launcher) is the only way out
                 time.sleep(3600)
+
+    def batch_read(self) -> None:
+        """Right after a step's batch is read: a slow data source, on every rank."""
+        if self.plan.slow_data_ms:
+            time.sleep(self.plan.slow_data_ms / 1000)
 
     def mid_step(self, step: int) -> None:
         """Between backward and the optimizer update: the worst place to lose a process."""

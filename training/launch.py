@@ -160,6 +160,7 @@ class Launcher:
             disk_full_at_checkpoint=a.disk_full_at_checkpoint,
             disk_full_from_step=a.disk_full_from_step,
             kill_in_transfer=a.kill_in_transfer,
+            slow_data_ms=a.slow_data_ms,
         )
 
     def _kill_group(self, sig: int) -> None:

@@ -96,6 +96,12 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
         "starts its state transfer (with --kill-rank)",
     )
     p.add_argument(
+        "--slow-data-ms",
+        type=int,
+        metavar="MS",
+        help="every rank waits MS milliseconds for each batch (a slow data source)",
+    )
+    p.add_argument(
         "--kill-during-checkpoint",
         type=int,
         metavar="STEP",
@@ -172,7 +178,7 @@ def _check_faults(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name, r in named:
         if r is not None and not 0 <= r < args.nproc:
             p.error(f"{_option(name)} {r} is not a rank of --nproc {args.nproc}")
-    for name in (*_STEP_OPTIONS, "kill_during_checkpoint"):
+    for name in (*_STEP_OPTIONS, "kill_during_checkpoint", "slow_data_ms"):
         v = getattr(args, name)
         if v is not None and v < 1:
             p.error(f"{_option(name)} must be >= 1")

@@ -47,11 +47,11 @@ UNSAVED_FMT = "HPTRAIN final checkpoint step={step} tier={tier} did not commit; 
 
 GOODPUT_DEFINITION = (
     "productive_step_time_s / wall_time_s. productive_step_time_s sums the step times "
-    "(data, forward, backward, optimizer) of the steps that survive into the final model; it "
-    "is carried in checkpoint state, so steps redone after a rollback count once. "
-    "wall_time_s runs from the job start (launcher start, else the first attempt's start) to "
-    "the end of the final attempt and includes start-up, restarts, recovery, checkpoint "
-    "blocking and the final export."
+    "(forward, backward, optimizer; not the wait for the batch) of the steps that survive "
+    "into the final model; it is carried in checkpoint state, so steps redone after a "
+    "rollback count once. wall_time_s runs from the job start (launcher start, else the "
+    "first attempt's start) to the end of the final attempt and includes start-up, restarts, "
+    "recovery, checkpoint blocking, data waits and the final export (badput_s names each)."
 )
 
 
@@ -150,9 +150,14 @@ class AttemptRecord:
     resumed_step: int = 0
     resumed_from: str = "none"
     first_step_unix: float | None = None
+    # The first step's wall time (its batch's wait included): its start is the end of
+    # start-up (training/badput.py).
+    first_step_s: float | None = None
     last_step: int = 0
     last_step_unix: float | None = None
     checkpoint_blocking_s: float = 0.0
+    # Steps' waits for their batch, outside the productive step time.
+    data_wait_s: float = 0.0
     checkpoints_committed: int = 0
     checkpoints_failed: int = 0
     ended: str = "running"

@@ -36,6 +36,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from training.badput import CAUSES
+
 Kind = Literal["gauge", "counter"]
 
 # Listen on every interface: the collector reaches the pod at its IP.
@@ -49,6 +51,8 @@ class MetricSpec:
     name: str
     kind: Kind
     help: str
+    # A label whose values split the series (a counter per cause); None: one series.
+    label: str | None = None
 
 
 STEP_SECONDS: Final = MetricSpec("hptrain_step_seconds", "gauge", "Duration of the last step.")
@@ -80,6 +84,12 @@ RECOVERY_PHASE_SECONDS: Final = {
     )
     for phase in RECOVERY_PHASES
 }
+BADPUT_SECONDS: Final = MetricSpec(
+    "hptrain_badput_seconds_total",
+    "counter",
+    "Wall time since the job start that no surviving step used, by cause (training/badput.py).",
+    label="cause",
+)
 METRICS: Final[tuple[MetricSpec, ...]] = (
     STEP_SECONDS,
     TOKENS_PER_SECOND,
@@ -88,6 +98,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     CHECKPOINTS_COMMITTED,
     CHECKPOINTS_FAILED,
     *RECOVERY_PHASE_SECONDS.values(),
+    BADPUT_SECONDS,
 )
 
 _COUNTER_SUFFIX: Final = "_total"
@@ -106,8 +117,12 @@ class TrainingMetrics:
         self._lock = threading.Lock()
         self._gauges: dict[str, float] = {}
         self._counters: dict[str, int] = (
-            {m.name: 0 for m in METRICS if m.kind == "counter"} if publish else {}
+            {m.name: 0 for m in METRICS if m.kind == "counter" and m.label is None}
+            if publish
+            else {}
         )
+        # Seconds by cause since the job start: every cause from 0, so a rate is defined.
+        self._badput: dict[str, float] = dict.fromkeys(CAUSES, 0.0) if publish else {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self.server: WSGIServer | None = None
@@ -141,13 +156,29 @@ class TrainingMetrics:
                 if phase in phases_s:
                     self._gauges[spec.name] = phases_s[phase]
 
+    def record_badput(self, seconds_by_cause: dict[str, float]) -> None:
+        """The job's badput so far by cause; a counter never goes down (a cause's estimate
+        may, when the mean step time it uses changes)."""
+        if not self.publish:
+            return
+        with self._lock:
+            for cause, seconds in seconds_by_cause.items():
+                self._badput[cause] = max(self._badput.get(cause, 0.0), seconds)
+
     # ---- the prometheus_client collector interface ------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            gauges, counters = dict(self._gauges), dict(self._counters)
+            gauges, counters, badput = dict(self._gauges), dict(self._counters), dict(self._badput)
         for spec in METRICS:
-            if spec.name in gauges:
+            if spec is BADPUT_SECONDS and badput:
+                by_cause = CounterMetricFamily(
+                    spec.name.removesuffix(_COUNTER_SUFFIX), spec.help, labels=[spec.label or ""]
+                )
+                for cause, seconds in badput.items():
+                    by_cause.add_metric([cause], seconds)
+                yield by_cause
+            elif spec.name in gauges:
                 yield GaugeMetricFamily(spec.name, spec.help, value=gauges[spec.name])
             elif spec.name in counters:
                 # The family is named without the suffix; the exposition adds it back.

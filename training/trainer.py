@@ -24,7 +24,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 
-from training import fileio, float8, metrics, metrics_export, tracking
+from training import float8, metrics, metrics_export, run_summary, tracking
 from training.checkpoint.config import checkpoint_roots
 from training.checkpoint.manager import CheckpointManager
 from training.cli import SIGTERM_TIMEOUT_EXIT_CODE, UNSAVED_EXIT_CODE
@@ -93,6 +93,8 @@ class Trainer:
         self._saved_after_sigterm = False
         # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
         self._job_start = time.time()
+        # Rank 0: the job's earlier attempts, for the live badput figures.
+        self._earlier_records: list[metrics.AttemptRecord] = []
 
     def _agree_on_steps(self) -> driver.StepAgreement:
         """The step agreement: one all-reduce per step, or the vote of in-process recovery,
@@ -325,14 +327,15 @@ class Trainer:
             self.cfg.training.global_batch_size,
             preset_global_batch(self.cfg.preset),
         )
-        if self.ledger and self.replacement:
-            self._job_start = metrics.job_start_unix(self.ledger.all_records())
-        elif self.ledger:
+        if self.ledger and not self.replacement:
             self.ledger.record.resumed_step = self.state.step
             self.ledger.record.resumed_from = resumed_from
             self.ledger.record.last_step = self.state.step
             self.ledger.flush()
-            self._job_start = metrics.job_start_unix(self.ledger.all_records())
+        if self.ledger:
+            records = self.ledger.all_records()
+            self._job_start = metrics.job_start_unix(records)
+            self._earlier_records = [r for r in records if r.attempt < self.ledger.record.attempt]
         self.watchdog.start()
         try:
             if self.replacement:
@@ -379,8 +382,11 @@ class Trainer:
         t0 = time.perf_counter()
 
         loss: torch.Tensor | None = None
+        data_wait = 0.0
         try:
             inputs, labels = self.loader.next_batch()
+            self.faults.batch_read()
+            data_wait = time.perf_counter() - t0
             loss = self.forward_backward(inputs, labels)
             self.faults.mid_step(step)
             clip_grad_norm(self.model.parameters(), self.cfg.training.grad_clip)
@@ -401,12 +407,12 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-        step_time = time.perf_counter() - t0 - staging_wait
+        step_time = time.perf_counter() - t0 - staging_wait - data_wait
         self.state.step = step
         self.state.productive_s += step_time
         self.watchdog.beat(step)
         self.agreement.committed()
-        self._log_step(step, decision.mean_loss, step_time)
+        self._log_step(step, decision.mean_loss, step_time, data_wait)
         return decision.stop
 
     def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -460,7 +466,7 @@ class Trainer:
             self.micro_passes,
         )
 
-    def _log_step(self, step: int, loss: float, step_time: float) -> None:
+    def _log_step(self, step: int, loss: float, step_time: float, data_wait: float) -> None:
         ledger = self.ledger
         if ledger is None:  # rank 0 alone logs steps and keeps the ledger
             return
@@ -479,12 +485,22 @@ class Trainer:
             step_time, tokens_per_s, metrics.goodput(self.state.productive_s, self._job_start, now)
         )
         if rec.first_step_unix is None:
-            rec.first_step_unix = now
+            # The whole first step, its batch's wait too: start-up ends where it began.
+            rec.first_step_unix, rec.first_step_s = now, step_time + data_wait
             ledger.flush()
         rec.last_step, rec.last_step_unix = step, now
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
         rec.checkpoints_failed = self.checkpointer.failed
+        rec.data_wait_s += data_wait
         ledger.flush()
+        self.exporter.record_badput(
+            run_summary.badput_so_far(
+                [*self._earlier_records, rec],
+                self.out,
+                steps=step,
+                productive_s=self.state.productive_s,
+            )
+        )
 
     # ---- endings --------------------------------------------------------------------------
 
@@ -539,53 +555,26 @@ class Trainer:
     def _write_summary(
         self, ledger: metrics.RunLedger, reason: str, full: dict[str, Any], saved: bool
     ) -> None:
-        digest = metrics.params_sha256(full)
-        export_path = None
-        if self.cfg.checkpoint.export_final and reason == "completed":
-            export_path = self.out / "final" / "model.pt"
-            tmp = fileio.part_path(export_path)
-            try:
-                export_path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(full, tmp)
-                fileio.replace_durably(tmp, export_path)
-            except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
-                tmp.unlink(missing_ok=True)
-                sys.stderr.write(f"hptrain: final export to {export_path} failed: {e}\n")
-                export_path = None
+        export = self.cfg.checkpoint.export_final and reason == "completed"
+        end = run_summary.RunEnd(
+            steps=self.state.step,
+            target_steps=self.cfg.training.steps,
+            reason=reason,
+            preset=self.cfg.preset,
+            world_size=self.info.world_size,
+            productive_s=self.state.productive_s,
+            saved=saved,
+            last_checkpoint=dict(self.checkpointer.last_committed_step),
+            params_sha256=metrics.params_sha256(full),
+            export_path=run_summary.export_final(full, self.out) if export else None,
+        )
         rec = ledger.record
         rec.ended = reason if saved else f"{reason}_unsaved"
         rec.last_step = self.state.step
         rec.checkpoint_blocking_s = self.checkpointer.blocking_total_s
         rec.checkpoints_failed = self.checkpointer.failed
         ledger.flush()
-        records = ledger.all_records()
-        wall = metrics.wall_time_s(metrics.job_start_unix(records), time.time())
-        recoveries = record.summary_entries(metrics.recovery_stats(records), self.out)
-        summary = {
-            "steps": self.state.step,
-            "target_steps": self.cfg.training.steps,
-            "exit_reason": reason,
-            "preset": self.cfg.preset,
-            "world_size": self.info.world_size,
-            "goodput": self.state.productive_s / wall,
-            "goodput_definition": metrics.GOODPUT_DEFINITION,
-            "productive_step_time_s": self.state.productive_s,
-            "wall_time_s": wall,
-            "checkpoint_blocking_s_total": sum(r.checkpoint_blocking_s for r in records),
-            "checkpoints_committed": sum(r.checkpoints_committed for r in records),
-            "checkpoints_failed": sum(r.checkpoints_failed for r in records),
-            # False: the run ended but its last steps are in no checkpoint (exit code 5).
-            "final_checkpoint_committed": saved,
-            "restarts": len(records) - 1,
-            "steps_lost_total": sum(r["steps_lost"] for r in recoveries),
-            "recoveries": recoveries,
-            "resumed_from": {"tier": rec.resumed_from, "step": rec.resumed_step},
-            "last_checkpoint": {
-                tier: step for tier, step in sorted(self.checkpointer.last_committed_step.items())
-            },
-            "final_params_sha256": digest,
-            "export_path": str(export_path) if export_path else None,
-        }
+        summary = run_summary.summary(end, rec, ledger.all_records(), self.out)
         metrics.write_summary(self.out, summary)
         if self.tracker:
             self.tracker.finish(summary)

@@ -155,6 +155,7 @@ def test_the_trainer_metrics_are_marked_as_this_projects_trainer():
         "hptrain_checkpoint_blocking_seconds",
         "hptrain_checkpoints_committed_total",
         "hptrain_checkpoints_failed_total",
+        "hptrain_badput_seconds_total",
         "hptrain_recovery_detect_seconds",
         "hptrain_recovery_abort_seconds",
         "hptrain_recovery_rendezvous_seconds",
@@ -162,7 +163,13 @@ def test_the_trainer_metrics_are_marked_as_this_projects_trainer():
         "hptrain_recovery_first_step_seconds",
     }
     assert all(METRICS[name].source.collector == "this project's trainer" for name in trainer)
-    assert all(METRICS[name].labels == {"training_job", "namespace"} for name in trainer)
+    # The collector's labels; the badput counter splits by cause as well.
+    assert all(
+        METRICS[name].labels
+        == {"training_job", "namespace"}
+        | ({"cause"} if name == "hptrain_badput_seconds_total" else set())
+        for name in trainer
+    )
 
 
 # --- The PromQL checker on planted expressions ------------------------------------------

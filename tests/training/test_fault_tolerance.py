@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,6 +73,30 @@ def test_kill_and_restart_is_bit_exact(reference_run: LaunchResult, tmp_path: Pa
     assert first == list(range(1, 23)) and second == list(range(21, STEPS + 1))
     assert s["recoveries"][0]["steps_lost"] == 2
     assert s["final_params_sha256"] == reference_run.summary["final_params_sha256"]
+    # The lost time is named: the restart and the 2 steps done again, beside start-up.
+    badput = s["badput_s"]
+    assert badput["restart"] > 0 and badput["recomputed_steps"] > 0 and badput["startup"] > 0
+    assert reference_run.summary["badput_s"]["restart"] == 0
+
+
+def _adds_up(summary: dict[str, Any]) -> None:
+    """Productive time and every cause of badput make the wall time (to the ms rounding):
+    no cause counted twice. Only for runs without estimated causes (no steps done again)."""
+    total = summary["productive_step_time_s"] + sum(summary["badput_s"].values())
+    assert total == pytest.approx(summary["wall_time_s"], abs=0.01)
+
+
+def test_a_slow_data_source_is_data_wait_not_productive_time(tmp_path: Path) -> None:
+    r = launch(tmp_path, "--slow-data-ms", "150", steps=8)
+    _ok(r)
+    s = r.summary
+    # Each of the 8 steps waited at least 150 ms for its batch, outside its step time.
+    assert s["badput_s"]["data_wait"] >= 8 * 0.150
+    step_times = [float(line["dt"]) for line in loglines.find(loglines.STEP, r.stdout)]
+    assert len(step_times) == 8 and sum(step_times) == pytest.approx(
+        s["productive_step_time_s"], abs=0.01
+    )
+    _adds_up(s)
 
 
 def test_kill_during_checkpoint_never_loads_torn(

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from config.observability_metrics import METRICS as CATALOGUE
 from config.observability_metrics import TRAINER
 from tests.training.conftest import REPO
+from training.badput import CAUSES
 from training.config_parsing import ConfigError
 from training.faults import ENV_VAR as FAULTS_ENV
 from training.metrics_export import METRICS, RECOVERY_PHASE_SECONDS, TrainingMetrics, start
@@ -43,9 +44,25 @@ def _scrape(port: int) -> dict[str, tuple[str, float]]:
         assert response.status == 200
         text = response.read().decode()
     return {
-        sample.name: (family.type, sample.value)
+        _series(sample.name, sample.labels): (family.type, sample.value)
         for family in text_string_to_metric_families(text)
         for sample in family.samples
+    }
+
+
+def _series(name: str, labels: dict[str, str]) -> str:
+    """`name`, or `name{label="value"}` for a labelled sample (the exporter sets one label)."""
+    return name + "".join(f'{{{key}="{value}"}}' for key, value in labels.items())
+
+
+def _badput(**seconds: float) -> dict[str, tuple[str, float]]:
+    """The badput counter's series: every cause, at 0 unless given."""
+    return {
+        _series("hptrain_badput_seconds_total", {"cause": cause}): (
+            "counter",
+            seconds.get(cause, 0.0),
+        )
+        for cause in CAUSES
     }
 
 
@@ -75,12 +92,17 @@ def test_serves_the_catalogue_series_over_http(served: TrainingMetrics) -> None:
     served.record_recovery(
         {"detect": 2.0, "abort": 0.25, "state_transfer": 1.5, "first_step": 0.75}
     )
+    served.record_badput({"startup": 4.0, "recomputed_steps": 3.0})
+    # A cause's estimate that went down leaves its counter where it was.
+    served.record_badput({"startup": 4.0, "recomputed_steps": 2.5, "data_wait": 0.5})
     assert served.port is not None
     samples = _scrape(served.port)
-    assert set(samples) == {s for row in TRAINER_ROWS.values() for s in row.series()} - {
+    names = {name.split("{")[0] for name in samples}
+    assert names == {s for row in TRAINER_ROWS.values() for s in row.series()} - {
         "hptrain_recovery_rendezvous_seconds"
     }
     assert samples == {
+        **_badput(startup=4.0, recomputed_steps=3.0, data_wait=0.5),
         "hptrain_step_seconds": ("gauge", 0.25),
         "hptrain_tokens_per_second": ("gauge", 32768.0),
         "hptrain_goodput_ratio": ("gauge", 0.875),
@@ -99,6 +121,7 @@ def test_gauges_appear_once_measured_counters_from_zero(served: TrainingMetrics)
     assert _scrape(served.port) == {
         "hptrain_checkpoints_committed_total": ("counter", 0.0),
         "hptrain_checkpoints_failed_total": ("counter", 0.0),
+        **_badput(),
     }
 
 
@@ -226,8 +249,13 @@ def test_a_cpu_run_is_scraped_while_it_trains(tmp_path: Path) -> None:
     # Every series of the catalogue but the recovery phases, which appear after a recovery.
     recovery = {spec.name for spec in RECOVERY_PHASE_SECONDS.values()}
     expected = {s for row in TRAINER_ROWS.values() for s in row.series()} - recovery
-    assert set(samples) == expected, out[-2000:] + err[-2000:]
+    assert {name.split("{")[0] for name in samples} == expected, out[-2000:] + err[-2000:]
     assert 0 < samples["hptrain_goodput_ratio"][1] <= 1
+    # Start-up (imports, process group, model) took time; nothing was lost to a recovery.
+    badput = {name: value for name, (_, value) in samples.items() if name.startswith("hptrain_bad")}
+    assert set(badput) == set(_badput())
+    assert badput[_series("hptrain_badput_seconds_total", {"cause": "startup"})] > 0
+    assert badput[_series("hptrain_badput_seconds_total", {"cause": "restart"})] == 0
     assert samples["hptrain_step_seconds"][1] > 0
     assert samples["hptrain_tokens_per_second"][1] > 0
     assert samples["hptrain_checkpoints_failed_total"][1] == 0
