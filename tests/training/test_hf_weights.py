@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.training.conftest import REPO, S3Server, launch
+from tests.training.conftest import S3Server, launch
 from training.config import ModelConfig
+from training.export_hf import main as export_main
 from training.export_hf import save_hf
 from training.hf_llama import INDEX_FILE, UNTIE_HINT, from_hf_rows, hf_config, to_hf_rows
 from training.init_from import InitFromError, load_pretrained
@@ -203,6 +202,8 @@ INIT_RE = re.compile(r"^HPTRAIN init_from rank=(\d+) read=(\d+) total=(\d+)")
 
 
 @pytest.mark.slow
+# The export reads the checkpoint here, in one process, as the export command does.
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_two_fsdp_ranks_each_read_their_shard_and_the_export_round_trips(
     tmp_path: Path,
 ) -> None:
@@ -246,14 +247,7 @@ def test_two_fsdp_ranks_each_read_their_shard_and_the_export_round_trips(
     # The committed step-2 checkpoint, exported, is the final model.
     ckpt = tmp_path / "run" / "ckpt" / "durable" / "step_00000002"
     export = tmp_path / "export"
-    proc = subprocess.run(
-        [sys.executable, "-m", "training.export_hf", str(ckpt), str(export), "--dtype", "fp32"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    assert export_main([str(ckpt), str(export), "--dtype", "fp32"]) == 0
     final = torch.load(tmp_path / "run" / "final" / "model.pt", weights_only=True)
     trainer = Transformer(tiny, max_seq_len=t.seq_len)
     trainer.load_state_dict(final)
@@ -263,15 +257,10 @@ def test_two_fsdp_ranks_each_read_their_shard_and_the_export_round_trips(
     )
 
 
-def test_the_export_command_refuses_a_missing_checkpoint_in_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "training.export_hf", str(tmp_path / "nope"), str(tmp_path / "o")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+def test_the_export_command_refuses_a_missing_checkpoint_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert export_main([str(tmp_path / "nope"), str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"error: checkpoint {tmp_path / 'nope'} does not exist"
     ]
