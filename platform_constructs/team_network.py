@@ -11,9 +11,10 @@ from what the rendered jobs do (hpctl/job/render.py) and the platform runs aroun
 - DNS to the cluster's CoreDNS; TCP 443 to AWS APIs (interface endpoints, the S3 gateway
   endpoint's public ranges) anywhere but the instance metadata service; the EKS Pod Identity
   agent (link-local, port 80: "EKS Pod Identity" in the EKS User Guide) for credentials;
-- the cluster subnets' nodes: host-network daemons such as HyperPod's memory management
-  daemon of managed tiered checkpointing. Other teams' pods there still deny it (their own
-  default-deny ingress).
+- the cluster subnets on TCP 9200 only: HyperPod's memory management daemon of managed
+  tiered checkpointing (TIERED_CHECKPOINT_DAEMON_PORT), whichever address it runs at. Not the
+  nodes' other ports (kubelet, host-network daemons); other teams' pods there still deny it
+  (their own default-deny ingress).
 
 Access: each team principal's EKS access entry carries AmazonEKSEditPolicy in the namespace
 and maps the principal to the team's Kubernetes group (config/kubernetes.py
@@ -66,6 +67,11 @@ INSTANCE_METADATA_CIDR: Final = "169.254.169.254/32"
 # Amazon EKS Pod Identity Agent").
 POD_IDENTITY_AGENT_CIDR: Final = "169.254.170.23/32"
 POD_IDENTITY_AGENT_PORT: Final = 80
+# HyperPod's memory management daemon of managed tiered checkpointing, which the
+# checkpointing library reaches at ai-toolkit-gossip-headless.aws-hyperpod:9200 (its
+# InMemoryClientConfig.base_url, amzn-sagemaker-checkpointing 1.1.3): a headless service, so
+# the addresses are the daemon's own, in the cluster subnets.
+TIERED_CHECKPOINT_DAEMON_PORT: Final = 9200
 ANYWHERE: Final = "0.0.0.0/0"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set by the API server
 DNS_NAMESPACE: Final = "kube-system"
@@ -274,7 +280,12 @@ def _egress_policies(namespace: str, network: PodNetwork) -> list[dict[str, Any]
             {
                 "podSelector": every_pod,
                 "policyTypes": ["Egress"],
-                "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in network.node_cidrs]}],
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": c}} for c in network.node_cidrs],
+                        "ports": [{"protocol": "TCP", "port": TIERED_CHECKPOINT_DAEMON_PORT}],
+                    }
+                ],
             },
         ),
     ]

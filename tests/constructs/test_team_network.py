@@ -23,6 +23,7 @@ from config.kubernetes import (
 from platform_constructs.team_network import (
     INSTANCE_METADATA_CIDR,
     TEAM_JOB_ROLE,
+    TIERED_CHECKPOINT_DAEMON_PORT,
     PodNetwork,
     TeamIsolation,
     network_policies,
@@ -230,13 +231,21 @@ def test_egress_is_dns_aws_apis_and_pod_identity_but_never_instance_metadata():
         assert not allowed(TRAINER, METADATA, "Egress", "TCP", port)
 
 
-def test_egress_to_the_cluster_subnets_is_open_for_node_daemons_and_ingress_still_isolates():
-    node = Peer(ip="10.1.0.200")  # a node's host-network daemon
-    assert allowed(TRAINER, node, "Egress", "TCP", 9999)
-    assert not allowed(TRAINER, Peer(ip="10.0.0.50"), "Egress", "TCP", 9999)
-    # The other team's pod is reachable on egress, but its own default deny refuses it.
+def test_egress_to_the_cluster_subnets_reaches_the_tiered_checkpoint_daemon_only():
+    node = Peer(ip="10.1.0.200")  # a node, or the daemon's pod, in a cluster subnet
+    assert allowed(TRAINER, node, "Egress", "TCP", TIERED_CHECKPOINT_DAEMON_PORT)
+    # Not the node's other ports: the kubelet, host-network daemons, anything else.
+    for port in (10250, 22, 9999):
+        assert not allowed(TRAINER, node, "Egress", "TCP", port)
+    assert not allowed(TRAINER, node, "Egress", "UDP", TIERED_CHECKPOINT_DAEMON_PORT)
+    assert not allowed(
+        TRAINER, Peer(ip="10.0.0.50"), "Egress", "TCP", TIERED_CHECKPOINT_DAEMON_PORT
+    )
+    # The other team's pod is reachable on that port, but its own default deny refuses it.
     assert OTHER_TEAM.pod is not None
-    assert not allowed(OTHER_TEAM.pod, Peer(TRAINER), "Ingress", "TCP", 9999)
+    assert not allowed(
+        OTHER_TEAM.pod, Peer(TRAINER), "Ingress", "TCP", TIERED_CHECKPOINT_DAEMON_PORT
+    )
 
 
 def test_policies_wait_for_the_namespace():
