@@ -34,7 +34,16 @@ FORKSERVER: Final = "forkserver"
 EXEC: Final = "exec"
 START_METHODS: Final = (FORKSERVER, EXEC)
 # What the server imports before it forks: everything a rank needs before its first step.
-PRELOAD: Final = ["torch", "torch.distributed", "training.train", "training.trainer"]
+# torch._dynamo too: torch imports it lazily, at the first model build (an initialiser on the
+# meta device) or optimizer step, seconds that a replacement rank would pay inside every
+# in-process recovery. Preloading by name uses none of its API.
+PRELOAD: Final = [
+    "torch",
+    "torch._dynamo",
+    "torch.distributed",
+    "training.train",
+    "training.trainer",
+]
 _PR_SET_PDEATHSIG: Final = 1
 
 

@@ -23,11 +23,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-
-# Imported here, not lazily by the first model build (an initialiser on the meta device) or
-# optimizer step: it takes seconds, and a replacement rank forked from a server that has
-# imported the trainer (training/rank_process.py) would pay them inside every recovery.
-import torch._dynamo
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
