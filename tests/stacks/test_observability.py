@@ -30,6 +30,7 @@ from platform_constructs.metrics_scraper import (
 from platform_constructs.observability import QUOTA_NAMESPACE, rule_files, team_quota_rules
 from stacks.observability_stack import WORKSPACE_LOG_RETENTION_DAYS
 from tests.support import SYNTH_GROUP, SynthResult, only, security_group_rules
+from training.metrics_export import METRICS as EXPORTED
 
 pytestmark = pytest.mark.xdist_group(SYNTH_GROUP)
 
@@ -313,9 +314,11 @@ def test_scrape_configuration_keeps_labelled_pods_on_the_named_port(env: SynthRe
         "namespace": ["__meta_kubernetes_namespace"],
         "training_job": [pod_label_meta(TRAINING_JOB_LABEL)],
     }
-    # Exactly the labels the catalogue gives the trainer's metrics.
-    trainer = {m.labels for m in METRICS.values() if m.source is TRAINER}
-    assert trainer == {frozenset(targets)}
+    # Exactly the labels the catalogue gives the trainer's metrics, but the exporter's own
+    # (the badput counter's cause).
+    own = {spec.label for spec in EXPORTED if spec.label}
+    trainer = {m.labels - own for m in METRICS.values() if m.source is TRAINER}
+    assert own == {"cause"} and trainer == {frozenset(targets)}
     # The YAML the service reads is the construct's configuration, whole.
     assert config == scrape_configuration(env.config.observability.scrape_interval_s)
 
