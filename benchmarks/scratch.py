@@ -31,21 +31,30 @@ def fast_tier_base(needed_bytes: int) -> Path:
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def _exit_on(signum: int, _frame: FrameType | None) -> None:
-    # SystemExit unwinds the stack, so every `finally` (and scratch_dir's removal) runs.
-    raise SystemExit(128 + signum)
-
-
 @contextlib.contextmanager
 def scratch_dir(prefix: str, base: Path, keep: bool = False) -> Iterator[Path]:
     """A new directory under `base`, removed when the block ends however it ends, unless
-    `keep`. Inside the block SIGTERM and SIGINT end the run through SystemExit; during the
-    removal they are ignored, so a second stop cannot cut it short (main thread only)."""
-    previous = {sig: signal.signal(sig, _exit_on) for sig in _STOP_SIGNALS}
+    `keep`. Inside the block SIGTERM and SIGINT end the run through SystemExit (exit code
+    128 + the signal); during the removal they are ignored, so a second stop cannot cut it
+    short (main thread only)."""
+    stopped_by: list[int] = []
+
+    def exit_on(signum: int, _frame: FrameType | None) -> None:
+        # SystemExit unwinds the stack, so every `finally` (and the removal below) runs.
+        stopped_by.append(signum)
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, exit_on) for sig in _STOP_SIGNALS}
     try:
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         try:
             yield path
+        except BaseException:
+            if stopped_by:
+                # The stop may land inside a library's write (torch.save's zip writer), whose
+                # own cleanup then fails with another error: the run still ended by the signal.
+                raise SystemExit(128 + stopped_by[0]) from None
+            raise
         finally:
             for sig in _STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)

@@ -35,6 +35,24 @@ def test_a_scratch_directory_is_removed_when_the_run_is_stopped(
     assert signal.getsignal(signum) == before
 
 
+def test_a_stop_that_breaks_a_write_on_its_way_out_still_exits_with_the_signal(
+    tmp_path: Path,
+) -> None:
+    # As in torch.save: the stop lands inside a writer, whose own cleanup then raises
+    # another error in place of the SystemExit.
+    def interrupted_write() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+        finally:
+            raise RuntimeError("unexpected pos 704 vs 598")
+
+    with pytest.raises(SystemExit) as stopped, scratch_dir("bench-", tmp_path):
+        interrupted_write()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_scratch_directory_is_removed_after_an_error(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="disk"), scratch_dir("bench-", tmp_path) as work:
         (work / "f").write_text("x")
