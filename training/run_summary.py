@@ -49,10 +49,25 @@ class RunEnd:
 
 
 def badput_so_far(
-    records: list[metrics.AttemptRecord], out: Path, *, steps: int, productive_s: float
+    records: list[metrics.AttemptRecord],
+    in_process: list[record.RecoveryRecord],
+    *,
+    steps: int,
+    productive_s: float,
 ) -> dict[str, float]:
-    """badput.by_cause of the job up to now (also the live export's figures)."""
-    recoveries = record.summary_entries(metrics.recovery_stats(records), out)
+    """badput.by_cause of the job up to now (also the live export's figures), from the
+    attempt records and the in-process recoveries, without reading anything."""
+    recoveries = record.entries(metrics.recovery_stats(records), in_process)
+    return _by_cause(records, recoveries, steps=steps, productive_s=productive_s)
+
+
+def _by_cause(
+    records: list[metrics.AttemptRecord],
+    recoveries: list[dict[str, Any]],
+    *,
+    steps: int,
+    productive_s: float,
+) -> dict[str, float]:
     return badput.by_cause(
         records,
         recoveries,
@@ -70,7 +85,7 @@ def summary(
     """summary.json of the run: `current` is this attempt's record, `records` every one."""
     wall = metrics.wall_time_s(metrics.job_start_unix(records), time.time())
     recoveries = record.summary_entries(metrics.recovery_stats(records), out)
-    causes = badput_so_far(records, out, steps=end.steps, productive_s=end.productive_s)
+    causes = _by_cause(records, recoveries, steps=end.steps, productive_s=end.productive_s)
     return {
         "steps": end.steps,
         "target_steps": end.target_steps,

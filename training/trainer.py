@@ -93,8 +93,11 @@ class Trainer:
         self._saved_after_sigterm = False
         # Rank 0 reads the job's start from the ledger once the attempt is recorded (run()).
         self._job_start = time.time()
-        # Rank 0: the job's earlier attempts, for the live badput figures.
+        # Rank 0: the job's earlier attempts and in-process recoveries, for the live badput
+        # figures (read once, not per step; a recovery that replaced rank 0 itself reaches
+        # summary.json but not the live figures).
         self._earlier_records: list[metrics.AttemptRecord] = []
+        self._in_process: list[record.RecoveryRecord] = []
 
     def _agree_on_steps(self) -> driver.StepAgreement:
         """The step agreement: one all-reduce per step, or the vote of in-process recovery,
@@ -289,6 +292,7 @@ class Trainer:
 
     def _on_recovered(self, recovery: record.RecoveryRecord) -> None:
         self.exporter.record_recovery(recovery.phases_s)
+        self._in_process.append(recovery)
 
     def request_stop(self, signum: int, _frame: Any) -> None:
         """SIGTERM and SIGUSR1 handler: finish the current step, save, exit 0
@@ -336,6 +340,7 @@ class Trainer:
             records = self.ledger.all_records()
             self._job_start = metrics.job_start_unix(records)
             self._earlier_records = [r for r in records if r.attempt < self.ledger.record.attempt]
+            self._in_process = record.read(self.out)
         self.watchdog.start()
         try:
             if self.replacement:
@@ -496,7 +501,7 @@ class Trainer:
         self.exporter.record_badput(
             run_summary.badput_so_far(
                 [*self._earlier_records, rec],
-                self.out,
+                self._in_process,
                 steps=step,
                 productive_s=self.state.productive_s,
             )

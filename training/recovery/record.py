@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from training.metrics_export import RECOVERY_PHASES as PHASES
 
-__all__ = ["PHASES", "RecoveryRecord", "append", "read", "summary_entries"]
+__all__ = ["PHASES", "RecoveryRecord", "append", "entries", "read", "summary_entries"]
 
 RECORDS_FILE: Final = "recoveries.jsonl"
 
@@ -83,6 +83,13 @@ def summary_entries(restarts: list[dict[str, Any]], out: Path) -> list[dict[str,
     """Every recovery of the job in order: the restarts (metrics.recovery_stats) and the
     in-process recoveries recorded in `out`; a restart comes before its attempt's in-process
     recoveries."""
-    in_process = [(r.attempt, 1, r.started_unix, r.summary_entry()) for r in read(out)]
-    ordered = [(e["attempt"], 0, 0.0, e) for e in restarts] + in_process
+    return entries(restarts, read(out))
+
+
+def entries(
+    restarts: list[dict[str, Any]], in_process: list[RecoveryRecord]
+) -> list[dict[str, Any]]:
+    """summary_entries with the in-process recoveries given instead of read."""
+    ordered = [(e["attempt"], 0, 0.0, e) for e in restarts]
+    ordered += [(r.attempt, 1, r.started_unix, r.summary_entry()) for r in in_process]
     return [entry for *_, entry in sorted(ordered, key=lambda t: t[:3])]
