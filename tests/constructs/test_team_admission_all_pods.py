@@ -33,6 +33,7 @@ from config.team_groups import team_gid
 from config.teams import team_capacity
 from hpctl.job.render import render_job
 from platform_constructs.team_admission import MATCHED, team_admission_manifest
+from tests.constructs.test_team_admission import _operator_pod
 from tests.job.conftest import env_spec
 from tests.support import ENVIRONMENTS, environment
 
@@ -145,29 +146,6 @@ def prod() -> Cluster:
 
 def _job(env: str = "prod", team: str = "research", **options: Any) -> dict[str, Any]:
     return render_job(env_spec(env, team=team, instance_group="gpu-p5", nodes=1, **options))
-
-
-def _operator_pod(job: dict[str, Any]) -> dict[str, Any]:
-    """A pod of `job` as the API server stores it: its first replica template, with the
-    tolerations the DefaultTolerationSeconds and ExtendedResourceToleration plugins add."""
-    template = copy.deepcopy(job["spec"]["replicaSpecs"][0]["template"])
-    spec = template["spec"]
-    requested = spec["containers"][0]["resources"]["requests"]
-    spec["tolerations"] = [
-        *spec.get("tolerations", []),
-        *(
-            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            for key in DEFAULT_TOLERATION_KEYS
-        ),
-        *(
-            {"key": r, "operator": "Exists", "effect": "NoSchedule"}
-            for r in ACCELERATOR_RESOURCES
-            if r in requested
-        ),
-    ]
-    metadata = {**template["metadata"], "name": f"{job['metadata']['name']}-worker-0"}
-    metadata["namespace"] = job["metadata"]["namespace"]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 @pytest.fixture
